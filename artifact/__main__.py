@@ -1,0 +1,5 @@
+import sys
+
+from artifact.cli import main
+
+sys.exit(main())

@@ -1,0 +1,163 @@
+"""Statistics used to compare the paper's rates with observed ones.
+
+Every function takes plain counts or a 0/1 sequence and returns floats; scipy and
+numpy do the numerical work. Conventions: rates are fractions in [0, 1],
+confidence levels are two-sided, p-values are two-sided.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "wilson_interval",
+    "block_bootstrap_interval",
+    "cochran_armitage",
+    "mcnemar_exact",
+    "mcnemar_power",
+]
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval (no continuity correction) for the rate k/n.
+
+    k = 0 gives low = 0 and k = n gives high = 1. Raises ValueError for n = 0
+    (a rate over no observations has no interval; callers report "not run").
+    """
+    k, n = int(k), int(n)
+    if n <= 0:
+        raise ValueError(f"wilson_interval needs n >= 1, got n={n}")
+    if not 0 <= k <= n:
+        raise ValueError(f"wilson_interval needs 0 <= k <= n, got k={k}, n={n}")
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def block_bootstrap_interval(
+    flags: Sequence[int] | np.ndarray,
+    block_length: int = 5,
+    n_boot: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 42,
+) -> tuple[float, float]:
+    """Moving-block bootstrap percentile interval for the mean of a 0/1 sequence.
+
+    ``flags`` are per-episode outcomes (1 = diverged) in the order the episodes
+    ran; neighbouring episodes share cache state, so they are resampled in
+    overlapping blocks of ``block_length`` consecutive episodes (Kuensch 1989).
+    Each replicate concatenates ceil(n / L) blocks with uniformly drawn starts in
+    0..n-L and keeps the first n values.
+
+    Default L = 5: block length of order n^(1/3) is the usual rule (Hall,
+    Horowitz & Jing 1995, Biometrika 82:561); the paper's n = 80 episodes give
+    80^(1/3) ~ 4.3, rounded up to 5. L = 1 is the ordinary iid bootstrap.
+    L is capped at max(1, n // 2) so every replicate draws at least two blocks;
+    with L >= n every replicate would be the data itself (a zero-width interval).
+
+    Vectorised: block sums come from a prefix sum, replicates are rows of a
+    (n_boot, blocks) array. Seeded with numpy.random.default_rng(seed).
+    """
+    x = np.asarray(flags, dtype=float).ravel()
+    n = x.size
+    if n == 0:
+        raise ValueError("block_bootstrap_interval needs at least one flag")
+    if not np.all((x == 0) | (x == 1)):
+        raise ValueError("block_bootstrap_interval expects a 0/1 sequence")
+    if block_length < 1 or n_boot < 1 or not 0 < confidence < 1:
+        raise ValueError("need block_length >= 1, n_boot >= 1, 0 < confidence < 1")
+    L = min(int(block_length), max(1, n // 2))
+    n_blocks = math.ceil(n / L)
+    tail = n - (n_blocks - 1) * L  # length kept from the last block, 1..L
+
+    csum = np.concatenate(([0.0], np.cumsum(x)))
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, n - L + 1, size=(n_boot, n_blocks))
+    full = (csum[starts[:, :-1] + L] - csum[starts[:, :-1]]).sum(axis=1)
+    last = csum[starts[:, -1] + tail] - csum[starts[:, -1]]
+    means = (full + last) / n
+
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def cochran_armitage(
+    k: Sequence[int], n: Sequence[int], scores: Sequence[float] | None = None
+) -> tuple[float, float]:
+    """Cochran-Armitage test for a linear trend in k_i / n_i over ordered groups.
+
+    z = sum s_i (k_i - n_i p) / sqrt(p (1 - p) [sum n_i s_i^2 - (sum n_i s_i)^2 / N]),
+    p = sum k / N (Agresti 2002, Categorical Data Analysis, 2nd ed., ch. 5);
+    z^2 = N r^2 with r the score/outcome correlation over the N items.
+    z > 0 when the proportion rises with the score; p is two-sided normal.
+    Default scores are 0..m-1. If no group has an event (or every item has one)
+    there is nothing to order: returns (0.0, 1.0).
+    """
+    k_arr = np.asarray(k, dtype=float)
+    n_arr = np.asarray(n, dtype=float)
+    s = np.arange(k_arr.size, dtype=float) if scores is None else np.asarray(scores, dtype=float)
+    if not (k_arr.ndim == n_arr.ndim == s.ndim == 1 and k_arr.size == n_arr.size == s.size):
+        raise ValueError("cochran_armitage needs k, n and scores of equal length")
+    if k_arr.size < 2:
+        raise ValueError("cochran_armitage needs at least two groups")
+    if np.any(n_arr <= 0) or np.any(k_arr < 0) or np.any(k_arr > n_arr):
+        raise ValueError("cochran_armitage needs n_i >= 1 and 0 <= k_i <= n_i")
+    total = n_arr.sum()
+    p = k_arr.sum() / total
+    if p in (0.0, 1.0):
+        return 0.0, 1.0
+    spread = (n_arr * s**2).sum() - (n_arr * s).sum() ** 2 / total
+    if spread <= 0:
+        raise ValueError("cochran_armitage needs scores that differ between groups")
+    z = (s * (k_arr - n_arr * p)).sum() / math.sqrt(p * (1 - p) * spread)
+    return float(z), float(2 * stats.norm.sf(abs(z)))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact two-sided McNemar p-value for discordant counts b and c.
+
+    Under H0 b ~ Binomial(b + c, 1/2); p = 2 * P(X <= min(b, c)), capped at 1
+    (scipy.stats.binomtest). b + c = 0 gives 1.0.
+    """
+    b, c = int(b), int(c)
+    if b < 0 or c < 0:
+        raise ValueError(f"mcnemar_exact needs non-negative counts, got b={b}, c={c}")
+    if b + c == 0:
+        return 1.0
+    return float(stats.binomtest(b, b + c, 0.5).pvalue)
+
+
+def mcnemar_power(n: int, discordant_rate: float, net_shift: float, alpha: float = 0.05) -> float:
+    """Exact power of the two-sided exact McNemar test at level ``alpha``.
+
+    n paired items; each is discordant with probability ``discordant_rate``
+    (so D ~ Binomial(n, discordant_rate)), and a discordant pair favours the
+    first arm with p_b = (discordant_rate + net_shift) / (2 discordant_rate), so
+    E[b - c] / n = net_shift. Power = sum_d P(D = d) P(reject | d), where the
+    rejection region for d is b <= t_d or b >= d - t_d, t_d the largest b with
+    2 * P(Bin(d, 1/2) <= b) <= alpha. Values of d with P(D = d) < 1e-16 are
+    skipped (their total mass is below float resolution).
+    """
+    n = int(n)
+    r, shift = float(discordant_rate), float(net_shift)
+    if n < 1 or not 0 < r <= 1 or abs(shift) > r or not 0 < alpha < 1:
+        raise ValueError("mcnemar_power needs n >= 1, 0 < discordant_rate <= 1, |net_shift| <= discordant_rate")
+    p_b = (r + shift) / (2 * r)
+
+    d_lo = int(stats.binom.ppf(1e-16, n, r))
+    d_hi = int(stats.binom.isf(1e-16, n, r))
+    d = np.arange(d_lo, d_hi + 1)
+    b = np.arange(d_hi + 1)
+    # Null two-sided p for the lower tail, on a (d, b) grid; b > d is masked out.
+    lower_p = 2 * stats.binom.cdf(b[None, :], d[:, None], 0.5)
+    in_region = (lower_p <= alpha) & (b[None, :] <= d[:, None])
+    t = np.where(in_region.any(axis=1), in_region.sum(axis=1) - 1, -1)  # region is b = 0..t_d
+
+    reject_low = np.where(t >= 0, stats.binom.cdf(t, d, p_b), 0.0)
+    reject_high = np.where(t >= 0, stats.binom.sf(d - t - 1, d, p_b), 0.0)
+    power = (stats.binom.pmf(d, n, r) * (reject_low + reject_high)).sum()
+    return float(power)

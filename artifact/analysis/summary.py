@@ -1,0 +1,88 @@
+"""Plain-text summaries for the terminal: one comparison, or the paired-protocol table of a results directory."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pandas as pd
+
+from artifact.analysis.compare import Comparison, cache_exposure, compare_runs, validity_problems
+from artifact.records.store import Run
+
+
+def _fmt(x, digits=1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def comparison_row(name: str, c: Comparison) -> dict:
+    return {
+        "comparison": name,
+        "diverged": f"{c.k}/{c.n}",
+        "rate": f"{100 * c.k / c.n:.1f}%" if c.n else "-",
+        "median first request": _fmt(c.median_first_request),
+        "median first token": _fmt(c.median_first_token),
+    }
+
+
+def run_row(run: Run) -> dict:
+    exp = cache_exposure(run)
+    eps = run.episodes
+    compute_s = sum(r["prompt_ms"] + r["predicted_ms"] for r in run.requests) / 1000
+    return {
+        "run": f"{run.manifest['arm'].upper()} run {run.manifest['run']}",
+        "status": run.manifest["status"],
+        "BFCL valid": f"{sum(e['valid'] for e in eps)}/{len(eps)}",
+        "requests": len(run.requests),
+        "cached share": f"{100 * exp.share:.1f}%",
+        "wall s": _fmt(run.manifest.get("wall_s")),
+        "server compute s": _fmt(compute_s),
+    }
+
+
+def paired_comparisons(runs: list[Run]) -> list[tuple[str, Comparison]]:
+    """The paper's comparisons among the runs of one configuration and plan."""
+    by = {(r.manifest["arm"], r.manifest["run"]): r for r in runs if r.complete}
+    out = []
+    for arm in ("off", "on"):
+        if (arm, 1) in by and (arm, 2) in by:
+            out.append((f"{arm.upper()} run 1 vs run 2", compare_runs(by[(arm, 1)], by[(arm, 2)])))
+    for k in sorted({k for (_, k) in by}):
+        if ("on", k) in by and ("off", k) in by:
+            out.append((f"ON run {k} vs OFF run {k}", compare_runs(by[("on", k)], by[("off", k)])))
+    return out
+
+
+def render_comparison(c: Comparison) -> str:
+    lines = [f"{c.a}  vs  {c.b}",
+             f"  diverged episodes: {c.k}/{c.n}"
+             + (f"  (median first request {_fmt(c.median_first_request)}, "
+                f"median first token {_fmt(c.median_first_token)})" if c.k else "")]
+    for d in c.diverged:
+        tok = "-" if d.first_token is None else d.first_token
+        lines.append(f"    {d.episode_id}: first diverging request {d.first_request}, token {tok}, "
+                     f"requests {d.n_requests[0]} vs {d.n_requests[1]}")
+    if c.only_in_a or c.only_in_b:
+        lines.append(f"  not compared (in one run only): {', '.join(c.only_in_a + c.only_in_b)}")
+    if c.prompt_mismatches:
+        lines.append(f"  WARNING identical outputs but different prompts in: {', '.join(c.prompt_mismatches)}")
+    return "\n".join(lines)
+
+
+def render_results(runs: list[Run]) -> str:
+    groups: dict[tuple, list[Run]] = defaultdict(list)
+    for r in runs:
+        groups[(r.manifest["config"], r.manifest["plan"])].append(r)
+    blocks = []
+    for (config, plan), group in groups.items():
+        head = group[0].manifest
+        blocks.append(f"== {config} / plan {plan} ({head['lifecycle']} server, "
+                      f"--cache-ram {head['plan_data']['cache_ram_mib']}), engine {head.get('engine_build')}, "
+                      f"{len(head['episodes'])} episodes, prompt variant {head['prompt_variant']}")
+        rows = [comparison_row(name, c) for name, c in paired_comparisons(group)]
+        if rows:
+            blocks.append(pd.DataFrame(rows).to_string(index=False))
+        blocks.append(pd.DataFrame([run_row(r) for r in group]).to_string(index=False))
+        problems = [p for r in group for p in validity_problems(r)]
+        blocks.extend(f"INVALID: {p}" for p in problems)
+        blocks.append("")
+    return "\n".join(blocks)

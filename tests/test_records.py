@@ -1,0 +1,66 @@
+import json
+
+import pytest
+
+from artifact.errors import ArtifactError
+from artifact.records.store import DISCARDED, RunWriter, find_runs, load_run
+
+
+def test_manifest_is_incomplete_until_finished_and_lines_are_flushed_as_written(tmp_path):
+    w = RunWriter(tmp_path / "r", {"config": "c", "plan": "p", "arm": "off", "run": 1, "episodes": ["e0"]})
+    assert json.loads((tmp_path / "r/manifest.json").read_text())["status"] == "incomplete"
+    w.request({"episode_id": "e0", "request_index": 0})
+    # readable before the run ends: a crash loses nothing already written
+    assert load_run(tmp_path / "r").requests == [{"episode_id": "e0", "request_index": 0}]
+    w.finish(wall_s=2.5)
+    m = load_run(tmp_path / "r").manifest
+    assert m["status"] == "complete" and m["wall_s"] == 2.5 and m["finished_at"] and m["started_at"]
+
+
+def test_writer_refuses_to_overwrite_an_existing_run(tmp_path, make_run):
+    run = make_run("off", 1, {"e0": [[1]]})
+    with pytest.raises(ArtifactError, match="already holds a run"):
+        RunWriter(run.path, {"config": "c"})
+    assert load_run(run.path).requests[0]["output_tokens"] == [1]
+
+
+def test_truncated_last_line_of_an_interrupted_run_is_tolerated(make_run):
+    run = make_run("on", 1, {"e0": [[1], [2]]}, complete=False)
+    with open(run.path / "requests.jsonl", "a") as fh:
+        fh.write('{"episode_id": "e0", "requ')
+    assert len(load_run(run.path).requests) == 2
+    assert not load_run(run.path).complete
+
+
+def test_corrupt_line_in_the_middle_is_an_error_naming_file_and_line(make_run):
+    run = make_run("on", 1, {"e0": [[1], [2]]})
+    lines = (run.path / "requests.jsonl").read_text().splitlines()
+    (run.path / "requests.jsonl").write_text("\n".join(["{broken", *lines]) + "\n")
+    with pytest.raises(ArtifactError, match=r"requests.jsonl:1: not valid JSON"):
+        load_run(run.path).requests
+
+
+def test_find_runs_reads_manifests_in_protocol_order_and_skips_discarded(tmp_path, make_run):
+    make_run("on", 2, {"e0": [[1]]})
+    make_run("off", 1, {"e0": [[1]]})
+    make_run("on", 1, {"e0": [[1]]})
+    (tmp_path / "synthetic/main" / DISCARDED / "t").mkdir(parents=True)
+    (tmp_path / "synthetic/main/on-run1").rename(tmp_path / "synthetic/main/elsewhere-name")
+    make_run("off", 2, {"e0": [[1]]}, config="other")
+    stale = tmp_path / "synthetic/main" / DISCARDED / "t" / "off-run2"
+    stale.mkdir()
+    (stale / "manifest.json").write_text(json.dumps({"config": "synthetic", "plan": "main", "arm": "off",
+                                                     "run": 2, "status": "incomplete", "episodes": []}))
+    labels = [r.label for r in find_runs(tmp_path)]
+    assert labels == ["other/main/off-run2", "synthetic/main/off-run1", "synthetic/main/on-run1",
+                      "synthetic/main/on-run2"]
+
+
+def test_load_run_errors_are_one_line(tmp_path):
+    with pytest.raises(ArtifactError, match="not a run directory"):
+        load_run(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"config": "c"}')
+    with pytest.raises(ArtifactError, match="missing field"):
+        load_run(tmp_path)
+    with pytest.raises(ArtifactError, match="does not exist"):
+        find_runs(tmp_path / "nowhere")
