@@ -73,8 +73,11 @@ case "$cmd" in
   test)
     shift
     setup
-    exec "$py" -m pytest "$@" ;;
-  demo|run|compare|summary|check|all)
+    exec scripts/isolate.sh "$py" -m pytest "$@" ;;
+  demo|run)
+    setup
+    PYTHONPATH=$here exec scripts/isolate.sh "$py" -m artifact "$@" ;;
+  compare|summary|check|all)
     setup
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   *)

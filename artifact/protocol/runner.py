@@ -167,13 +167,9 @@ def _discard(pdir: Path, session: list[RunSpec]) -> None:
             _say(f"  moved unfinished {src.name} to {dest / spec.dirname}")
 
 
-def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
-    """Run (or resume) every session of `plan`; returns the run directories in plan order."""
-    pdir = plan_dir(results, cfg, plan)
-    episodes = bfcl.load_episodes(cfg.workload.episodes, cfg.workload.max_turns)
-    episode_ids = [e.id for e in episodes]
-    fp = provenance.fingerprint(cfg.as_dict(), plan.as_dict(), episode_ids, PROTOCOL)
-    base = {
+def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fp: str) -> dict:
+    """The manifest fields every run of a plan shares (BFCL and the GSM8K bridge alike)."""
+    return {
         "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
         "engine": cfg.engine.kind, "engine_build_flags": provenance.llama_build(),
         "model": {"family": cfg.model.family, "name": cfg.model.name, "quant": cfg.model.quant,
@@ -182,8 +178,20 @@ def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
         "workload": cfg.workload.name, "workload_settings": dataclasses.asdict(cfg.workload),
         "prompt_variant": cfg.workload.prompt_variant, "episodes": episode_ids,
         "protocol": PROTOCOL, "fingerprint": fp,
-        "host": provenance.host(), "packages": provenance.packages(),
+        "host": provenance.host(), "packages": provenance.packages(), "isolation": isolation,
     }
+
+
+def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
+    """Run (or resume) every session of `plan`; returns the run directories in plan order."""
+    pdir = plan_dir(results, cfg, plan)
+    isolation = provenance.isolation(provenance.scrub_secrets())
+    if isolation["network"] != "loopback-only":
+        _say("warning: this protocol run can reach the network (run it through ./run.sh for isolation)")
+    episodes = bfcl.load_episodes(cfg.workload.episodes, cfg.workload.max_turns)
+    episode_ids = [e.id for e in episodes]
+    fp = provenance.fingerprint(cfg.as_dict(), plan.as_dict(), episode_ids, PROTOCOL)
+    base = manifest_base(cfg, plan, episode_ids, fp)
     run_dirs = []
     for session in sessions(plan):
         state = _session_state(pdir, session, fp)

@@ -1,0 +1,44 @@
+import os
+import subprocess
+import sys
+
+from artifact.config import REPO
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "artifact", *args], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_bad_input_gives_one_line_error_and_exit_2(tmp_path):
+    for args in (["run", "no-such-config"], ["run", "demo-smollm2-cpu", "--plan", "nope"],
+                 ["run", "demo-smollm2-cpu", "--episodes", "0"],
+                 ["compare", str(tmp_path), str(tmp_path)], ["summary", str(tmp_path / "none")]):
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_compare_and_summary_read_runs(tmp_path, make_run):
+    a = make_run("off", 1, {"e0": [[1, 2]], "e1": [[3]]})
+    b = make_run("off", 2, {"e0": [[1, 5]], "e1": [[3]]})
+    r = cli("compare", str(a.path), str(b.path))
+    assert r.returncode == 0 and "diverged episodes: 1/2" in r.stdout and "e0: first diverging request 0, token 1" in r.stdout
+    r = cli("summary", str(tmp_path))
+    assert r.returncode == 0 and "OFF run 1 vs run 2" in r.stdout and "1/2" in r.stdout
+
+
+def test_compare_flags_an_off_run_served_from_cache(make_run):
+    a = make_run("off", 1, {"e0": [[1], [2]]}, cache_n=7)
+    b = make_run("off", 2, {"e0": [[1], [2]]})
+    r = cli("compare", str(a.path), str(b.path))
+    assert r.returncode == 1 and "INVALID" in r.stdout
+
+
+def test_run_sh_help_needs_no_setup():
+    r = subprocess.run([str(REPO / "run.sh"), "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "./run.sh demo" not in r.stderr and "demo" in r.stdout and "test" in r.stdout
+    r = subprocess.run([str(REPO / "run.sh"), "frobnicate"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "unknown command" in r.stderr
