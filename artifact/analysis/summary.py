@@ -69,8 +69,13 @@ def render_comparison(c: Comparison) -> str:
 
 
 def render_results(runs: list[Run]) -> str:
+    from artifact.analysis.gsm8k_table import is_bridge_run, tab3
+
+    bridge = [r for r in runs if is_bridge_run(r)]
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
+        if is_bridge_run(r):
+            continue
         groups[(r.manifest["config"], r.manifest["plan"])].append(r)
     blocks = []
     for (config, plan), group in groups.items():
@@ -84,5 +89,13 @@ def render_results(runs: list[Run]) -> str:
         blocks.append(pd.DataFrame([run_row(r) for r in group]).to_string(index=False))
         problems = [p for r in group for p in validity_problems(r)]
         blocks.extend(f"INVALID: {p}" for p in problems)
+        blocks.append("")
+    if bridge:
+        table = tab3(bridge)
+        cols = [c for c in ("config", "data", "N", "cold_vs_cold", "warm_vs_warm", "cold_vs_warm_diverged",
+                            "acc_cold_numeric", "acc_warm_numeric", "flips_numeric", "mcnemar_p", "flagged_servings")
+                if c in table.columns]
+        blocks.append("== GSM8K bridge (Tab. 3): cold 1, cold 2 (cache_prompt=false), warm 1, warm 2 (cache hits)")
+        blocks.append(table[cols].to_string(index=False))
         blocks.append("")
     return "\n".join(blocks)

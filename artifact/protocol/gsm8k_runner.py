@@ -62,8 +62,8 @@ class _ServingWriter:
 
 
 def _score(record: dict, reference: str) -> dict:
-    strict, numeric = score_strict(record.get("output_text"), reference), score_numeric(record.get("output_text"),
-                                                                                        reference)
+    text = record.get("output_text")
+    strict, numeric = score_strict(text, reference), score_numeric(text, reference)
     return {
         "extracted_strict": strict.extracted, "strict_correct": strict.correct,
         "extracted_numeric": numeric.extracted, "numeric_correct": numeric.correct, "numeric_rule": numeric.rule,

@@ -168,7 +168,11 @@ def _discard(pdir: Path, session: list[RunSpec]) -> None:
 
 
 def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fp: str) -> dict:
-    """The manifest fields every run of a plan shares (BFCL and the GSM8K bridge alike)."""
+    """The manifest fields every run of a plan shares (BFCL and the GSM8K bridge alike). Also removes secrets from
+    this process's environment: the protocol eval()s model output (BFCL)."""
+    isolation = provenance.isolation(provenance.scrub_secrets())
+    if isolation["network"] != "loopback-only":
+        _say("warning: this protocol run can reach the network (run it through ./run.sh for isolation)")
     return {
         "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
         "engine": cfg.engine.kind, "engine_build_flags": provenance.llama_build(),
@@ -185,9 +189,6 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fp: str) -> d
 def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
     """Run (or resume) every session of `plan`; returns the run directories in plan order."""
     pdir = plan_dir(results, cfg, plan)
-    isolation = provenance.isolation(provenance.scrub_secrets())
-    if isolation["network"] != "loopback-only":
-        _say("warning: this protocol run can reach the network (run it through ./run.sh for isolation)")
     episodes = bfcl.load_episodes(cfg.workload.episodes, cfg.workload.max_turns)
     episode_ids = [e.id for e in episodes]
     fp = provenance.fingerprint(cfg.as_dict(), plan.as_dict(), episode_ids, PROTOCOL)

@@ -1,0 +1,144 @@
+"""The GSM8K bridge end to end with the real llama-server (b10435) and SmolLM2-135M on this machine's CPU.
+
+Three synthetic items, four servings each, short outputs; plus prompt/item checks that need no server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from artifact.analysis.gsm8k_scoring import ANSWER_INSTRUCTION
+from artifact.analysis.gsm8k_table import tab3, tab3_row
+from artifact.config import load_config, load_plan
+from artifact.errors import ArtifactError
+from artifact.records.store import DISCARDED, MANIFEST, find_runs, load_run
+from artifact.workloads import gsm8k
+from artifact.workloads.gsm8k_data import synthetic_items
+
+N_ITEMS, N_PREDICT = 3, 48
+SERVING_ORDER = ["cold1", "cold2", "warm1", "warm2"]
+
+
+def small(cfg, **workload):
+    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **workload))
+
+
+# ---------------------------------------------------------------- no server
+
+
+def test_prompt_is_one_chatml_user_turn_with_the_answer_format():
+    item = synthetic_items(1)[0]
+    prompt = gsm8k.build_prompt(item, "qwen")
+    assert prompt == (f"<|im_start|>user\n{item.question}\n\n{ANSWER_INSTRUCTION}<|im_end|>\n"
+                      "<|im_start|>assistant\n")  # BFCL's QwenHandler adds no system message
+    assert gsm8k.build_prompt(item, "qwen_fc") == prompt
+    assert gsm8k.build_prompt(item, "llama").startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>")
+    with pytest.raises(ArtifactError, match="function-calling"):
+        gsm8k.build_prompt(item, "llama_3_1")
+
+
+def test_synthetic_items_are_labelled_synthetic():
+    cfg = small(load_config("demo-smollm2-cpu-gsm8k"), episodes=4)
+    items, prov = gsm8k.load_items(cfg)
+    assert [i.item_id for i in items] == [f"synthetic_{k:04d}" for k in range(4)]
+    assert prov["synthetic"] is True and prov["data"] == "synthetic" and prov["n_items"] == 4
+    assert prov["items_sha256"] == gsm8k.items_sha256(synthetic_items(4))
+
+
+def test_cache_check():
+    assert gsm8k.cache_check("cold1", 0, 80) == gsm8k.cache_check("warm2", 79, 80) == "ok"
+    assert gsm8k.cache_check("cold2", 3, 80) != "ok" and gsm8k.cache_check("warm1", 78, 80) != "ok"
+
+
+# ---------------------------------------------------------------- real server
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory):
+    from artifact.protocol.gsm8k_runner import execute_bridge
+
+    cfg = small(load_config("demo-smollm2-cpu-gsm8k"), episodes=N_ITEMS, n_predict=N_PREDICT)
+    results = tmp_path_factory.mktemp("results")
+    dirs = execute_bridge(cfg, load_plan("bridge"), results)
+    return cfg, results, dirs
+
+
+@pytest.mark.server
+def test_one_complete_run_with_bridge_manifest(bridge):
+    cfg, results, dirs = bridge
+    assert dirs == [results / cfg.name / "bridge" / "bridge-run1"]
+    m = load_run(dirs[0]).manifest
+    assert m["status"] == "complete" and m["finished_at"] and m["flagged_servings"] == 0
+    assert (m["workload"], m["arm"], m["run"], m["session"], m["plan"]) == ("gsm8k", "bridge", 1, "bridge", "bridge")
+    assert m["episodes"] == [f"synthetic_{k:04d}" for k in range(N_ITEMS)]
+    assert m["data"] == "synthetic" and m["items_provenance"]["synthetic"] is True
+    assert m["items_source"] == "synthetic" and m["engine_build"].startswith("b10435")
+    assert m["model"]["sha256"] == cfg.model.sha256 and m["host"] and m["packages"] and m["fingerprint"]
+    cmd = m["server_cmd"]
+    assert cmd[cmd.index("-np") + 1] == "1" and cmd[cmd.index("--cache-ram") + 1] == "8192"
+    assert (dirs[0].parent / m["server_log"]).is_file()
+
+
+@pytest.mark.server
+def test_servings_cold_identical_and_warm_hits(bridge):
+    _, _, dirs = bridge
+    run = load_run(dirs[0])
+    by_item = run.requests_by_episode()
+    assert list(by_item) == run.manifest["episodes"]
+    for item_id, reqs in by_item.items():
+        assert [r["serving"] for r in reqs] == SERVING_ORDER and [r["request_index"] for r in reqs] == [0, 1, 2, 3]
+        assert all(r["item_id"] == r["episode_id"] == item_id and r["error"] is None for r in reqs)
+        assert len({r["prompt_sha256"] for r in reqs}) == 1
+        s = {r["serving"]: r for r in reqs}
+        for r in reqs:
+            assert r["cache_check"] == "ok", (item_id, r["serving"], r["cache_check"])
+            assert r["output_tokens"] and 0 < r["n_predict"] <= N_PREDICT
+            if r["serving"].startswith("cold"):
+                assert r["cache_n"] == 0 and r["prompt_n"] == r["prompt_tokens"]
+            else:
+                assert r["cache_n"] >= r["prompt_tokens"] - 1
+        assert s["cold1"]["output_tokens"] == s["cold2"]["output_tokens"], item_id  # recompute is deterministic
+    eps = run.episodes
+    assert [e["item_id"] for e in eps] == run.manifest["episodes"]
+    refs = {i.item_id: i.answer for i in synthetic_items(N_ITEMS)}
+    for e in eps:
+        assert e["reference"] == refs[e["item_id"]] and e["flagged_servings"] == []
+        assert sorted(e["servings"]) == sorted(SERVING_ORDER)
+        assert all({"strict_correct", "numeric_correct", "extracted_numeric"} <= set(v) for v in e["servings"].values())
+
+
+@pytest.mark.server
+def test_tab3_row_from_the_run(bridge):
+    _, results, _ = bridge
+    df = tab3(find_runs(results))
+    assert list(df["config"]) == ["demo-smollm2-q4_1-cpu-gsm8k", "pooled"]
+    row = df.iloc[0].to_dict()
+    print("\nTab. 3 row:", json.dumps({k: v for k, v in row.items()}, default=str))
+    assert row["data"] == "synthetic" and df.iloc[1]["data"] == "synthetic"
+    assert (row["N"], row["flagged_servings"], row["flagged_items"]) == (N_ITEMS, 0, 0)
+    assert row["cold_vs_cold"] == f"{N_ITEMS}/{N_ITEMS}"
+    assert 0 <= row["flips_numeric"] <= N_ITEMS and 0.0 <= row["mcnemar_p"] <= 1.0
+
+
+@pytest.mark.server
+def test_complete_run_is_reused_and_incomplete_run_rerun_whole(bridge):
+    from artifact.protocol.gsm8k_runner import execute_bridge
+
+    cfg, results, dirs = bridge
+    before = (dirs[0] / "requests.jsonl").read_bytes()
+    assert execute_bridge(cfg, load_plan("bridge"), results) == dirs  # complete: reused, no server started
+    assert (dirs[0] / "requests.jsonl").read_bytes() == before
+
+    one = small(cfg, episodes=1, n_predict=8)
+    res1 = results.parent / (results.name + "-resume")
+    [d] = execute_bridge(one, load_plan("bridge"), res1)
+    mf = json.loads((d / MANIFEST).read_text())
+    (d / MANIFEST).write_text(json.dumps({**mf, "status": "incomplete"}))  # as if interrupted
+    assert execute_bridge(one, load_plan("bridge"), res1) == [d]
+    assert load_run(d).complete and len(load_run(d).requests) == 4
+    moved = list((d.parent / DISCARDED).glob("*/bridge-run1"))
+    assert len(moved) == 1 and load_run(moved[0]).manifest["status"] == "incomplete"
+    assert tab3_row(load_run(d))["N"] == 1
