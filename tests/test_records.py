@@ -3,7 +3,7 @@ import json
 import pytest
 
 from artifact.errors import ArtifactError
-from artifact.records.store import DISCARDED, RunWriter, find_runs, load_run
+from artifact.records.store import DISCARDED, REQUESTS, RunWriter, _read_jsonl, find_runs, load_run, read_requests
 
 
 def test_manifest_is_incomplete_until_finished_and_lines_are_flushed_as_written(tmp_path):
@@ -64,3 +64,26 @@ def test_load_run_errors_are_one_line(tmp_path):
         load_run(tmp_path)
     with pytest.raises(ArtifactError, match="does not exist"):
         find_runs(tmp_path / "nowhere")
+
+
+def test_lazy_reader_returns_the_store_records(tmp_path):
+    d = tmp_path / "r"
+    w = RunWriter(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]})
+    records = [
+        {"episode_id": "e0", "output_text": 'says "top_logprobs": [[1]] here', "top_logprobs": [[[1, -0.5], [2, -1e-9]]],
+         "cache_n": 3},
+        {"episode_id": "e0", "top_logprobs": [[[1, None], [2, -1.0]]], "cache_n": 0},  # not plain numbers
+        {"episode_id": "e0", "top_logprobs": [], "cache_n": 0, "output_tokens": [4, 5]},
+        {"episode_id": "e0", "cache_n": 1},  # no top_logprobs at all
+    ]
+    for r in records:
+        w.request(r)
+    w.finish()
+    with open(d / REQUESTS, "a") as fh:
+        fh.write('{"episode_id": "e0", "top_log')  # a cut-short last line is dropped by both readers
+    lazy, plain = read_requests(d / REQUESTS), _read_jsonl(d / REQUESTS)
+    assert len(lazy) == len(plain) == 4
+    for a, b in zip(lazy, plain):
+        assert ("top_logprobs" in a) == ("top_logprobs" in b)
+        assert a.get("top_logprobs") == b.get("top_logprobs") and a.get("cache_n") == b["cache_n"]
+        assert dict(a) == b  # after access, the same dict

@@ -62,6 +62,8 @@ class Comparison:
 
 def first_difference(x: list, y: list) -> int | None:
     """Index of the first position where two sequences differ (None if equal)."""
+    if x == y:  # the common case, at C speed
+        return None
     for i, (u, v) in enumerate(zip(x, y)):
         if u != v:
             return i

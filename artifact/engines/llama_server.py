@@ -12,6 +12,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +50,15 @@ def resolve_binary(spec: str) -> Path:
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise ArtifactError(f"llama-server binary {path} not found or not executable (engine.binary)")
     return path
+
+
+def _die_with_parent() -> None:  # runs in the child before exec (Linux): no orphaned servers if we are killed
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:
@@ -115,6 +125,7 @@ class LlamaServer:
             self.proc = subprocess.Popen(
                 self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=clean_env(), start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         base = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=base, timeout=self.cfg.engine.request_timeout_s, trust_env=False)

@@ -1,0 +1,514 @@
+"""The paper's BFCL tables from run records: Tab. 2, the Fig. 1 cause-isolation conditions and the Fig. 2 series.
+
+Everything here is computed from the records (manifest.json, requests.jsonl, episodes.jsonl) by the existing
+comparison code (`compare.compare_runs` through `summary.paired_comparisons`, `compare.cache_exposure`,
+`compare.validity_problems`) and the statistics module; nothing is read from directory names.
+
+Conventions
+  * A divergence rate is k/n over the episodes both runs made, with a Wilson 95% interval and a moving-block
+    bootstrap 95% interval over the episode sequence (`BOOTSTRAP`: block length 5, 10,000 replicates, seed 42;
+    see `stats.block_bootstrap_interval` for the choice of block length).
+  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`summary.paired_comparisons`); run 1 vs
+    run 1 is the headline, every k-vs-k pair is in the long comparison table.
+  * The first diverging request is reported 1-based (the paper's "1st-4th of roughly 10"); the first diverging
+    token is the 0-based index within that request's generated tokens (as `compare.py` reports it).
+  * BFCL accuracy per arm pools the complete runs of that arm: valid episodes / episodes.
+  * Cache exposure is the share of prompt tokens the server says it served from cache (`cache_n`); an engine that
+    does not report it (null `cache_n`, e.g. vLLM's completions endpoint) gives "not reported", never 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from artifact.analysis.compare import Comparison, Exposure, cache_exposure, validity_problems
+from artifact.analysis.stats import block_bootstrap_interval, cochran_armitage, wilson_interval
+from artifact.analysis.summary import paired_comparisons
+from artifact.records.store import Run
+
+BOOTSTRAP = {"block_length": 5, "n_boot": 10_000, "seed": 42, "confidence": 0.95}
+CONFIDENCE = 0.95
+BFCL_ARMS = ("off", "on")
+PAPER_PLAN = "main"  # the paper's Tab. 2 condition: one server per arm, host prompt cache at its default
+MIN_TREND_LEVELS = 3  # the trend test is run (and RQ3 judged) where at least this many quantization levels ran
+
+
+# --- quantization levels --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QuantLevel:
+    name: str
+    rank: int  # 0 = finest; the order used on Fig. 2's axis and, re-numbered 0..m-1 over the levels run, as scores
+    bpw: float  # effective bits per weight of a Llama-3-8B file in this format (llama.cpp's own size table)
+    ppl_increase: float | None  # llama.cpp's documented perplexity increase over F16 on Llama-3-8B
+    note: str = ""
+
+
+# Ordered from finest to coarsest by effective precision. Source: llama.cpp's `llama-quantize` option table
+# (tools/quantize/quantize.cpp, QUANT_OPTIONS, in the b10435 tree this artifact builds), which gives for each type
+# the file size and perplexity increase on Llama-3-8B (8.03e9 weights); bpw = size [GiB] * 2^30 * 8 / 8.03e9.
+# The order is by quantization error (the perplexity increase). It agrees with bits per weight everywhere except
+# the legacy formats: Q4_1 (5.11 bpw) and Q4_0 (4.64) are larger or about as large as Q4_K_M (4.89) but much less
+# precise (+0.45/+0.47 vs +0.18 ppl), because K-quants spend their bits on super-block scales; bits alone would
+# put Q4_1 above Q4_K_M. The paper's levels (F16 < Q8_0 < Q4_K_M < Q3_K_M) are ordered the same either way.
+QUANT_LEVELS: tuple[QuantLevel, ...] = (
+    QuantLevel("F32", 0, 32.0, None, "unquantized"),
+    QuantLevel("F16", 1, 16.0, None, "16-bit, unquantized (llama.cpp: +0.0020 ppl @ Mistral-7B)"),
+    QuantLevel("BF16", 1, 16.0, None, "16-bit, unquantized; same rank as F16"),
+    QuantLevel("Q8_0", 2, 8.52, 0.0026),
+    QuantLevel("Q6_K", 3, 6.57, 0.0217),
+    QuantLevel("Q5_K_M", 4, 5.70, 0.0569),
+    QuantLevel("Q5_K_S", 5, 5.57, 0.1049),
+    QuantLevel("Q5_1", 6, 6.04, 0.1062, "legacy format"),
+    QuantLevel("Q5_0", 7, 5.57, 0.1316, "legacy format"),
+    QuantLevel("Q4_K_M", 8, 4.89, 0.1754),
+    QuantLevel("Q4_K_S", 9, 4.67, 0.2689),
+    QuantLevel("Q4_1", 10, 5.11, 0.4511, "legacy format"),
+    QuantLevel("Q4_0", 11, 4.64, 0.4685, "legacy format"),
+    QuantLevel("Q3_K_L", 12, 4.31, 0.5562),
+    QuantLevel("Q3_K_M", 13, 4.00, 0.6569),
+    QuantLevel("Q3_K_S", 14, 3.65, 1.6321),
+    QuantLevel("Q2_K", 15, 3.17, 3.5199),
+)
+QUANT_BY_NAME = {q.name: q for q in QUANT_LEVELS}
+QUANT_ALIASES = {  # llama.cpp's own aliases, and the labels other engines use for 16-bit weights
+    "Q4_K": "Q4_K_M", "Q3_K": "Q3_K_M", "Q5_K": "Q5_K_M", "FP16": "F16", "FLOAT16": "F16", "HALF": "F16",
+    "16-BIT": "F16", "16BIT": "F16", "BFLOAT16": "BF16", "FP32": "F32", "FLOAT32": "F32",
+}
+
+
+def quant_level(label: str | None) -> QuantLevel | None:
+    """The level of a quantization label (case-insensitive, aliases resolved); None if not in QUANT_LEVELS."""
+    if not label:
+        return None
+    key = str(label).strip().upper()
+    return QUANT_BY_NAME.get(QUANT_ALIASES.get(key, key))
+
+
+def quant_levels_frame() -> pd.DataFrame:
+    return pd.DataFrame([{"level": q.name, "rank": q.rank, "bpw": q.bpw, "ppl_increase": q.ppl_increase,
+                          "note": q.note} for q in QUANT_LEVELS])
+
+
+# --- per-run facts --------------------------------------------------------------------------------------------
+
+def is_bfcl_run(run: Run) -> bool:
+    return run.manifest.get("arm") in BFCL_ARMS and run.manifest.get("workload", "bfcl_multi_turn_base") != "gsm8k"
+
+
+def as_dict(x) -> dict:
+    """A manifest sub-table, or {} where it is missing or not a table."""
+    return x if isinstance(x, dict) else {}
+
+
+def run_meta(run: Run) -> dict:
+    """Engine, model and plan settings of a run, from the manifest (config_data as a fallback)."""
+    m = run.manifest
+    cfg = as_dict(m.get("config_data"))
+    model = as_dict(m.get("model")) or as_dict(cfg.get("model"))
+    plan_data = as_dict(m.get("plan_data"))
+    return {
+        "config": m["config"], "plan": m["plan"],
+        "engine": m.get("engine") or as_dict(cfg.get("engine")).get("kind") or "unknown",
+        "engine_build": m.get("engine_build"),
+        "model_family": model.get("family"), "model_name": model.get("name"), "quant": model.get("quant"),
+        "lifecycle": m.get("lifecycle"), "cache_ram_mib": plan_data.get("cache_ram_mib"),
+        "workload": m.get("workload"), "prompt_variant": m.get("prompt_variant"),
+    }
+
+
+# Plain dict lookup for per-request scalar fields: the checker's records may be a dict subclass whose `get` is
+# Python-level (top_logprobs decoded lazily, artifact.check.run.LazyRecord); at 32,000 requests that adds up.
+_get = dict.get
+_EXPOSURES: dict[int, tuple[Run, Exposure | None]] = {}  # id(run) -> (run, exposure); cleared by build_tables
+
+
+def exposure(run: Run) -> Exposure | None:
+    """`compare.cache_exposure`, or None where the engine did not report cache use (a null `cache_n`).
+
+    Memoised per Run object (the tables ask for it several times per run); the cache holds the run itself, so
+    an id is never reused while cached.
+    """
+    hit = _EXPOSURES.get(id(run))
+    if hit is not None and hit[0] is run:
+        return hit[1]
+    if any(_get(r, "cache_n") is None for r in run.requests if _get(r, "error") is None):
+        value = None
+    else:
+        value = cache_exposure(run)
+    _EXPOSURES[id(run)] = (run, value)
+    return value
+
+
+def run_problems(run: Run) -> list[str]:
+    """`compare.validity_problems`, skipping the cached-token test where the engine did not report cache use."""
+    if exposure(run) is not None:
+        return validity_problems(run)
+    return [] if run.complete else [f"{run.label} is incomplete ({run.path})"]
+
+
+def _rel(path: Path, root: Path | None) -> str:
+    if root is None:
+        return str(path)
+    try:
+        return os.path.relpath(path, root)
+    except ValueError:
+        return str(path)
+
+
+# --- divergence rates -----------------------------------------------------------------------------------------
+
+def rate_stats(k: int, n: int, flags: list[int] | None = None) -> dict:
+    """k, n, rate, Wilson and block-bootstrap 95% intervals (None where n = 0 or no flags)."""
+    out = {"k": k, "n": n, "rate": k / n if n else None,
+           "wilson_lo": None, "wilson_hi": None, "boot_lo": None, "boot_hi": None}
+    if n:
+        out["wilson_lo"], out["wilson_hi"] = wilson_interval(k, n, CONFIDENCE)
+        if flags:
+            out["boot_lo"], out["boot_hi"] = block_bootstrap_interval(flags, **BOOTSTRAP)
+    return out
+
+
+def widest_interval(s: dict) -> tuple[float, float] | None:
+    """The wider (by width) of the Wilson and the bootstrap interval of a rate_stats dict."""
+    cands = [(s[a], s[b]) for a, b in (("wilson_lo", "wilson_hi"), ("boot_lo", "boot_hi"))
+             if s.get(a) is not None and s.get(b) is not None]
+    return max(cands, key=lambda c: c[1] - c[0]) if cands else None
+
+
+def comparison_stats(c: Comparison) -> dict:
+    s = rate_stats(c.k, c.n, c.flags)
+    mr = c.median_first_request
+    s["median_first_request"] = None if mr is None else mr + 1  # 1-based
+    s["median_first_token"] = c.median_first_token
+    s["prompt_mismatches"] = len(c.prompt_mismatches)
+    s["not_compared"] = len(c.only_in_a) + len(c.only_in_b)
+    return s
+
+
+_NAME = re.compile(r"^(?P<a>OFF|ON) run (?P<ra>\d+) vs (?:(?P<b>OFF|ON) )?run (?P<rb>\d+)$")
+
+
+def _kind(name: str) -> tuple[str, int]:
+    """('off_rerun' | 'on_rerun' | 'on_vs_off', run k) from a `summary.paired_comparisons` name."""
+    m = _NAME.match(name)
+    if not m:
+        raise ValueError(f"unexpected comparison name {name!r} from summary.paired_comparisons")
+    if m.group("b") is None:
+        return f"{m.group('a').lower()}_rerun", int(m.group("ra"))
+    return "on_vs_off", int(m.group("ra"))
+
+
+# --- groups: the runs of one configuration and plan -----------------------------------------------------------
+
+@dataclass
+class Pair:
+    """One comparison of two runs of a plan: kind (off_rerun | on_rerun | on_vs_off), run k, name, result, stats."""
+
+    kind: str
+    k: int
+    name: str
+    cmp: Comparison
+    stats: dict
+
+
+@dataclass
+class PlanGroup:
+    config: str
+    plan: str
+    runs: list[Run]
+    meta: dict
+    comparisons: list[Pair] = field(default_factory=list)  # headline of each kind first
+    stats: dict = field(default_factory=dict)  # kind -> rate stats of the headline comparison of that kind
+    problems: list[str] = field(default_factory=list)
+
+    def headline(self, kind: str) -> Pair | None:
+        return next((p for p in self.comparisons if p.kind == kind), None)
+
+    def run(self, arm: str, k: int) -> Run | None:
+        for r in self.runs:
+            if r.complete and r.manifest["arm"] == arm and r.manifest["run"] == k:
+                return r
+        return None
+
+
+def group_runs(runs: list[Run]) -> list[PlanGroup]:
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        if is_bfcl_run(r):
+            groups.setdefault((r.manifest["config"], r.manifest["plan"]), []).append(r)
+    out = []
+    for (config, plan), rs in groups.items():
+        g = PlanGroup(config, plan, rs, run_meta(rs[0]))
+        for name, c in paired_comparisons(rs):
+            kind, k = _kind(name)
+            g.comparisons.append(Pair(kind, k, name, c, comparison_stats(c)))
+        # headline of each kind: the lowest run k (reruns: run 1 vs 2; ON vs OFF: run 1 vs run 1)
+        order = {"off_rerun": 0, "on_rerun": 1, "on_vs_off": 2}
+        g.comparisons.sort(key=lambda p: (order[p.kind], p.k))
+        for p in g.comparisons:
+            g.stats.setdefault(p.kind, p.stats)
+        g.problems = [p for r in rs for p in run_problems(r)]
+        out.append(g)
+    return out
+
+
+# --- the tables -----------------------------------------------------------------------------------------------
+
+def _arm_accuracy(runs: list[Run], arm: str) -> tuple[int, int]:
+    eps = [e for r in runs if r.complete and r.manifest["arm"] == arm for e in r.episodes]
+    return sum(bool(e.get("valid")) for e in eps), len(eps)
+
+
+def _arm_exposure(runs: list[Run], arm: str) -> tuple[int, int] | None:
+    """(cached, prompt) tokens pooled over the complete runs of an arm; None if any run did not report cache use."""
+    cached = prompt = 0
+    for r in runs:
+        if r.complete and r.manifest["arm"] == arm:
+            e = exposure(r)
+            if e is None:
+                return None
+            cached, prompt = cached + e.cached_tokens, prompt + e.prompt_tokens
+    return cached, prompt
+
+
+def _flat(prefix: str, s: dict | None) -> dict:
+    keys = ("k", "n", "rate", "wilson_lo", "wilson_hi", "boot_lo", "boot_hi")
+    return {f"{prefix}_{k}": (None if s is None else s[k]) for k in keys}
+
+
+def tab2_row(g: PlanGroup) -> dict:
+    row = {key: g.meta[key] for key in ("config", "plan", "engine", "model_family", "model_name", "quant",
+                                        "lifecycle", "cache_ram_mib", "prompt_variant")}
+    row["episodes"] = max((len(r.manifest["episodes"]) for r in g.runs), default=0)
+    for kind in ("off_rerun", "on_rerun", "on_vs_off"):
+        row.update(_flat(kind, g.stats.get(kind)))
+    pairs = [p for p in g.comparisons if p.kind == "on_vs_off"]
+    row["on_vs_off_all_pairs"] = "; ".join(f"run {p.k}: {p.cmp.k}/{p.cmp.n}" for p in pairs) or None
+    head = g.stats.get("on_vs_off") or {}
+    row["median_first_request"] = head.get("median_first_request")
+    row["median_first_token"] = head.get("median_first_token")
+    for arm in BFCL_ARMS:
+        valid, n = _arm_accuracy(g.runs, arm)
+        row[f"bfcl_valid_{arm}"], row[f"bfcl_episodes_{arm}"] = valid, n
+        row[f"bfcl_accuracy_{arm}"] = valid / n if n else None
+        exp = _arm_exposure(g.runs, arm)
+        row[f"cached_share_{arm}"] = None if exp is None or not exp[1] else exp[0] / exp[1]
+        row[f"cache_reported_{arm}"] = exp is not None
+    row["runs"] = ", ".join(f"{r.manifest['arm']}{r.manifest['run']}" for r in g.runs)
+    row["invalid"] = "; ".join(g.problems) or None
+    return row
+
+
+def comparison_rows(g: PlanGroup) -> list[dict]:
+    return [{"config": g.config, "plan": g.plan, "comparison": p.kind, "pair": p.name, "run_k": p.k,
+             "headline": g.headline(p.kind) is p, "a": p.cmp.a, "b": p.cmp.b, **p.stats} for p in g.comparisons]
+
+
+def run_row(run: Run, root: Path | None = None) -> dict:
+    m = run.manifest
+    e = exposure(run)
+    eps = run.episodes
+    reqs = run.requests
+    return {
+        "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "session": m.get("session"),
+        "lifecycle": m.get("lifecycle"), "status": m.get("status"), "episodes": len(m["episodes"]),
+        "requests": len(reqs), "errors": sum(1 for r in reqs if _get(r, "error") is not None),
+        "bfcl_valid": sum(bool(x.get("valid")) for x in eps) if is_bfcl_run(run) else None,
+        "prompt_tokens": None if e is None else e.prompt_tokens,
+        "cached_tokens": None if e is None else e.cached_tokens,
+        "cached_share": None if e is None else e.share,
+        "requests_with_cache": None if e is None else e.requests_with_cache,
+        "wall_s": m.get("wall_s"),
+        "server_compute_s": sum((_get(r, "prompt_ms") or 0) + (_get(r, "predicted_ms") or 0) for r in reqs) / 1000,
+        "path": _rel(run.path, root), "problems": "; ".join(run_problems(run)) or None,
+    }
+
+
+# Fig. 1: the cause-isolation conditions (§IV-C), each a comparison kind within one plan.
+FIG1_CONDITIONS = (
+    ("off_rerun", "main", "cache-OFF reruns"),
+    ("on_rerun", "cram0", "cache-ON reruns, host prompt cache off (--cache-ram 0)"),
+    ("on_rerun", "fresh", "cache-ON reruns, new server per run (state reset)"),
+    ("on_rerun", "main", "cache-ON reruns, default (host prompt cache on, shared server)"),
+    ("on_vs_off", "main", "cache ON vs OFF (run 1 vs run 1)"),
+)
+
+
+def fig1_rows(groups: list[PlanGroup]) -> list[dict]:
+    """The Fig. 1 conditions that ran, per configuration, in FIG1_CONDITIONS order."""
+    by = {(g.config, g.plan): g for g in groups}
+    rows = []
+    for config in dict.fromkeys(g.config for g in groups):
+        for kind, plan, label in FIG1_CONDITIONS:
+            g = by.get((config, plan))
+            s = g.stats.get(kind) if g else None
+            if s is not None:
+                rows.append({"config": config, "condition": label, "plan": plan, "comparison": kind, "ran": True,
+                             **_flat("div", s)})
+    return rows
+
+
+def _series_key(meta: dict) -> str:
+    model = meta["model_name"] or meta["model_family"] or meta["config"]
+    return f"{model} / {meta['engine']}"
+
+
+def fig2_rows(groups: list[PlanGroup]) -> list[dict]:
+    """ON-vs-OFF (run 1 vs run 1, plan main) per quantization level, one series per model and engine."""
+    rows = []
+    for g in groups:
+        s = g.stats.get("on_vs_off")
+        if g.plan != PAPER_PLAN or s is None:
+            continue
+        level = quant_level(g.meta["quant"])
+        rows.append({"series": _series_key(g.meta), "engine": g.meta["engine"], "model_family": g.meta["model_family"],
+                     "model_name": g.meta["model_name"], "config": g.config, "quant": g.meta["quant"],
+                     "level": level.name if level else None, "rank": level.rank if level else None,
+                     "bpw": level.bpw if level else None, **_flat("div", s)})
+    rows.sort(key=lambda r: (r["series"], r["rank"] if r["rank"] is not None else 99, r["config"]))
+    return rows
+
+
+def trend_rows(fig2: pd.DataFrame) -> list[dict]:
+    """Cochran-Armitage per series with >= MIN_TREND_LEVELS known levels; scores 0..m-1 in QUANT_LEVELS order."""
+    rows = []
+    if fig2.empty:
+        return rows
+    for series, df in fig2.groupby("series", sort=True):
+        known = df[df["rank"].notna()].sort_values("rank")
+        unknown = sorted(str(q) if q else "not recorded" for q in df.loc[df["rank"].isna(), "quant"])
+        ranks = sorted(set(known["rank"]))
+        score_of = {r: i for i, r in enumerate(ranks)}
+        row = {"series": series, "levels": " < ".join(known["level"]), "n_levels": len(ranks),
+               "k": " ".join(str(int(k)) for k in known["div_k"]), "n": " ".join(str(int(n)) for n in known["div_n"]),
+               "z": None, "p": None, "unknown_levels": ", ".join(unknown) or None}
+        if len(ranks) >= MIN_TREND_LEVELS and (known["div_n"] > 0).all():
+            z, p = cochran_armitage(known["div_k"].astype(int).tolist(), known["div_n"].astype(int).tolist(),
+                                    [score_of[r] for r in known["rank"]])
+            row["z"], row["p"] = z, p
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class Tables:
+    groups: list[PlanGroup]
+    tab2: pd.DataFrame
+    comparisons: pd.DataFrame
+    runs: pd.DataFrame
+    fig1: pd.DataFrame
+    fig2: pd.DataFrame
+    fig2_trend: pd.DataFrame
+    problems: list[str]  # every run that cannot be used as evidence, with the reason
+
+    def group(self, config: str, plan: str) -> PlanGroup | None:
+        return next((g for g in self.groups if g.config == config and g.plan == plan), None)
+
+
+FIG2_COLUMNS = ["series", "engine", "model_family", "model_name", "config", "quant", "level", "rank", "bpw",
+                *_flat("div", None)]
+
+
+def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
+    _EXPOSURES.clear()
+    groups = group_runs(runs)
+    fig2 = pd.DataFrame(fig2_rows(groups), columns=FIG2_COLUMNS)
+    return Tables(
+        groups=groups,
+        tab2=pd.DataFrame([tab2_row(g) for g in groups]),
+        comparisons=pd.DataFrame([r for g in groups for r in comparison_rows(g)]),
+        runs=pd.DataFrame([run_row(r, root) for r in runs]),
+        fig1=pd.DataFrame(fig1_rows(groups)),
+        fig2=fig2,
+        fig2_trend=pd.DataFrame(trend_rows(fig2)),
+        problems=[p for r in runs for p in run_problems(r)],
+    )
+
+
+# --- one diverging episode, for the report --------------------------------------------------------------------
+
+def top2_margin(top_logprobs: list, index: int | None) -> dict | None:
+    """The two most likely tokens at a generated position and their log-probability margin."""
+    if index is None or not isinstance(top_logprobs, list) or index >= len(top_logprobs):
+        return None
+    at = top_logprobs[index]
+    cands = [c for c in (at if isinstance(at, list) else [])
+             if isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[1], (int, float))]
+    if len(cands) < 2:
+        return None
+    (t1, l1), (t2, l2) = sorted(cands, key=lambda c: -c[1])[:2]
+    return {"top1_id": t1, "top1_logprob": l1, "top2_id": t2, "top2_logprob": l2, "margin": l1 - l2}
+
+
+def _text_split(a: str, b: str) -> tuple[str, str, str]:
+    common = os.path.commonprefix([a, b])
+    return common, a[len(common):], b[len(common):]
+
+
+def _token_window(tokens: list, at: int | None, width: int = 8) -> dict:
+    if at is None:
+        at = len(tokens)
+    lo = max(0, at - width)
+    return {"start": lo, "before": tokens[lo:at], "at": tokens[at] if at < len(tokens) else None,
+            "after": tokens[at + 1:at + 1 + width], "total": len(tokens)}
+
+
+def pair_runs(g: PlanGroup, pair: Pair) -> tuple[Run | None, Run | None]:
+    """The two runs a comparison compared (in the order compared)."""
+    if pair.kind == "on_vs_off":
+        return g.run("on", pair.k), g.run("off", pair.k)
+    arm = pair.kind.split("_")[0]
+    return g.run(arm, 1), g.run(arm, 2)
+
+
+EXAMPLE_ORDER = ("on_vs_off", "on_rerun", "off_rerun")
+
+
+def divergence_example(groups: list[PlanGroup]) -> dict | None:
+    """The first diverging request of one diverged episode, with both continuations and the top-2 margins.
+
+    Preference: a headline ON-vs-OFF comparison (then an ON rerun, then an OFF rerun), plan main first; within
+    it the first diverged episode whose divergence is a token (not only a different number of requests).
+    """
+    ordered = sorted(groups, key=lambda g: (g.plan != PAPER_PLAN, g.config, g.plan))
+    candidates = [(g, g.headline(kind)) for kind in EXAMPLE_ORDER for g in ordered]
+    for g, pair in candidates:
+        if pair is None or not pair.cmp.k:
+            continue
+        c = pair.cmp
+        d = sorted(c.diverged, key=lambda e: e.first_token is None)[0]
+        ra, rb = pair_runs(g, pair)
+        if ra is None or rb is None:
+            continue
+        qa = ra.requests_by_episode().get(d.episode_id, [])
+        qb = rb.requests_by_episode().get(d.episode_id, [])
+        i = d.first_request
+        req_a = qa[i] if i is not None and i < len(qa) else None
+        req_b = qb[i] if i is not None and i < len(qb) else None
+        side = []
+        for run, req in ((ra, req_a), (rb, req_b)):
+            side.append({
+                "label": run.label, "arm": run.manifest["arm"].upper(), "present": req is not None,
+                "text": (req or {}).get("output_text") or "",
+                "tokens": _token_window((req or {}).get("output_tokens") or [], d.first_token),
+                "margin": top2_margin((req or {}).get("top_logprobs") or [], d.first_token),
+                "cache_n": (req or {}).get("cache_n"), "prompt_tokens": (req or {}).get("prompt_tokens"),
+                "prompt_sha256": (req or {}).get("prompt_sha256"),
+            })
+        common, rest_a, rest_b = _text_split(side[0]["text"], side[1]["text"])
+        side[0]["common"], side[0]["rest"] = common, rest_a
+        side[1]["common"], side[1]["rest"] = common, rest_b
+        return {
+            "config": g.config, "plan": g.plan, "episode_id": d.episode_id,
+            "first_request": d.first_request, "first_request_1based": None if i is None else i + 1,
+            "first_token": d.first_token, "n_requests": list(d.n_requests),
+            "same_prompt": bool(req_a and req_b and req_a.get("prompt_sha256") == req_b.get("prompt_sha256")),
+            "sides": side, "comparison": f"{c.a} vs {c.b}", "kind": pair.kind,
+        }
+    return None

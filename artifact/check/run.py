@@ -1,0 +1,240 @@
+"""`./run.sh check [DIR]`: find runs by their manifests, build the tables, judge the claims, write the outputs.
+
+Writes into `<results_dir>/check/` (or `out_dir`):
+  check.json          per claim: status, observed, expected, band, evidence, and the per-scope verdicts;
+                      plus the invalid runs and the files written
+  tab2.csv, tab2_comparisons.csv, runs.csv, fig1.csv, fig2.csv, fig2_trend.csv, quant_levels.csv, verdicts.csv,
+  tab3.csv            (when GSM8K bridge runs exist)
+  fig1.png, fig2.png  (when the runs allow them)
+  report.html         one self-contained page (artifact.report.render)
+Prints the verdict table. Exit code: 0, or 1 when a hard claim (RQ1) FAILs or the results are invalid (an OFF run
+served cached tokens, a run is incomplete); problems with the input raise ArtifactError (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
+from artifact.check.claims import FAIL, Claim, annotate_with_paper, evaluate_claims
+from artifact.errors import ArtifactError
+from artifact.records.store import Run, find_runs
+
+CHECK_DIR = "check"
+
+
+# --- validating the records ---------------------------------------------------------------------------------
+
+def _is(v, kinds) -> bool:
+    return isinstance(v, kinds) and not isinstance(v, bool)
+
+
+MANIFEST_TYPES = {"config": str, "plan": str, "arm": str, "run": int, "episodes": list}
+REQUEST_TYPES = {"episode_id": str, "request_index": int, "output_tokens": list, "prompt_sha256": str}
+OK_REQUEST_TYPES = {"prompt_tokens": int, "cache_n": (int, type(None))}  # only for requests without an error
+ALL_REQUEST_TYPES = {**REQUEST_TYPES, **OK_REQUEST_TYPES}
+
+
+def _fast_ok(r) -> bool:
+    """The common case of check_records' request test, with plain lookups (no error: every field present)."""
+    try:
+        if type(r["episode_id"]) is not str or type(r["request_index"]) is not int or \
+                type(r["output_tokens"]) is not list or type(r["prompt_sha256"]) is not str:
+            return False
+        if dict.get(r, "error") is not None:
+            return True
+        cache_n = r["cache_n"]
+        return type(r["prompt_tokens"]) is int and (cache_n is None or type(cache_n) is int)
+    except (KeyError, TypeError):
+        return False
+
+
+def check_records(run: Run) -> None:
+    """Raise ArtifactError (one line, naming the file) if a record lacks a field the check reads."""
+    m = run.manifest
+    for key, kind in MANIFEST_TYPES.items():
+        if not _is(m.get(key), kind):
+            raise ArtifactError(f"{run.path / 'manifest.json'}: field '{key}' is missing or not a {kind.__name__}")
+    if all(_fast_ok(r) for r in run.requests):
+        reqs = []
+    else:
+        reqs = run.requests
+    for i, r in enumerate(reqs, 1):  # only when something is wrong: find the first bad record and say what
+        if not isinstance(r, dict):
+            raise ArtifactError(f"{run.path / 'requests.jsonl'}:{i}: a request record must be a JSON object")
+        get = dict.get  # the plain dict lookup: LazyRecord.get is Python-level, and top_logprobs is not checked
+        checks = REQUEST_TYPES if get(r, "error") is not None else ALL_REQUEST_TYPES
+        for key, kind in checks.items():
+            if not _is(get(r, key), kind):
+                raise ArtifactError(f"{run.path / 'requests.jsonl'}:{i}: field '{key}' is missing or has the "
+                                    f"wrong type")
+    for i, e in enumerate(run.episodes, 1):
+        if not isinstance(e, dict) or not isinstance(e.get("episode_id"), str):
+            raise ArtifactError(f"{run.path / 'episodes.jsonl'}:{i}: field 'episode_id' is missing or not a str")
+
+
+def load_results(results_dir: Path) -> list[Run]:
+    try:
+        runs = find_runs(results_dir)
+    except TypeError:  # manifests whose sort keys have mixed types, or are not JSON objects
+        raise ArtifactError(f"{results_dir}: a manifest.json has fields of the wrong type (config, plan, arm, run)") \
+            from None
+    if not runs:
+        raise ArtifactError(f"no runs (manifest.json files) under {results_dir}")
+    for run in runs:
+        check_records(run)
+    return runs
+
+
+def gsm8k_table(runs: list[Run]) -> tuple[pd.DataFrame | None, str | None]:
+    """Tab. 3 from the GSM8K bridge runs (artifact.analysis.gsm8k_table, imported only when bridge runs exist)."""
+    bridge = [r for r in runs if r.manifest.get("workload") == "gsm8k" and r.manifest.get("arm") == "bridge"]
+    if not bridge:
+        return None, None
+    try:
+        from artifact.analysis.gsm8k_table import tab3
+    except ImportError as exc:
+        return None, f"Tab. 3 is not available in this version of the artifact ({exc})"
+    try:
+        return tab3(runs), None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ArtifactError(f"GSM8K bridge records under {bridge[0].path.parent} are malformed "
+                            f"({type(exc).__name__}: {exc})") from None
+
+
+# --- outputs --------------------------------------------------------------------------------------------------
+
+def _json_safe(x):
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item"):  # numpy scalars
+        return _json_safe(x.item())
+    return x
+
+
+def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
+    rows = [{"claim": d.claim, "scope": d.scope, "kind": d.kind, "status": d.status, "observed": d.observed,
+             "expected": d.expected, "band": d.band, "evidence": " | ".join(d.evidence)}
+            for c in claims for d in c.details]
+    return pd.DataFrame(rows, columns=["claim", "scope", "kind", "status", "observed", "expected", "band", "evidence"])
+
+
+def write_csvs(out: Path, tables: Tables, tab3: pd.DataFrame | None, claims: list[Claim]) -> list[str]:
+    frames = {"tab2.csv": tables.tab2, "tab2_comparisons.csv": tables.comparisons, "runs.csv": tables.runs,
+              "fig1.csv": tables.fig1, "fig2.csv": tables.fig2, "fig2_trend.csv": tables.fig2_trend,
+              "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
+    if tab3 is not None:
+        frames["tab3.csv"] = tab3
+    for name, df in frames.items():
+        df.to_csv(out / name, index=False)
+    return list(frames)
+
+
+def verdict_table(claims: list[Claim]) -> str:
+    """Claim, status and observed value, one line per claim, left-aligned for a terminal."""
+    rows = [("claim", "status", "observed")] + [
+        (c.id + (" (hard)" if c.hard else ""), c.status, _clip(c.observed, 110)) for c in claims]
+    w0, w1 = (max(len(r[i]) for r in rows) for i in (0, 1))
+    return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
+    """Check the results under `results_dir`; returns the exit code (0, or 1: hard claim failed / invalid).
+
+    Input problems raise ArtifactError with one line. Records are validated up front (`check_records`); anything
+    still unexpected in them is reported the same way, with the traceback only when ARTIFACT_DEBUG is set.
+    """
+    try:
+        return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet)
+    except ArtifactError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        if os.environ.get("ARTIFACT_DEBUG"):
+            raise
+        raise ArtifactError(f"could not check {results_dir}: unexpected content in the records "
+                            f"({type(exc).__name__}: {exc}); set ARTIFACT_DEBUG=1 for the traceback") from None
+
+
+def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        nonlocal t0
+        t = time.perf_counter()
+        timings[name] = t - t0
+        t0 = t
+
+    root = Path(results_dir)
+    out = Path(out_dir) if out_dir is not None else root / CHECK_DIR
+    runs = load_results(root)
+    lap("load+validate")
+    tables = build_tables(runs, root)
+    tab3, tab3_note = gsm8k_table(runs)
+    lap("tables")
+    claims = evaluate_claims(tables, tab3, root=root, expected_path=expected_path, tab3_note=tab3_note)
+    annotate_with_paper(tables, expected_path)
+    lap("claims")
+    problems = tables.problems
+    hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
+    code = 1 if hard_fail or problems else 0
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write the check outputs to {out} ({exc.strerror})") from None
+    files = write_csvs(out, tables, tab3, claims)
+    lap("csv")
+    from artifact.report.render import render_figures, write_report  # noqa: PLC0415  (matplotlib: slow import)
+
+    figures = render_figures(tables, out)
+    files += list(figures)
+    lap("figures")
+
+    report = write_report(out / "report.html", root=root, runs=runs, tables=tables, tab3=tab3, tab3_note=tab3_note,
+                          claims=claims, problems=problems, exit_code=code, figures=figures)
+    files.append(report.name)
+    lap("report")
+    summary = {
+        "results_dir": str(root), "exit_code": code, "hard_failures": hard_fail, "invalid": problems,
+        "runs": len(runs), "claims": [c.as_dict() for c in claims], "files": files,
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+    }
+    (out / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n")
+    lap("json")
+    run_check.last_timings = dict(timings)  # read by bench/bench_check.py
+    if not quiet:
+        groups = len(tables.groups)
+        print(f"check: {len(runs)} runs ({groups} BFCL configuration-plan(s)"
+              f"{', GSM8K bridge' if tab3 is not None else ''}) under {root}")
+        print(verdict_table(claims))
+        for c in claims:
+            for d in c.details:
+                if d.status in (FAIL, "OUT-OF-BAND"):
+                    print(f"  {d.status} {d.claim} {d.scope}: {d.observed}")
+        for p in problems:
+            print(f"INVALID: {p}")
+        if hard_fail:
+            print(f"hard claim(s) failed: {', '.join(hard_fail)}")
+        print(f"report: {out / 'report.html'}")
+        print(f"verdicts: {out / 'check.json'}")
+        sys.stdout.flush()
+    return code
+
+
+run_check.last_timings = {}

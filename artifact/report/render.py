@@ -1,0 +1,304 @@
+"""The checker's figures (matplotlib, Agg, PNG) and its single self-contained HTML report (jinja2).
+
+The report inlines its figures as base64 data URIs and loads nothing else: no scripts, stylesheets, fonts or
+images from anywhere, and a Content-Security-Policy that forbids them. Model output is untrusted text: the jinja2
+environment escapes every value (autoescape is switched on explicitly, since the template's `.j2` name would
+defeat jinja2's extension-based default), and nothing in the template is marked safe.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example
+from artifact.check.claims import BAND_RULE, STATUSES, Claim
+from artifact.records.store import Run
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE = "report.html.j2"
+
+
+# --- figures --------------------------------------------------------------------------------------------------
+
+def _new_figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _yerr(df: pd.DataFrame, prefix: str):
+    rate = df[f"{prefix}_rate"].astype(float)
+    lo = (rate - df[f"{prefix}_wilson_lo"].astype(float)).clip(lower=0)
+    hi = (df[f"{prefix}_wilson_hi"].astype(float) - rate).clip(lower=0)
+    return [(100 * lo).tolist(), (100 * hi).tolist()]  # lists: a (2, 1) array trips a NumPy deprecation in matplotlib
+
+
+def fig1_figure(fig1: pd.DataFrame, path: Path) -> Path | None:
+    ran = fig1[fig1["ran"]] if not fig1.empty else fig1
+    if ran.empty:
+        return None
+    configs = list(dict.fromkeys(ran["config"]))
+    conds = [c for c in FIG1_CONDITIONS if ((ran["comparison"] == c[0]) & (ran["plan"] == c[1])).any()]
+    fig = _new_figure(min(14.0, max(6.5, 1.2 * len(configs) * len(conds) / 2 + 2.5)), 4.8)
+    ax = fig.add_subplot()
+    width = 0.8 / len(conds)
+    colors = ["#4c72b0", "#55a868", "#8172b2", "#dd8452", "#c44e52"]
+    paper_label = True
+    for j, (kind, plan, label) in enumerate(conds):
+        sub = ran[(ran["comparison"] == kind) & (ran["plan"] == plan)].set_index("config").reindex(configs)
+        ok = sub["div_rate"].notna().to_numpy()
+        xs = [i + (j - (len(conds) - 1) / 2) * width for i in range(len(configs))]
+        xs_ok = [x for x, m in zip(xs, ok) if m]
+        part = sub[ok]
+        ax.bar(xs_ok, 100 * part["div_rate"].astype(float), width, yerr=_yerr(part, "div"), capsize=3,
+               label=f"{label} [{plan}]", color=colors[j % len(colors)])
+        for x, (_, r) in zip(xs_ok, part.iterrows()):
+            ax.annotate(f"{int(r['div_k'])}/{int(r['div_n'])}", (x, 100 * float(r["div_wilson_hi"]) + 1.5),
+                        ha="center", fontsize=7)
+            pv = r.get("paper_value")
+            if pv is not None and not (isinstance(pv, float) and math.isnan(pv)):
+                ax.plot([x], [100 * pv], marker="D", color="black", linestyle="none",
+                        label="paper (same configuration)" if paper_label else None)
+                paper_label = False
+    ax.set_xticks(range(len(configs)), configs, rotation=20 if len(configs) > 4 else 0, ha="right", fontsize=7)
+    ax.set_ylabel("episodes diverging (%)")
+    ax.set_ylim(0, 112)
+    ax.set_title("Fig. 1: cause isolation (bars: observed, 95% Wilson intervals)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    fig.savefig(path, format="png")
+    return path
+
+
+def fig2_figure(fig2: pd.DataFrame, trend: pd.DataFrame, path: Path) -> Path | None:
+    known = fig2[fig2["rank"].notna()] if not fig2.empty else fig2
+    if known.empty:
+        return None
+    ranks = sorted(set(known["rank"].astype(int)))
+    names = {q.rank: q.name for q in reversed(QUANT_LEVELS)}  # F16 over BF16 for a shared rank
+    pos = {r: i for i, r in enumerate(ranks)}
+    fig = _new_figure(max(6.0, 1.1 * len(ranks) + 3), 4.8)
+    ax = fig.add_subplot()
+    tr = trend.set_index("series") if not trend.empty else None
+    for series, df in known.groupby("series", sort=True):
+        df = df.sort_values("rank")
+        xs = [pos[int(r)] for r in df["rank"]]
+        label = str(series)
+        if tr is not None and series in tr.index and pd.notna(tr.loc[series, "z"]):
+            label += f" (z = {tr.loc[series, 'z']:.2f}, p = {tr.loc[series, 'p']:.2g})"
+        line = ax.errorbar(xs, 100 * df["div_rate"].astype(float), yerr=_yerr(df, "div"), marker="o", capsize=3,
+                           label=label)
+        pv = df["paper_value"].astype(float) if "paper_value" in df else None
+        if pv is not None and pv.notna().any():
+            m = pv.notna().to_numpy()
+            ax.plot([x for x, k in zip(xs, m) if k], 100 * pv[m], marker="D", markerfacecolor="none",
+                    color=line[0].get_color(), linestyle="none", label=f"{series}: paper")
+    ax.set_xticks(range(len(ranks)), [names[r] for r in ranks])
+    ax.set_xlabel("quantization level (finer -> coarser)")
+    ax.set_ylabel("ON vs OFF episodes diverging (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Fig. 2: ON-vs-OFF divergence by quantization level (95% Wilson)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    fig.savefig(path, format="png")
+    return path
+
+
+def render_figures(tables: Tables, out: Path) -> dict[str, Path]:
+    figs = {"fig1.png": fig1_figure(tables.fig1, out / "fig1.png"),
+            "fig2.png": fig2_figure(tables.fig2, tables.fig2_trend, out / "fig2.png")}
+    return {name: p for name, p in figs.items() if p is not None}
+
+
+# --- display helpers ------------------------------------------------------------------------------------------
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def pct(x, digits: int = 1) -> str:
+    return "-" if _missing(x) else f"{100 * float(x):.{digits}f}%"
+
+
+def num(x, digits: int = 2) -> str:
+    if _missing(x):
+        return "-"
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+def rate_cell(row, prefix: str) -> dict:
+    """{'main': 'k/n (r%)', 'sub': 'Wilson a-b, bootstrap c-d'} for the rate columns `<prefix>_*` of a row."""
+    n = row.get(f"{prefix}_n")
+    if _missing(n) or not n:
+        return {"main": "not run", "sub": ""}
+    k = int(row[f"{prefix}_k"])
+    sub = f"W {pct(row[f'{prefix}_wilson_lo'])}-{pct(row[f'{prefix}_wilson_hi'])}"
+    if not _missing(row.get(f"{prefix}_boot_lo")):
+        sub += f", B {pct(row[f'{prefix}_boot_lo'])}-{pct(row[f'{prefix}_boot_hi'])}"
+    return {"main": f"{k}/{int(n)} ({pct(row[f'{prefix}_rate'])})", "sub": sub}
+
+
+def _records(df: pd.DataFrame | None) -> list[dict]:
+    if df is None or df.empty:
+        return []
+    return [{k: (None if _missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def tab2_rows(tables: Tables) -> list[dict]:
+    out = []
+    for r in _records(tables.tab2):
+        mr, mt = r.get("median_first_request"), r.get("median_first_token")
+        out.append({
+            "config": r["config"], "plan": r["plan"],
+            "plan_detail": f"{r.get('lifecycle') or '?'} server, --cache-ram {num(r.get('cache_ram_mib'))}",
+            "model": f"{r.get('model_name') or r.get('model_family') or '?'} {r.get('quant') or ''} on "
+                     f"{r.get('engine')}",
+            "episodes": r.get("episodes"),
+            "off_rerun": rate_cell(r, "off_rerun"), "on_rerun": rate_cell(r, "on_rerun"),
+            "on_vs_off": rate_cell(r, "on_vs_off"), "all_pairs": r.get("on_vs_off_all_pairs") or "-",
+            "first": f"{num(mr)} / {num(mt)}" if mr is not None else "-",
+            "acc_off": f"{r['bfcl_valid_off']}/{r['bfcl_episodes_off']}" if r.get("bfcl_episodes_off") else "-",
+            "acc_on": f"{r['bfcl_valid_on']}/{r['bfcl_episodes_on']}" if r.get("bfcl_episodes_on") else "-",
+            "cached_on": pct(r.get("cached_share_on")) if r.get("cache_reported_on") else "not reported",
+            "cached_off": pct(r.get("cached_share_off")) if r.get("cache_reported_off") else "not reported",
+            "paper": pct(r.get("paper_on_vs_off")), "paper_config": r.get("paper_config") or "-",
+            "invalid": r.get("invalid"),
+        })
+    return out
+
+
+def fig1_rows(tables: Tables) -> list[dict]:
+    return [{"config": r["config"], "condition": r["condition"], "plan": r["plan"], "ran": r["ran"],
+             "rate": rate_cell(r, "div"), "paper": pct(r.get("paper_value")), "source": r.get("paper_source") or ""}
+            for r in _records(tables.fig1)]
+
+
+def fig2_rows(tables: Tables) -> list[dict]:
+    return [{"series": r["series"], "config": r["config"], "quant": r.get("quant"), "level": r.get("level") or "unknown",
+             "bpw": num(r.get("bpw"), 3), "rate": rate_cell(r, "div"), "paper": pct(r.get("paper_value"))}
+            for r in _records(tables.fig2)]
+
+
+def trend_rows(tables: Tables) -> list[dict]:
+    return [{"series": r["series"], "levels": r["levels"], "k": r["k"], "n": r["n"], "z": num(r.get("z"), 3),
+             "p": num(r.get("p"), 2), "unknown": r.get("unknown_levels") or ""} for r in _records(tables.fig2_trend)]
+
+
+TAB3_DISPLAY = (  # (column, heading, kind)
+    ("config", "Configuration", "text"), ("quant", "Quant", "text"), ("data", "Data", "text"), ("N", "N", "text"),
+    ("cold_vs_cold", "Cold = cold", "text"), ("warm_vs_warm", "Warm = warm", "text"),
+    ("cold_vs_warm_diverged", "Cold vs warm diverged", "text"), ("divergence_rate", "Divergence", "pct"),
+    ("acc_cold_numeric", "Accuracy recompute", "pct"), ("acc_warm_numeric", "Accuracy cache", "pct"),
+    ("flips_numeric_cache", "Flips to cache", "text"), ("flips_numeric_recompute", "Flips to recompute", "text"),
+    ("mcnemar_p", "McNemar p", "num"), ("power_1pp", "Power (1 pp)", "num"),
+    ("flips_strict", "Flips (strict scorer)", "text"), ("flagged_servings", "Flagged servings", "text"),
+)
+
+
+def tab3_view(tab3: pd.DataFrame | None) -> dict:
+    if tab3 is None or tab3.empty:
+        return {"head": [], "rows": []}
+    cols = [c for c in TAB3_DISPLAY if c[0] in tab3.columns]
+    fmt = {"pct": pct, "num": num, "text": lambda v: "-" if _missing(v) else str(v)}
+    return {"head": [h for _, h, _ in cols],
+            "rows": [[fmt[kind](r.get(c)) for c, _, kind in cols] for r in _records(tab3)]}
+
+
+def _gpus(host: dict) -> str:
+    gpus = host.get("gpus") or []
+    if not isinstance(gpus, list) or not gpus:
+        return "none (CPU only)"
+    return "; ".join(", ".join(f"{k} {v}" for k, v in g.items()) for g in gpus if isinstance(g, dict))
+
+
+def _cmd(cmd) -> str:
+    if isinstance(cmd, list):
+        return shlex.join(str(c) for c in cmd)
+    return "-" if cmd is None else str(cmd)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def provenance(runs: list[Run], root: Path) -> list[dict]:
+    """Per configuration: model, engine build, host, key packages; per plan: lifecycle and each run's server."""
+    out: dict[str, dict] = {}
+    for run in runs:
+        m = run.manifest
+        cfg = out.get(m["config"])
+        if cfg is None:
+            model = as_dict(m.get("model")) or as_dict(as_dict(m.get("config_data")).get("model"))
+            host = as_dict(m.get("host"))
+            pk = as_dict(as_dict(m.get("packages")).get("key"))
+            cfg = out[m["config"]] = {
+                "config": m["config"], "engine": m.get("engine") or "-", "engine_build": m.get("engine_build") or "-",
+                "build_flags": ", ".join(f"{k}={v}" for k, v in as_dict(m.get("engine_build_flags")).items()
+                                         if not isinstance(v, (dict, list))) or "-",
+                "model": ", ".join(f"{k} {model.get(k)}" for k in ("family", "name", "quant") if model.get(k)) or "-",
+                "sha256": model.get("sha256") or "-", "source": model.get("source") or "-",
+                "cpu": f"{host.get('cpu', '-')} ({host.get('cpu_count', '?')} cores)",
+                "gpus": _gpus(host), "os": host.get("os") or "-", "python": host.get("python") or "-",
+                "packages": ", ".join(f"{k} {v}" for k, v in pk.items()) or "-",
+                "prompt_variant": m.get("prompt_variant") or "-", "workload": m.get("workload") or "-",
+                "config_path": m.get("config_path") or "-", "plans": {},
+            }
+        pd_ = as_dict(m.get("plan_data"))
+        plan = cfg["plans"].setdefault(m["plan"], {
+            "plan": m["plan"], "lifecycle": m.get("lifecycle") or "-", "cache_ram_mib": pd_.get("cache_ram_mib"),
+            "description": pd_.get("description") or "", "runs": []})
+        plan["runs"].append({
+            "label": f"{m['arm']} run {m['run']}", "session": m.get("session") or "-", "status": m.get("status"),
+            "episodes": len(m["episodes"]), "server_cmd": _cmd(m.get("server_cmd")),
+            "server_log": m.get("server_log") or "-", "path": _rel(run.path, root),
+            "started": m.get("started_at") or "-", "finished": m.get("finished_at") or "-",
+            "wall_s": m.get("wall_s"), "engine_build": m.get("engine_build") or "-",
+        })
+    for cfg in out.values():
+        cfg["plans"] = list(cfg["plans"].values())
+    return list(out.values())
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def environment() -> Environment:
+    return Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
+                       trim_blocks=True, lstrip_blocks=True)
+
+
+def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataFrame | None,
+                  tab3_note: str | None, claims: list[Claim], problems: list[str], exit_code: int,
+                  figures: dict[str, Path]) -> str:
+    counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
+    context = {
+        "title": "Prefix caching and serving reproducibility: check report",
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "results_dir": str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
+        "claims": claims, "problems": problems, "band_rule": BAND_RULE,
+        "tab2": tab2_rows(tables), "tab3": tab3_view(tab3), "tab3_note": tab3_note,
+        "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),
+        "figures": {name: _data_uri(p) for name, p in figures.items()},
+        "provenance": provenance(runs, root), "example": divergence_example(tables.groups),
+        "quant_levels": [{"name": q.name, "rank": q.rank, "bpw": q.bpw, "ppl": num(q.ppl_increase, 4)}
+                         for q in QUANT_LEVELS],
+    }
+    return environment().get_template(TEMPLATE).render(**context)
+
+
+def write_report(path: Path, **kwargs) -> Path:
+    path = Path(path)
+    path.write_text(render_report(**kwargs), encoding="utf-8")
+    return path

@@ -1,0 +1,192 @@
+"""Benchmark `./run.sh check` on synthetic paper-scale results.
+
+Writes, through the real RunWriter into a temporary directory, 10 configurations (the paper's Tab. 2 set: four
+Qwen2.5-7B levels, three Llama-3.1-8B levels, Qwen2.5-14B Q4_K_M and two vLLM 16-bit configurations) x 4 runs
+(plan main: OFF run 1+2, ON run 1+2) x 80 episodes x 7-13 requests (about 10), each request with 10-80 generated
+tokens, their top-2 log-probabilities and text, as the protocol records them. Then times `run_check` on it (the
+timing excludes writing the synthetic results) and prints the breakdown. Target: < 5 s on the 2-core CI machine.
+
+    python bench/bench_check.py [--repeat 3] [--keep DIR] [--profile] [--figure bench/check_timing.png]
+
+It also times one `run_check` in a fresh interpreter (what `./run.sh check DIR` costs, imports included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import io
+import os
+import pstats
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from artifact.check.run import run_check  # noqa: E402
+from artifact.records.store import RunWriter  # noqa: E402
+
+EPISODES = 80
+# (config, engine, family, model name, quant, ON-vs-OFF rate, ON-rerun rate): rates near the paper's Tab. 2 values
+CONFIGS = (
+    ("qwen2.5-7b-f16", "llama.cpp", "qwen2.5", "Qwen2.5-7B-Instruct", "F16", 0.362, 0.200),
+    ("qwen2.5-7b-q8_0", "llama.cpp", "qwen2.5", "Qwen2.5-7B-Instruct", "Q8_0", 0.55, 0.30),
+    ("qwen2.5-7b-q4_k_m", "llama.cpp", "qwen2.5", "Qwen2.5-7B-Instruct", "Q4_K_M", 0.75, 0.388),
+    ("qwen2.5-7b-q3_k_m", "llama.cpp", "qwen2.5", "Qwen2.5-7B-Instruct", "Q3_K_M", 0.78, 0.40),
+    ("llama-3.1-8b-q8_0", "llama.cpp", "llama3.1", "Meta-Llama-3.1-8B-Instruct", "Q8_0", 0.55, 0.25),
+    ("llama-3.1-8b-q4_k_m", "llama.cpp", "llama3.1", "Meta-Llama-3.1-8B-Instruct", "Q4_K_M", 0.70, 0.35),
+    ("llama-3.1-8b-q3_k_m", "llama.cpp", "llama3.1", "Meta-Llama-3.1-8B-Instruct", "Q3_K_M", 0.688, 0.40),
+    ("qwen2.5-14b-q4_k_m", "llama.cpp", "qwen2.5", "Qwen2.5-14B-Instruct", "Q4_K_M", 0.912, 0.775),
+    ("vllm-qwen2.5-7b-bf16", "vllm", "qwen2.5", "Qwen2.5-7B-Instruct", "BF16", 0.625, 0.088),
+    ("vllm-llama-3.1-8b-bf16", "vllm", "llama3.1", "Meta-Llama-3.1-8B-Instruct", "BF16", 0.60, 0.275),
+)
+
+
+def _episode(rng: random.Random) -> list[list[int]]:
+    return [[rng.randrange(32000) for _ in range(rng.randint(10, 80))] for _ in range(rng.randint(7, 13))]
+
+
+def _diverge(rng: random.Random, ep: list[list[int]]) -> list[list[int]]:
+    """The same episode up to a random request and token, then different tokens (and later requests)."""
+    i = min(rng.choice((0, 0, 1, 1, 2, 3, 4)), len(ep) - 1)
+    t = rng.randrange(min(len(ep[i]), 20))
+    head = ep[:i] + [ep[i][:t] + [ep[i][t] + 1] + ep[i][t + 1:]]
+    return head + [[rng.randrange(32000) for _ in range(rng.randint(10, 80))] for _ in range(rng.randint(7, 13) - i - 1)]
+
+
+def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list[list[int]]], rng: random.Random):
+    name, engine, family, model, quant = cfg[:5]
+    d = root / name / "main" / f"{arm}-run{k}"
+    vllm = engine == "vllm"
+    w = RunWriter(d, {
+        "config": name, "plan": "main", "arm": arm, "run": k, "session": arm, "lifecycle": "shared",
+        "engine": engine, "engine_build": "vllm 0.11.0" if vllm else "b10435-9e40df63",
+        "model": {"family": family, "name": model, "quant": quant, "sha256": hashlib.sha256(name.encode()).hexdigest(),
+                  "source": f"path:models/{name}.gguf"},
+        "plan_data": {"name": "main", "arms": ["off", "on"], "runs": 2, "lifecycle": "shared", "cache_ram_mib": 8192},
+        "workload": "bfcl_multi_turn_base", "prompt_variant": "default", "episodes": list(episodes),
+        "server_cmd": ["llama-server", "-m", f"models/{name}.gguf", "-c", "32768", "-np", "1", "--cache-ram", "8192"],
+        "host": {"cpu": "synthetic", "cpu_count": 16, "gpus": [{"name": "NVIDIA RTX 4090", "driver": "560"}]},
+        "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "bench",
+    })
+    for eid, reqs in episodes.items():
+        prompt = 3000
+        for i, toks in enumerate(reqs):
+            cached = 0 if arm == "off" else (prompt - 50 if i else 2500)
+            w.request({
+                "episode_id": eid, "turn": i // 3, "step": i % 3, "request_index": i,
+                "prompt_sha256": hashlib.sha256(f"{eid}/{i}/{toks[:3]}".encode()).hexdigest(),
+                "prompt_tokens": prompt, "output_tokens": toks, "output_text": " ".join(f"t{t}" for t in toks),
+                "top_logprobs": [[[t, -0.01 - (t % 7) / 100], [t + 1, -2.5 - (t % 5) / 10]] for t in toks],
+                "cache_n": None if vllm else cached, "prompt_n": prompt - cached, "prompt_ms": 100.0,
+                "predicted_ms": 20.0 * len(toks), "stop_type": "eos", "error": None,
+            })
+            prompt += len(toks) + 120
+        w.episode({"episode_id": eid, "verdict": "valid" if rng.random() < 0.1 else "state_mismatch",
+                   "valid": rng.random() < 0.1, "n_requests": len(reqs), "error": None})
+    w.finish(wall_s=600.0)
+
+
+def write_results(root: Path, seed: int = 42) -> int:
+    rng = random.Random(seed)
+    n_requests = 0
+    for cfg in CONFIGS:
+        p_onoff, p_rerun = cfg[5], cfg[6]
+        off = {f"multi_turn_base_{i}": _episode(rng) for i in range(EPISODES)}
+        on1 = {e: (_diverge(rng, r) if rng.random() < p_onoff else r) for e, r in off.items()}
+        on2 = {e: (_diverge(rng, r) if rng.random() < p_rerun else r) for e, r in on1.items()}
+        for arm, k, eps in (("off", 1, off), ("off", 2, off), ("on", 1, on1), ("on", 2, on2)):
+            write_run(root, cfg, arm, k, eps, rng)
+            n_requests += sum(len(r) for r in eps.values())
+    return n_requests
+
+
+def save_figure(timings: list[dict[str, float]], cold: float, path: Path) -> None:
+    """Stacked bar of run_check's phases (mean over repeats) and a bar for a fresh process, against the target."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 2.8), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    left = 0.0
+    for name in timings[0]:
+        v = sum(t[name] for t in timings) / len(timings)
+        ax.barh([1], [v], left=left, label=f"{name} {v:.2f} s")
+        left += v
+    ax.barh([0], [cold], color="grey", label=f"fresh process {cold:.2f} s (median)")
+    ax.axvline(5.0, color="red", linestyle="--", label="target 5 s")
+    ax.set_yticks([0, 1], ["fresh process\n(imports included)", f"run_check\n(in process) {left:.2f} s"])
+    ax.set_xlabel("seconds")
+    ax.set_title(f"check on synthetic paper-scale results ({len(CONFIGS)} configs x 4 runs x {EPISODES} episodes)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.savefig(path, format="png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", type=Path, help="write the synthetic results here and keep them")
+    ap.add_argument("--profile", action="store_true", help="print the top functions of one profiled run")
+    ap.add_argument("--figure", type=Path, default=REPO / "bench" / "check_timing.png")
+    args = ap.parse_args(argv)
+
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench-check-"))
+    try:
+        t = time.perf_counter()
+        if not any(root.rglob("manifest.json")):
+            n = write_results(root)
+            print(f"wrote {len(CONFIGS)} configurations x 4 runs x {EPISODES} episodes, {n} requests, "
+                  f"{sum(f.stat().st_size for f in root.rglob('*.jsonl')) / 2**20:.0f} MiB in "
+                  f"{time.perf_counter() - t:.1f} s ({root})")
+        print(f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}")
+        totals, breakdowns = [], []
+        for i in range(args.repeat):
+            shutil.rmtree(root / "check", ignore_errors=True)
+            t = time.perf_counter()
+            code = run_check(root, quiet=True)
+            totals.append(time.perf_counter() - t)
+            breakdowns.append(dict(run_check.last_timings))
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in run_check.last_timings.items())
+            print(f"run {i + 1}: {totals[-1]:.2f} s (exit code {code}; {parts})")
+        best, mean = min(totals), sum(totals) / len(totals)
+        print(f"run_check: best {best:.2f} s, mean {mean:.2f} s over {len(totals)} runs; target < 5 s: "
+              f"{'met' if mean < 5 else 'NOT met'}")
+        # What `./run.sh check DIR` costs end to end: a fresh interpreter, imports (pandas, scipy, matplotlib) included.
+        colds = []
+        for _ in range(args.repeat):
+            shutil.rmtree(root / "check", ignore_errors=True)
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "import sys; from artifact.check.run import run_check; "
+                            f"sys.exit(run_check({str(root)!r}, quiet=True))"], cwd=REPO, check=False,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+            colds.append(time.perf_counter() - t)
+        cold = sorted(colds)[len(colds) // 2]
+        print(f"fresh process (imports included): median {cold:.2f} s (runs: "
+              f"{', '.join(f'{c:.2f}' for c in colds)}); target < 5 s: {'met' if cold < 5 else 'NOT met'}")
+        if args.profile:
+            shutil.rmtree(root / "check", ignore_errors=True)
+            prof = cProfile.Profile()
+            prof.runcall(run_check, root, quiet=True)
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
+            print(s.getvalue())
+        if args.figure:
+            save_figure(breakdowns, cold, args.figure)
+            print(f"figure: {args.figure}")
+        return 0 if mean < 5 and cold < 5 else 1
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Claim verdicts and run_check's exit code on synthetic runs, with the expected verdicts worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from artifact.analysis.tables import build_tables
+from artifact.check.claims import (
+    BAND_RULE, CLAIM_RULES, NOT_RUN, OUT, PASS, FAIL, Paper, model_matches, paper_configs_for, rq5, value_band,
+)
+from artifact.check.expected import load_document
+from artifact.check.run import gsm8k_table, run_check
+from artifact.errors import ArtifactError
+from artifact.records.store import REQUESTS, RunWriter
+from test_tables import OFF, ON1, ON2, main_plan, trend_runs, write_bfcl_run
+
+QWEN7_Q4KM = {"family": "qwen2.5", "name": "Qwen2.5-7B-Instruct", "quant": "Q4_K_M", "sha256": "cd" * 32,
+              "source": "path:qwen.gguf"}
+
+
+def check(root, capsys=None):
+    code = run_check(root, quiet=capsys is None)
+    data = json.loads((root / "check" / "check.json").read_text())
+    return code, {c["id"]: c for c in data["claims"]}, data
+
+
+# --- RQ1 and validity -----------------------------------------------------------------------------------------
+
+def test_off_pair_with_a_diverged_episode_fails_rq1_and_exits_nonzero(tmp_path, capsys):
+    off2 = {**OFF, "e1": [[1, 2, 3, 4, 5], [6, 0, 8]]}
+    for arm, k, eps in (("off", 1, OFF), ("off", 2, off2), ("on", 1, ON1), ("on", 2, ON2)):
+        write_bfcl_run(tmp_path, arm, k, eps)
+    code, claims, data = check(tmp_path, capsys)
+    assert code == 1 and data["hard_failures"] == ["RQ1"]
+    rq1 = claims["RQ1"]
+    assert rq1["status"] == FAIL and rq1["hard"]
+    assert rq1["observed"].startswith("1/4 diverging episodes")
+    assert any("e1 (request 1, token 1)" in e for e in rq1["details"][0]["evidence"])
+    out = capsys.readouterr().out
+    assert "RQ1 (hard)  FAIL" in out and "hard claim(s) failed: RQ1" in out
+
+
+def test_off_run_served_cached_tokens_is_invalid(tmp_path, capsys):
+    write_bfcl_run(tmp_path, "off", 1, OFF, cache_n=7)
+    write_bfcl_run(tmp_path, "off", 2, OFF)
+    code, claims, data = check(tmp_path, capsys)
+    assert code == 1
+    assert any("off-run1" in p and "cached tokens" in p for p in data["invalid"])
+    assert claims["RQ1"]["status"] == FAIL  # no divergence, but the OFF run was served from cache
+    assert "INVALID: cfg/main/off-run1: cache-OFF run served cached tokens in 4 requests" in capsys.readouterr().out
+
+
+def test_incomplete_run_is_invalid_and_named(tmp_path):
+    main_plan(tmp_path, OFF, ON1, ON1)
+    write_bfcl_run(tmp_path, "on", 1, ON1, plan="cram0", complete=False)
+    code, claims, data = check(tmp_path)
+    assert code == 1 and data["hard_failures"] == []
+    assert data["invalid"] == [f"cfg/cram0/on-run1 is incomplete ({tmp_path / 'cfg' / 'cram0' / 'on-run1'})"]
+
+
+def test_clean_demo_like_results(tmp_path):
+    main_plan(tmp_path, OFF, ON1, ON1)  # ON reruns agree: ON rerun 0/4, ON vs OFF 2/4
+    code, claims, data = check(tmp_path)
+    assert code == 0 and data["invalid"] == []
+    assert {k: c["status"] for k, c in claims.items()} == {
+        "RQ1": PASS, "RQ2": PASS, "RQ2b": NOT_RUN, "RQ3": NOT_RUN, "RQ4": NOT_RUN, "RQ5": NOT_RUN}
+    direction, *bands = claims["RQ2"]["details"]
+    assert direction["kind"] == "direction" and "not a configuration the paper measured" in direction["band"]
+    # every paper value of RQ2 is a band row, NOT-RUN here (TestLM is not a paper configuration)
+    assert len(bands) == 7 and {b["status"] for b in bands} == {NOT_RUN}
+    assert "no run with engine = vllm" in claims["RQ4"]["evidence"][0]
+    assert claims["RQ5"]["observed"] == "no GSM8K bridge runs"
+
+
+def test_rq2_direction_needs_on_vs_off_above_the_reruns(tmp_path):
+    on2 = {**ON1, "e1": [[0]], "e3": [[0]]}  # ON rerun: e1, e3 differ -> 2/4, equal to ON vs OFF 2/4
+    main_plan(tmp_path, OFF, ON1, on2)
+    code, claims, _ = check(tmp_path)
+    d = claims["RQ2"]["details"][0]
+    assert code == 0 and d["status"] == FAIL and claims["RQ2"]["status"] == FAIL
+    assert "not above the ON rerun (50.0%)" in d["evidence"][0]
+
+
+# --- bands ------------------------------------------------------------------------------------------------------
+
+def test_value_band_hand_computed():
+    # r = 0.5, observed [0.4, 0.6]; paper 0.3 with [0.2, 0.4]:
+    # low = 0.5 - sqrt(0.1^2 + 0.1^2) - 0.0005 = 0.358079, high = 0.5 + sqrt(0.1^2 + 0.1^2) + 0.0005 = 0.641921
+    lo, hi = value_band(0.5, 0.4, 0.6, 0.3, 0.2, 0.4)
+    assert lo == pytest.approx(0.5 - math.sqrt(0.02) - 0.0005) and hi == pytest.approx(0.641921, abs=1e-6)
+    # asymmetric: only the paper's upper half-width counts below, its lower half-width above
+    lo, hi = value_band(0.5, 0.45, 0.6, 0.3, 0.1, 0.35)
+    assert lo == pytest.approx(0.5 - math.hypot(0.05, 0.05) - 0.0005)
+    assert hi == pytest.approx(0.5 + math.hypot(0.1, 0.2) + 0.0005)
+
+
+def test_model_matching_rule():
+    assert model_matches("Qwen2.5-7B", "qwen2.5", "Qwen2.5-7B-Instruct")
+    assert model_matches("Llama-3.1-8B", "llama3.1", "Meta-Llama-3.1-8B-Instruct")
+    assert not model_matches("Qwen2.5-7B", "qwen2.5", "Qwen2.5-72B-Instruct")
+    assert not model_matches("Qwen2.5-7B", "qwen2.5", "Qwen2.5-Coder-7B-Instruct")
+    assert not model_matches(None, "x", "Qwen2.5-7B")  # the paper's vLLM configurations name no model
+    configs = load_document()["config"]
+    meta = {"engine": "llama.cpp", "model_family": "qwen2.5", "model_name": "Qwen2.5-7B-Instruct", "quant": "q4_k"}
+    assert paper_configs_for(meta, configs) == ["qwen2.5-7b/llama.cpp/Q4_K_M"]
+    assert paper_configs_for({**meta, "engine": "vllm"}, configs) == []
+
+
+def paper_config_runs(root, k_onoff: int, k_onrerun: int, n: int = 80):
+    off = {f"e{i}": [[1, 2]] for i in range(n)}
+    on1 = {e: ([[1, 3]] if i < k_onoff else [[1, 2]]) for i, e in enumerate(off)}
+    on2 = {e: ([[7]] if i >= n - k_onrerun else t) for i, (e, t) in enumerate(on1.items())}
+    return main_plan(root, off, on1, on2, config="qwen7-q4km", model=QWEN7_Q4KM)
+
+
+def test_paper_configuration_within_band(tmp_path):
+    # paper (Qwen2.5-7B Q4_K_M, llama.cpp): ON vs OFF 75.0%, ON reruns 38.8% (Fig. 1): observed 60/80 and 31/80
+    paper_config_runs(tmp_path, 60, 31)
+    code, claims, _ = check(tmp_path)
+    bands = {d["scope"].split(" (")[0]: d for d in claims["RQ2"]["details"] if d["kind"] == "band"}
+    assert bands["qwen2.5-7b/llama.cpp/Q4_K_M on vs off"]["status"] == PASS
+    assert bands["qwen2.5-7b/llama.cpp/Q4_K_M on rerun"]["status"] == PASS
+    assert bands["qwen2.5-7b/llama.cpp/F16 on vs off"]["status"] == NOT_RUN
+    assert code == 0 and claims["RQ2"]["status"] == PASS
+
+
+def test_paper_configuration_out_of_band_is_not_a_failure(tmp_path):
+    # observed ON vs OFF 20/80 = 25% against the paper's 75.0%: Wilson 20/80 is about 16.8-35.6%, the paper's own
+    # 60/80 interval about 64.5-83.2%; the gap of ~29 points is far beyond both errors combined -> OUT-OF-BAND.
+    paper_config_runs(tmp_path, 20, 5)
+    code, claims, _ = check(tmp_path)
+    bands = {d["scope"].split(" (")[0]: d for d in claims["RQ2"]["details"] if d["kind"] == "band"}
+    assert bands["qwen2.5-7b/llama.cpp/Q4_K_M on vs off"]["status"] == OUT
+    assert claims["RQ2"]["details"][0]["status"] == PASS  # direction still holds (20/80 > 5/80 > 0/80)
+    assert claims["RQ2"]["status"] == OUT and code == 0
+
+
+# --- RQ2b, RQ3, RQ4 -------------------------------------------------------------------------------------------
+
+def test_rq2b_cram0_reruns(tmp_path):
+    main_plan(tmp_path, OFF, ON1, ON2)  # default ON reruns: 1/4
+    for k in (1, 2):
+        write_bfcl_run(tmp_path, "on", k, ON1, plan="cram0", cache_ram_mib=0)  # cram0 reruns: 0/4
+    _, claims, _ = check(tmp_path)
+    d = claims["RQ2b"]["details"][0]
+    assert d["scope"] == "cfg / cram0" and d["status"] == PASS and claims["RQ2b"]["status"] == PASS
+
+
+def test_rq2b_fails_when_cram0_reruns_diverge_more(tmp_path):
+    main_plan(tmp_path, OFF, ON1, ON2)  # default ON reruns: 1/4
+    other = {e: [[9]] for e in ON1}
+    write_bfcl_run(tmp_path, "on", 1, ON1, plan="cram0", cache_ram_mib=0)
+    write_bfcl_run(tmp_path, "on", 2, {**ON1, **{e: other[e] for e in ("e0", "e1", "e2")}}, plan="cram0",
+                   cache_ram_mib=0)  # 3/4
+    _, claims, _ = check(tmp_path)
+    assert claims["RQ2b"]["status"] == FAIL
+
+
+def test_rq3_trend(tmp_path):
+    trend_runs(tmp_path / "up", {"F16": 10, "Q8_0": 40, "Q4_K_M": 70})  # z = 9.49 (test_tables)
+    trend_runs(tmp_path / "flat", {"F16": 40, "Q8_0": 40, "Q4_K_M": 40})  # z = 0, p = 1
+    _, up, _ = check(tmp_path / "up")
+    _, flat, _ = check(tmp_path / "flat")
+    assert up["RQ3"]["status"] == PASS and "z = 9.49" in up["RQ3"]["observed"]
+    assert flat["RQ3"]["status"] == FAIL
+
+
+def test_rq3_asks_only_for_direction_where_the_papers_own_rates_are_not_significant(tmp_path):
+    # Llama-3.1-8B at the paper's Tab. 2 rates (55.0/70.0/68.8% of 80): z = 1.82, p = 0.069
+    llama = {"family": "llama3.1", "name": "Llama-3.1-8B-Instruct", "quant": "Q8_0", "sha256": "cd" * 32,
+             "source": "path:l.gguf"}
+    trend_runs(tmp_path / "llama", {"Q8_0": 44, "Q4_K_M": 56, "Q3_K_M": 55}, model=llama)
+    trend_runs(tmp_path / "other", {"Q8_0": 44, "Q4_K_M": 56, "Q3_K_M": 55})  # a model the paper did not test
+    trend_runs(tmp_path / "down", {"Q8_0": 56, "Q4_K_M": 50, "Q3_K_M": 44}, model=llama)
+    assert check(tmp_path / "llama")[1]["RQ3"]["status"] == PASS
+    assert check(tmp_path / "other")[1]["RQ3"]["status"] == FAIL
+    assert check(tmp_path / "down")[1]["RQ3"]["status"] == FAIL
+
+
+def test_rq3_two_levels_is_not_run(tmp_path):
+    trend_runs(tmp_path, {"F16": 10, "Q8_0": 40})
+    _, claims, _ = check(tmp_path)
+    assert claims["RQ3"]["status"] == NOT_RUN
+
+
+def test_rq4_with_vllm_runs(tmp_path):
+    main_plan(tmp_path, OFF, ON1, ON2, engine="vllm", cache_n="null")
+    code, claims, _ = check(tmp_path)
+    assert claims["RQ4"]["status"] == PASS and code == 0
+    assert "cache use not reported" in claims["RQ1"]["details"][0]["observed"]
+
+
+# --- RQ5 on a stub Tab. 3 -------------------------------------------------------------------------------------
+
+def tab3_stub(rows: list[dict]) -> pd.DataFrame:
+    base = {"plan": "bridge", "status": "complete", "cold_identical": 200, "warm_identical": 200, "n": 200}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+PAPER = Paper(load_document())
+
+
+def test_rq5_paper_like_flips_pass():
+    # 13 vs 7 discordant pairs: exact two-sided p = 2 * P(Bin(20, 1/2) <= 7) = 0.2632 (paper: 0.26)
+    df = tab3_stub([{"config": "a", "data": "gsm8k", "flips_numeric_cache": 8, "flips_numeric_recompute": 4,
+                     "mcnemar_p": 0.388}, {"config": "b", "data": "gsm8k", "flips_numeric_cache": 5,
+                                           "flips_numeric_recompute": 3, "mcnemar_p": 0.727}])
+    c = rq5(df, PAPER)
+    assert c.status == PASS
+    pooled = c.details[-1]
+    assert pooled.kind == "pooled" and "13 cache / 7 recompute" in pooled.observed and "p = 0.26" in pooled.observed
+
+
+def test_rq5_synthetic_only_is_not_run_and_says_so():
+    df = tab3_stub([{"config": "a", "data": "synthetic", "flips_numeric_cache": 2, "flips_numeric_recompute": 1,
+                     "mcnemar_p": 1.0}])
+    c = rq5(df, PAPER)
+    assert c.status == NOT_RUN and "synthetic" in c.evidence[0] and "synthetic items" in c.details[0].observed
+
+
+def test_rq5_failures():
+    nondet = tab3_stub([{"config": "a", "data": "gsm8k", "cold_identical": 199, "flips_numeric_cache": 3,
+                         "flips_numeric_recompute": 2, "mcnemar_p": 1.0}])
+    assert rq5(nondet, PAPER).status == FAIL
+    one_way = tab3_stub([{"config": "a", "data": "gsm8k", "flips_numeric_cache": 5, "flips_numeric_recompute": 0,
+                          "mcnemar_p": 0.0625}])
+    assert rq5(one_way, PAPER).details[-1].status == FAIL
+    # 15 vs 2: p = 2 * (1 + 17 + 136) / 2^17 = 0.00235 <= 0.05
+    shifted = tab3_stub([{"config": "a", "data": "gsm8k", "flips_numeric_cache": 15, "flips_numeric_recompute": 2,
+                          "mcnemar_p": 0.00235}])
+    c = rq5(shifted, PAPER)
+    assert c.status == FAIL and "p = 0.0023" in c.details[-1].evidence[0]
+
+
+def test_rq5_without_bridge_runs_or_table(tmp_path, monkeypatch):
+    assert rq5(None, PAPER).status == NOT_RUN
+    d = tmp_path / "g" / "bridge" / "bridge-run1"
+    RunWriter(d, {"config": "g", "plan": "bridge", "arm": "bridge", "run": 1, "episodes": [],
+                  "workload": "gsm8k"}).finish()
+    from artifact.records.store import load_run
+    monkeypatch.setitem(__import__("sys").modules, "artifact.analysis.gsm8k_table", None)
+    df, note = gsm8k_table([load_run(d)])
+    assert df is None and "not available" in note
+
+
+# --- inputs that are not results ------------------------------------------------------------------------------
+
+def one_line_error(excinfo) -> str:
+    msg = str(excinfo.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_no_runs_or_missing_dir_is_a_one_line_error(tmp_path):
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    assert "no runs" in one_line_error(e)
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path / "nope")
+    assert "does not exist" in one_line_error(e)
+
+
+def test_malformed_records_are_one_line_errors(tmp_path):
+    d = tmp_path / "c" / "main" / "off-run1"
+    w = RunWriter(d, {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]})
+    w.request({"episode_id": "e0", "request_index": 0, "prompt_sha256": "x", "prompt_tokens": 5, "cache_n": 0})
+    w.finish()
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    assert "requests.jsonl:1: field 'output_tokens'" in one_line_error(e)
+    (d / REQUESTS).write_text('{"episode_id": \n{"a": 1}\n')  # corrupt line in the middle
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    assert "requests.jsonl:1: not valid JSON" in one_line_error(e)
+    mf = json.loads((d / "manifest.json").read_text())
+    (d / "manifest.json").write_text(json.dumps({**mf, "run": "1"}))
+    (tmp_path / "c" / "main" / "off-run2").mkdir()
+    (tmp_path / "c" / "main" / "off-run2" / "manifest.json").write_text(json.dumps({**mf, "run": 2}))
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    one_line_error(e)
+
+
+def test_rules_are_written_down():
+    assert set(CLAIM_RULES) == {"RQ1", "RQ2", "RQ2b", "RQ3", "RQ4", "RQ5"}
+    assert all(r["rule"] and r["statement"] for r in CLAIM_RULES.values())
+    assert CLAIM_RULES["RQ1"]["hard"] and not any(r["hard"] for k, r in CLAIM_RULES.items() if k != "RQ1")
+    assert "Newcombe" in BAND_RULE and "0.0005" in BAND_RULE
+
+
+def test_tables_alone_do_not_need_expected(tmp_path):
+    t = build_tables(main_plan(tmp_path, OFF, ON1, ON2), tmp_path)
+    assert "paper_value" not in t.fig2.columns  # paper values are joined by the checker, not the tables
+
+
+def test_odd_manifest_tables_do_not_crash(tmp_path):
+    for k in (1, 2):
+        d = tmp_path / "c" / "main" / f"off-run{k}"
+        w = RunWriter(d, {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"],
+                          "model": ["not", "a", "table"], "plan_data": "x", "host": 3, "packages": None})
+        w.request({"episode_id": "e0", "request_index": 0, "prompt_sha256": "x", "prompt_tokens": 5, "cache_n": 0,
+                   "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]})
+        w.finish()
+    code, claims, _ = check(tmp_path)
+    assert code == 1 and claims["RQ1"]["status"] == FAIL  # the OFF reruns differ at token 1
+    assert "Top-2 log-probabilities at the flip: not available" in (tmp_path / "check" / "report.html").read_text()
