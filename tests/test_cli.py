@@ -25,7 +25,7 @@ def test_compare_and_summary_read_runs(tmp_path, make_run):
     a = make_run("off", 1, {"e0": [[1, 2]], "e1": [[3]]})
     b = make_run("off", 2, {"e0": [[1, 5]], "e1": [[3]]})
     r = cli("compare", str(a.path), str(b.path))
-    assert r.returncode == 0 and "diverged episodes: 1/2" in r.stdout and "e0: first diverging request 0, token 1" in r.stdout
+    assert r.returncode == 0 and "diverged episodes: 1/2" in r.stdout and "e0: first diverging request #1 (request_index 0), token index 1" in r.stdout
     r = cli("summary", str(tmp_path))
     assert r.returncode == 0 and "OFF run 1 vs run 2" in r.stdout and "1/2" in r.stdout
 

@@ -87,3 +87,14 @@ def test_lazy_reader_returns_the_store_records(tmp_path):
         assert ("top_logprobs" in a) == ("top_logprobs" in b)
         assert a.get("top_logprobs") == b.get("top_logprobs") and a.get("cache_n") == b["cache_n"]
         assert dict(a) == b  # after access, the same dict
+
+
+def test_sessions_group_runs_by_server_lifecycle():
+    from artifact.config import load_plan
+    from artifact.protocol.sessions import sessions
+
+    shared = [[(s.arm, s.run, s.session) for s in sess] for sess in sessions(load_plan("main"))]
+    assert shared == [[("off", 1, "off"), ("off", 2, "off")], [("on", 1, "on"), ("on", 2, "on")]]
+    fresh = [[(s.arm, s.run, s.session) for s in sess] for sess in sessions(load_plan("fresh"))]
+    assert fresh == [[("off", 1, "off-run1")], [("off", 2, "off-run2")], [("on", 1, "on-run1")],
+                     [("on", 2, "on-run2")]]

@@ -19,8 +19,9 @@ def comparison_row(name: str, c: Comparison) -> dict:
         "comparison": name,
         "diverged": f"{c.k}/{c.n}",
         "rate": f"{100 * c.k / c.n:.1f}%" if c.n else "-",
-        "median first request": _fmt(c.median_first_request),
-        "median first token": _fmt(c.median_first_token),
+        # request numbers 1-based as in the paper ("the 1st-4th request"); token positions 0-based
+        "median first request #": _fmt(None if c.median_first_request is None else c.median_first_request + 1),
+        "median first token idx": _fmt(c.median_first_token),
     }
 
 
@@ -55,11 +56,12 @@ def paired_comparisons(runs: list[Run]) -> list[tuple[str, Comparison]]:
 def render_comparison(c: Comparison) -> str:
     lines = [f"{c.a}  vs  {c.b}",
              f"  diverged episodes: {c.k}/{c.n}"
-             + (f"  (median first request {_fmt(c.median_first_request)}, "
-                f"median first token {_fmt(c.median_first_token)})" if c.k else "")]
+             + (f"  (median first diverging request #{_fmt(c.median_first_request + 1)}, "
+                f"median first diverging token index {_fmt(c.median_first_token)})" if c.k else "")]
     for d in c.diverged:
         tok = "-" if d.first_token is None else d.first_token
-        lines.append(f"    {d.episode_id}: first diverging request {d.first_request}, token {tok}, "
+        lines.append(f"    {d.episode_id}: first diverging request #{d.first_request + 1} "
+                     f"(request_index {d.first_request}), token index {tok}, "
                      f"requests {d.n_requests[0]} vs {d.n_requests[1]}")
     if c.only_in_a or c.only_in_b:
         lines.append(f"  not compared (in one run only): {', '.join(c.only_in_a + c.only_in_b)}")
