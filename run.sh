@@ -27,7 +27,9 @@ protocol and results
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions
   compare RUN_A RUN_B   compare two run directories episode by episode
   summary [DIR]         the paired-protocol table of every run under DIR (default results/)
-  check [DIR]           not available yet (issue #3): verdicts per paper claim and the HTML report
+  check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / NOT-RUN), tables, figures and a
+                        self-contained report.html (default DIR results/, outputs in DIR/check/)
+  bench                 benchmarks (check on synthetic paper-scale results; target < 5 s)
   all                   not available yet (GPU/Docker issue): the paper's ten configurations on a GPU host
 
 ./run.sh COMMAND --help shows a command's options.
@@ -77,6 +79,10 @@ case "$cmd" in
   demo|run)
     setup
     PYTHONPATH=$here exec scripts/isolate.sh "$py" -m artifact "$@" ;;
+  bench)
+    shift
+    setup
+    PYTHONPATH=$here exec "$py" bench/bench_check.py "$@" ;;
   compare|summary|check|all)
     setup
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
