@@ -118,3 +118,15 @@ def test_request_failure_ends_the_episode_as_bfcl_inference_error():
 ])
 def test_position_counts_turns_and_steps(messages, expected):
     assert bfcl.position(messages) == expected
+
+
+def test_a_server_failure_is_fatal_for_the_run_not_an_episode_error():
+    from artifact.errors import ArtifactError
+
+    def server_gone(prompt, turn, step):
+        raise ArtifactError("llama-server stopped answering")
+
+    with pytest.raises(ArtifactError, match="stopped answering"):
+        bfcl.run_episode(bfcl.load_episodes(1)[0], "qwen", "ep_t_6", server_gone, prompt_variant="default",
+                         max_steps_per_turn=20, log=io.StringIO())
+    assert cached_instances() == []

@@ -129,6 +129,15 @@ def test_server_refuses_a_prompt_longer_than_its_context(tmp_path, demo_cfg):
             server.complete("word " * 600, 8, False)
 
 
+def test_a_server_that_dies_mid_run_is_a_one_line_fatal_error(tmp_path, demo_cfg):
+    with LlamaServer(demo_cfg, verified_weights(demo_cfg.model), 0, tmp_path / "server.log") as server:
+        assert server.count_tokens("hello") >= 1
+        server.proc.kill()
+        server.proc.wait()
+        with pytest.raises(ArtifactError, match=r"stopped answering .*server\.log"):
+            server.complete("hello", 4, False)
+
+
 def test_server_start_failures_are_one_line_errors(tmp_path, demo_cfg):
     bad_flag = dataclasses.replace(demo_cfg, server=dataclasses.replace(demo_cfg.server,
                                                                         extra_args=("--no-such-flag",)))

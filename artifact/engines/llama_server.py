@@ -170,10 +170,20 @@ class LlamaServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def _post(self, path: str, payload: dict) -> httpx.Response:
+        """POST to the server; a server that is gone is fatal for the run (ArtifactError), not an episode error."""
+        try:
+            return self.client.post(path, json=payload)
+        except httpx.TransportError as exc:
+            code = self.proc.poll() if self.proc else None
+            raise ArtifactError(f"llama-server stopped answering ({type(exc).__name__}; exit code {code}); "
+                                f"see {self.log_path}") from None
+
     def count_tokens(self, prompt: str) -> int:
         """Prompt length as /completion will tokenize it (special tokens added and parsed)."""
-        r = self.client.post("/tokenize", json={"content": prompt, "add_special": True, "parse_special": True})
-        r.raise_for_status()
+        r = self._post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+        if r.status_code != 200:
+            raise RequestError(f"/tokenize: HTTP {r.status_code}: {r.text[:300]}")
         return len(r.json()["tokens"])
 
     def complete(self, prompt: str, n_predict: int, cache_prompt: bool) -> dict:
@@ -183,11 +193,7 @@ class LlamaServer:
             "return_tokens": True, "n_probs": 2, "post_sampling_probs": False, "stream": False,
             **GREEDY,
         }
-        try:
-            r = self.client.post("/completion", json=payload)
-        except httpx.TransportError as exc:
-            code = self.proc.poll() if self.proc else None
-            raise ArtifactError(f"llama-server connection failed ({exc}; exit code {code}); see {self.log_path}")
+        r = self._post("/completion", payload)
         if r.status_code != 200:
             try:
                 message = r.json()["error"]["message"]

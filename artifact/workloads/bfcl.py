@@ -24,6 +24,7 @@ from typing import Callable
 
 os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path(tempfile.gettempdir()) / "bfcl-project-root"))
 
+from artifact.errors import ArtifactError  # noqa: E402
 from bfcl_eval.constants import default_prompts  # noqa: E402
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker  # noqa: E402
@@ -189,6 +190,9 @@ def run_episode(episode: Episode, handler_name: str, namespace: str, query: Quer
     try:
         with step_limit(max_steps_per_turn), contextlib.redirect_stdout(log):
             model_result, _ = handler.inference(copy.deepcopy(episode.entry), False, True)
+    except ArtifactError:  # the server is gone: fatal for the run, which stays incomplete
+        purge_instances(namespace)
+        raise
     except Exception as exc:  # BFCL's own runner turns any inference exception into this result
         error = f"{type(exc).__name__}: {exc}"
         model_result = f"Error during inference: {error}"
