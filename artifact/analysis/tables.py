@@ -152,7 +152,8 @@ def run_problems(run: Run) -> list[str]:
     return [] if run.complete else [f"{run.label} is incomplete ({run.path})"]
 
 
-def _rel(path: Path, root: Path | None) -> str:
+def relative(path: Path, root: Path | None) -> str:
+    """`path` relative to the results directory, for evidence lists and tables."""
     if root is None:
         return str(path)
     try:
@@ -326,7 +327,7 @@ def run_row(run: Run, root: Path | None = None) -> dict:
         "requests_with_cache": None if e is None else e.requests_with_cache,
         "wall_s": m.get("wall_s"),
         "server_compute_s": sum((_get(r, "prompt_ms") or 0) + (_get(r, "predicted_ms") or 0) for r in reqs) / 1000,
-        "path": _rel(run.path, root), "problems": "; ".join(run_problems(run)) or None,
+        "path": relative(run.path, root), "problems": "; ".join(run_problems(run)) or None,
     }
 
 

@@ -20,7 +20,9 @@ from pathlib import Path
 import pandas as pd
 
 from artifact.analysis.stats import cochran_armitage, mcnemar_exact, wilson_interval
-from artifact.analysis.tables import PAPER_PLAN, PlanGroup, Tables, exposure, quant_level, widest_interval
+from artifact.analysis.tables import (
+    PAPER_PLAN, PlanGroup, Tables, exposure, quant_level, relative, widest_interval,
+)
 from artifact.check.expected import load_document
 
 PASS, FAIL, OUT, NOT_RUN = "PASS", "FAIL", "OUT-OF-BAND", "NOT-RUN"
@@ -262,13 +264,6 @@ def band_verdict(claim: str, s: dict | None, v: dict, paper: Paper, scope: str, 
 
 # --- helpers on groups ----------------------------------------------------------------------------------------
 
-def _rel(path: Path, root: Path | None) -> str:
-    try:
-        return str(Path(path).relative_to(root)) if root else str(path)
-    except ValueError:
-        return str(path)
-
-
 def _pair_evidence(g: PlanGroup, kind: str, root: Path | None) -> list[str]:
     p = g.headline(kind)
     if p is None:
@@ -276,7 +271,7 @@ def _pair_evidence(g: PlanGroup, kind: str, root: Path | None) -> list[str]:
     arms = {"off_rerun": (("off", 1), ("off", 2)), "on_rerun": (("on", 1), ("on", 2)),
             "on_vs_off": (("on", p.k), ("off", p.k))}[kind]
     runs = [g.run(a, k) for a, k in arms]
-    return [f"{p.name}: " + " vs ".join(_rel(r.path, root) for r in runs if r is not None)]
+    return [f"{p.name}: " + " vs ".join(relative(r.path, root) for r in runs if r is not None)]
 
 
 def _scope(g: PlanGroup) -> str:
@@ -314,7 +309,7 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                 unreported.append(r.label)
             elif e.cached_tokens or e.requests_with_cache:
                 cached += e.cached_tokens
-                hits.append(f"{_rel(r.path, root)}: {e.requests_with_cache} requests, {e.cached_tokens} cached tokens")
+                hits.append(f"{relative(r.path, root)}: {e.requests_with_cache} requests, {e.cached_tokens} cached tokens")
         if s is not None:
             k_tot, n_tot = k_tot + s["k"], n_tot + s["n"]
         diverged = s is not None and s["k"] > 0

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example
+from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example, relative
 from artifact.check.claims import BAND_RULE, STATUSES, Claim
 from artifact.records.store import Run
 
@@ -225,13 +225,6 @@ def _cmd(cmd) -> str:
     return "-" if cmd is None else str(cmd)
 
 
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(Path(path).relative_to(root))
-    except ValueError:
-        return str(path)
-
-
 def provenance(runs: list[Run], root: Path) -> list[dict]:
     """Per configuration: model, engine build, host, key packages; per plan: lifecycle and each run's server."""
     out: dict[str, dict] = {}
@@ -261,7 +254,7 @@ def provenance(runs: list[Run], root: Path) -> list[dict]:
         plan["runs"].append({
             "label": f"{m['arm']} run {m['run']}", "session": m.get("session") or "-", "status": m.get("status"),
             "episodes": len(m["episodes"]), "server_cmd": _cmd(m.get("server_cmd")),
-            "server_log": m.get("server_log") or "-", "path": _rel(run.path, root),
+            "server_log": m.get("server_log") or "-", "path": relative(run.path, root),
             "started": m.get("started_at") or "-", "finished": m.get("finished_at") or "-",
             "wall_s": m.get("wall_s"), "engine_build": m.get("engine_build") or "-",
         })
