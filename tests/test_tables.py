@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from artifact.analysis.tables import (
-    QUANT_LEVELS, _kind, build_tables, divergence_example, exposure, quant_level, run_problems, top2_margin,
+    QUANT_LEVELS, build_tables, divergence_example, exposure, quant_level, run_problems, top2_margin,
 )
 from artifact.records.store import RunWriter, load_run
 from synthetic_runs import MODEL, write_bfcl_run  # noqa: F401  (re-exported to test_claims/test_report)
@@ -58,12 +58,14 @@ def test_tab2_rates_intervals_medians_accuracy_exposure(tmp_path):
     assert list(comps["headline"]) == [True, True, True, False]
 
 
-def test_paired_comparison_names_are_understood():
-    assert _kind("OFF run 1 vs run 2") == ("off_rerun", 1)
-    assert _kind("ON run 1 vs run 2") == ("on_rerun", 1)
-    assert _kind("ON run 2 vs OFF run 2") == ("on_vs_off", 2)
-    with pytest.raises(ValueError):
-        _kind("something else")
+def test_paired_comparisons_are_the_papers_three_kinds(tmp_path):
+    from artifact.analysis.compare import paired_comparisons
+
+    pairs = paired_comparisons(main_plan(tmp_path, OFF, ON1, ON2))
+    assert [(p.kind, p.k, p.name) for p in pairs] == [
+        ("off_rerun", 1, "OFF run 1 vs run 2"), ("on_rerun", 1, "ON run 1 vs run 2"),
+        ("on_vs_off", 1, "ON run 1 vs OFF run 1"), ("on_vs_off", 2, "ON run 2 vs OFF run 2")]
+    assert [p.cmp.k for p in pairs] == [0, 1, 2, 3]  # ON2 adds e3 to ON1's e0 and e2
 
 
 def test_quantization_order_is_explicit():

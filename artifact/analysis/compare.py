@@ -100,6 +100,30 @@ def compare_runs(a: Run, b: Run) -> Comparison:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """One of the paper's comparisons within a configuration and plan."""
+
+    kind: str  # "off_rerun" (OFF run 1 vs 2), "on_rerun" (ON run 1 vs 2) or "on_vs_off" (ON run k vs OFF run k)
+    k: int  # run 1 for reruns; run k for ON vs OFF
+    name: str  # e.g. "ON run 2 vs OFF run 2"
+    cmp: Comparison
+
+
+def paired_comparisons(runs: list[Run]) -> list[Paired]:
+    """The paper's comparisons among the complete runs of one configuration and plan."""
+    by = {(r.manifest["arm"], r.manifest["run"]): r for r in runs if r.complete}
+    out = []
+    for arm in ("off", "on"):
+        if (arm, 1) in by and (arm, 2) in by:
+            out.append(Paired(f"{arm}_rerun", 1, f"{arm.upper()} run 1 vs run 2",
+                              compare_runs(by[(arm, 1)], by[(arm, 2)])))
+    for k in sorted({k for (_, k) in by}):
+        if ("on", k) in by and ("off", k) in by:
+            out.append(Paired("on_vs_off", k, f"ON run {k} vs OFF run {k}", compare_runs(by[("on", k)], by[("off", k)])))
+    return out
+
+
+@dataclass(frozen=True)
 class Exposure:
     prompt_tokens: int
     cached_tokens: int

@@ -6,7 +6,9 @@ from collections import defaultdict
 
 import pandas as pd
 
-from artifact.analysis.compare import Comparison, cache_exposure, compare_runs, validity_problems
+from artifact.analysis.compare import Comparison, paired_comparisons
+from artifact.analysis.tables import run_problems
+from artifact.analysis.tables import run_row as table_row
 from artifact.records.store import Run
 
 
@@ -26,31 +28,17 @@ def comparison_row(name: str, c: Comparison) -> dict:
 
 
 def run_row(run: Run) -> dict:
-    exp = cache_exposure(run)
-    eps = run.episodes
-    compute_s = sum(r["prompt_ms"] + r["predicted_ms"] for r in run.requests) / 1000
+    """The terminal view of `tables.run_row` (one source for per-run numbers)."""
+    r = table_row(run)
     return {
-        "run": f"{run.manifest['arm'].upper()} run {run.manifest['run']}",
-        "status": run.manifest["status"],
-        "BFCL valid": f"{sum(e['valid'] for e in eps)}/{len(eps)}",
-        "requests": len(run.requests),
-        "cached share": f"{100 * exp.share:.1f}%",
-        "wall s": _fmt(run.manifest.get("wall_s")),
-        "server compute s": _fmt(compute_s),
+        "run": f"{r['arm'].upper()} run {r['run']}",
+        "status": r["status"],
+        "BFCL valid": f"{r['bfcl_valid']}/{len(run.episodes)}",
+        "requests": r["requests"],
+        "cached share": "-" if r["cached_share"] is None else f"{100 * r['cached_share']:.1f}%",
+        "wall s": _fmt(r["wall_s"]),
+        "server compute s": _fmt(r["server_compute_s"]),
     }
-
-
-def paired_comparisons(runs: list[Run]) -> list[tuple[str, Comparison]]:
-    """The paper's comparisons among the runs of one configuration and plan."""
-    by = {(r.manifest["arm"], r.manifest["run"]): r for r in runs if r.complete}
-    out = []
-    for arm in ("off", "on"):
-        if (arm, 1) in by and (arm, 2) in by:
-            out.append((f"{arm.upper()} run 1 vs run 2", compare_runs(by[(arm, 1)], by[(arm, 2)])))
-    for k in sorted({k for (_, k) in by}):
-        if ("on", k) in by and ("off", k) in by:
-            out.append((f"ON run {k} vs OFF run {k}", compare_runs(by[("on", k)], by[("off", k)])))
-    return out
 
 
 def render_comparison(c: Comparison) -> str:
@@ -85,11 +73,11 @@ def render_results(runs: list[Run]) -> str:
         blocks.append(f"== {config} / plan {plan} ({head['lifecycle']} server, "
                       f"--cache-ram {head['plan_data']['cache_ram_mib']}), engine {head.get('engine_build')}, "
                       f"{len(head['episodes'])} episodes, prompt variant {head['prompt_variant']}")
-        rows = [comparison_row(name, c) for name, c in paired_comparisons(group)]
+        rows = [comparison_row(p.name, p.cmp) for p in paired_comparisons(group)]
         if rows:
             blocks.append(pd.DataFrame(rows).to_string(index=False))
         blocks.append(pd.DataFrame([run_row(r) for r in group]).to_string(index=False))
-        problems = [p for r in group for p in validity_problems(r)]
+        problems = [p for r in group for p in run_problems(r)]
         blocks.extend(f"INVALID: {p}" for p in problems)
         blocks.append("")
     if bridge:

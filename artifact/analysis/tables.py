@@ -1,14 +1,14 @@
 """The paper's BFCL tables from run records: Tab. 2, the Fig. 1 cause-isolation conditions and the Fig. 2 series.
 
 Everything here is computed from the records (manifest.json, requests.jsonl, episodes.jsonl) by the existing
-comparison code (`compare.compare_runs` through `summary.paired_comparisons`, `compare.cache_exposure`,
+comparison code (`compare.compare_runs` through `compare.paired_comparisons`, `compare.cache_exposure`,
 `compare.validity_problems`) and the statistics module; nothing is read from directory names.
 
 Conventions
   * A divergence rate is k/n over the episodes both runs made, with a Wilson 95% interval and a moving-block
     bootstrap 95% interval over the episode sequence (`BOOTSTRAP`: block length 5, 10,000 replicates, seed 42;
     see `stats.block_bootstrap_interval` for the choice of block length).
-  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`summary.paired_comparisons`); run 1 vs
+  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`compare.paired_comparisons`); run 1 vs
     run 1 is the headline, every k-vs-k pair is in the long comparison table.
   * The first diverging request is reported 1-based (the paper's "1st-4th of roughly 10"); the first diverging
     token is the 0-based index within that request's generated tokens (as `compare.py` reports it).
@@ -20,15 +20,13 @@ Conventions
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from artifact.analysis.compare import Comparison, Exposure, cache_exposure, validity_problems
+from artifact.analysis.compare import Comparison, Exposure, cache_exposure, paired_comparisons, validity_problems
 from artifact.analysis.stats import block_bootstrap_interval, cochran_armitage, wilson_interval
-from artifact.analysis.summary import paired_comparisons
 from artifact.records.store import Run
 
 BOOTSTRAP = {"block_length": 5, "n_boot": 10_000, "seed": 42, "confidence": 0.95}
@@ -192,19 +190,6 @@ def comparison_stats(c: Comparison) -> dict:
     return s
 
 
-_NAME = re.compile(r"^(?P<a>OFF|ON) run (?P<ra>\d+) vs (?:(?P<b>OFF|ON) )?run (?P<rb>\d+)$")
-
-
-def _kind(name: str) -> tuple[str, int]:
-    """('off_rerun' | 'on_rerun' | 'on_vs_off', run k) from a `summary.paired_comparisons` name."""
-    m = _NAME.match(name)
-    if not m:
-        raise ValueError(f"unexpected comparison name {name!r} from summary.paired_comparisons")
-    if m.group("b") is None:
-        return f"{m.group('a').lower()}_rerun", int(m.group("ra"))
-    return "on_vs_off", int(m.group("ra"))
-
-
 # --- groups: the runs of one configuration and plan -----------------------------------------------------------
 
 @dataclass
@@ -246,9 +231,8 @@ def group_runs(runs: list[Run]) -> list[PlanGroup]:
     out = []
     for (config, plan), rs in groups.items():
         g = PlanGroup(config, plan, rs, run_meta(rs[0]))
-        for name, c in paired_comparisons(rs):
-            kind, k = _kind(name)
-            g.comparisons.append(Pair(kind, k, name, c, comparison_stats(c)))
+        for p in paired_comparisons(rs):
+            g.comparisons.append(Pair(p.kind, p.k, p.name, p.cmp, comparison_stats(p.cmp)))
         # headline of each kind: the lowest run k (reruns: run 1 vs 2; ON vs OFF: run 1 vs run 1)
         order = {"off_rerun": 0, "on_rerun": 1, "on_vs_off": 2}
         g.comparisons.sort(key=lambda p: (order[p.kind], p.k))
