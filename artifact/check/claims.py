@@ -518,7 +518,7 @@ TAB3_COLUMNS = ("config", "status", "data", "n", "cold_identical", "warm_identic
                 "flips_numeric_cache", "flips_numeric_recompute", "mcnemar_p")
 
 
-def rq5(tab3: pd.DataFrame | None, paper: Paper, note: str | None = None) -> Claim:
+def rq5(tab3: pd.DataFrame | None, paper: Paper) -> Claim:
     flips = [paper.value(k) for k in ("gsm8k_flips", "gsm8k_flips_favor_cache", "gsm8k_flips_favor_recompute",
                                       "gsm8k_mcnemar_p")]
     expected = (f"{flips[0]['value']} flips, {flips[1]['value']} favour cache vs {flips[2]['value']} recompute, "
@@ -527,7 +527,7 @@ def rq5(tab3: pd.DataFrame | None, paper: Paper, note: str | None = None) -> Cla
     band = "p > 0.05, >= 1 flip each way, internal identity n/n"
     if tab3 is None or tab3.empty:
         return _claim("RQ5", [], "no GSM8K bridge runs", expected, band,
-                      [note or "no run with workload = gsm8k and arm = bridge in these results"], NOT_RUN)
+                      ["no run with workload = gsm8k and arm = bridge in these results"], NOT_RUN)
     missing = [c for c in TAB3_COLUMNS if c not in tab3.columns]
     if missing:
         return _claim("RQ5", [], "Tab. 3 could not be read", expected, band,
@@ -581,10 +581,10 @@ def rq5(tab3: pd.DataFrame | None, paper: Paper, note: str | None = None) -> Cla
 # --- all claims -----------------------------------------------------------------------------------------------
 
 def evaluate_claims(tables: Tables, tab3: pd.DataFrame | None = None, *, root: Path | None = None,
-                    expected_path: Path | None = None, tab3_note: str | None = None) -> list[Claim]:
+                    expected_path: Path | None = None) -> list[Claim]:
     paper = Paper(load_document(expected_path))
     return [rq1(tables, paper, root), rq2(tables, paper, root), rq2b(tables, paper, root), rq3(tables, paper),
-            rq4(tables, paper, root), rq5(tab3, paper, tab3_note)]
+            rq4(tables, paper, root), rq5(tab3, paper)]
 
 
 def annotate_with_paper(tables: Tables, expected_path: Path | None = None) -> None:

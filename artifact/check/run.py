@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from artifact.analysis.gsm8k_table import is_bridge_run, tab3
 from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
 from artifact.check.claims import FAIL, Claim, annotate_with_paper, evaluate_claims
 from artifact.errors import ArtifactError
@@ -93,17 +94,13 @@ def load_results(results_dir: Path) -> list[Run]:
     return runs
 
 
-def gsm8k_table(runs: list[Run]) -> tuple[pd.DataFrame | None, str | None]:
-    """Tab. 3 from the GSM8K bridge runs (artifact.analysis.gsm8k_table, imported only when bridge runs exist)."""
-    bridge = [r for r in runs if r.manifest.get("workload") == "gsm8k" and r.manifest.get("arm") == "bridge"]
+def gsm8k_table(runs: list[Run]) -> pd.DataFrame | None:
+    """Tab. 3 from the GSM8K bridge runs, or None when there are none."""
+    bridge = [r for r in runs if is_bridge_run(r)]
     if not bridge:
-        return None, None
+        return None
     try:
-        from artifact.analysis.gsm8k_table import tab3
-    except ImportError as exc:
-        return None, f"Tab. 3 is not available in this version of the artifact ({exc})"
-    try:
-        return tab3(runs), None
+        return tab3(runs)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ArtifactError(f"GSM8K bridge records under {bridge[0].path.parent} are malformed "
                             f"({type(exc).__name__}: {exc})") from None
@@ -185,9 +182,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     runs = load_results(root)
     lap("load+validate")
     tables = build_tables(runs, root)
-    tab3, tab3_note = gsm8k_table(runs)
+    tab3 = gsm8k_table(runs)
     lap("tables")
-    claims = evaluate_claims(tables, tab3, root=root, expected_path=expected_path, tab3_note=tab3_note)
+    claims = evaluate_claims(tables, tab3, root=root, expected_path=expected_path)
     annotate_with_paper(tables, expected_path)
     lap("claims")
     problems = tables.problems
@@ -206,7 +203,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     files += list(figures)
     lap("figures")
 
-    report = write_report(out / "report.html", root=root, runs=runs, tables=tables, tab3=tab3, tab3_note=tab3_note,
+    report = write_report(out / "report.html", root=root, runs=runs, tables=tables, tab3=tab3,
                           claims=claims, problems=problems, exit_code=code, figures=figures)
     files.append(report.name)
     lap("report")

@@ -273,7 +273,7 @@ def environment() -> Environment:
 
 
 def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataFrame | None,
-                  tab3_note: str | None, claims: list[Claim], problems: list[str], exit_code: int,
+                  claims: list[Claim], problems: list[str], exit_code: int,
                   figures: dict[str, Path]) -> str:
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
     context = {
@@ -281,7 +281,7 @@ def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataF
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "results_dir": str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
         "claims": claims, "problems": problems, "band_rule": BAND_RULE,
-        "tab2": tab2_rows(tables), "tab3": tab3_view(tab3), "tab3_note": tab3_note,
+        "tab2": tab2_rows(tables), "tab3": tab3_view(tab3),
         "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),
         "figures": {name: _data_uri(p) for name, p in figures.items()},
         "provenance": provenance(runs, root), "example": divergence_example(tables.groups),
