@@ -48,24 +48,39 @@ find_python() {
   return 2
 }
 
-setup() {
+setup_python() {
   local base stamp want
   if [ ! -x "$py" ]; then
     base=$(find_python)
     echo "setup: creating $venv with $("$base" --version)"
     "$base" -m venv "$venv"
   fi
-  want=$(cat requirements.txt scripts/build-llama-server.sh <(printf '%s\n' "${no_deps[@]}") | sha256sum | cut -c1-16)
+  want=$(cat requirements.txt <(printf '%s\n' "${no_deps[@]}") | sha256sum | cut -c1-16)
   stamp=$venv/.artifact-setup
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing pinned packages into $venv"
     "$py" -m pip install -q --disable-pip-version-check -r requirements.txt
     "$py" -m pip install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
-    scripts/build-llama-server.sh "$py"
     echo "$want" >"$stamp"
-  else
-    scripts/build-llama-server.sh "$py" >/dev/null
   fi
+}
+
+setup() {
+  setup_python
+  scripts/build-llama-server.sh "$py"
+}
+
+# Protocol runs and tests start from an empty environment plus an allowlist (BFCL eval()s model output: no secret
+# may be reachable, not even in /proc/self/environ), inside a loopback-only network namespace (scripts/isolate.sh).
+ENV_ALLOW=(PATH HOME LANG LC_ALL TERM TZ TMPDIR CI LD_LIBRARY_PATH CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES
+           HF_HOME HF_HUB_OFFLINE HF_HUB_CACHE XDG_CACHE_HOME DOCKER_HOST)
+clean_exec() {
+  local keep=(PYTHONPATH="$here" PYTHONUNBUFFERED=1) name
+  for name in "${ENV_ALLOW[@]}"; do
+    [ -n "${!name+x}" ] && keep+=("$name=${!name}")
+  done
+  while IFS= read -r name; do keep+=("$name=${!name}"); done < <(compgen -e | grep '^ARTIFACT_' || true)
+  exec env -i "${keep[@]}" scripts/isolate.sh "$@"
 }
 
 cmd=${1:-help}
@@ -75,15 +90,18 @@ case "$cmd" in
   test)
     shift
     setup
-    exec scripts/isolate.sh "$py" -m pytest "$@" ;;
+    clean_exec "$py" -m pytest "$@" ;;
   demo|run)
     setup
-    PYTHONPATH=$here exec scripts/isolate.sh "$py" -m artifact "$@" ;;
+    clean_exec "$py" -m artifact "$@" ;;
   bench)
     shift
     setup
     PYTHONPATH=$here exec "$py" bench/bench_check.py "$@" ;;
-  compare|summary|check|all)
+  compare|summary|check)
+    setup_python  # these only read records: no engine build needed
+    PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
+  all)
     setup
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   *)

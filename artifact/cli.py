@@ -155,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # e.g. a full disk or an unwritable results directory: one line, never a traceback
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''} (a run in progress stays incomplete and is "
+              "re-run on the next invocation)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: the current run stays 'incomplete'; the next invocation re-runs its session",
               file=sys.stderr)

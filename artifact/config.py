@@ -76,7 +76,9 @@ class Workload:
     # BFCL's system prompt variant: "default" (JSON function docs, the paper's) or "python" (func_doc_fmt=python,
     # about 2.4x shorter; BFCL's own format-sensitivity variant).
     prompt_variant: str = _choice("default", "python", default="default")
-    max_steps_per_turn: int = 20  # BFCL's MAXIMUM_STEP_LIMIT
+    # BFCL's MAXIMUM_STEP_LIMIT, passed unchanged: BFCL force-quits a turn once more than this many steps have
+    # executed, so a turn makes at most max_steps_per_turn + 1 requests.
+    max_steps_per_turn: int = 20
     max_turns: int = 0  # 0 = all turns of an episode; >0 = the first N turns (question and ground truth)
     n_predict: int = 4096  # per-request cap, further capped by the context left
     # GSM8K bridge only: "synthetic" (our deterministic generator, offline) or "hub" (openai/gsm8k, pinned revision)
@@ -107,10 +109,24 @@ class Plan:
     arms: tuple  # of "off" / "on"; the GSM8K bridge has the single arm "bridge" (its servings mix both)
     runs: int
     lifecycle: str = _choice("shared", "fresh")
-    cache_ram_mib: int = 8192  # llama.cpp's default host prompt cache; 0 disables it
+    # The plan's cache condition (the engine adapter maps it to its flags and request fields; the manifest records
+    # both). llama.cpp: the host-memory prompt cache (--cache-ram; 8192 MiB is llama.cpp's default, 0 disables it),
+    # the slot-similarity threshold (-sps; 0.1 is llama.cpp's default) and whether requests pin the slot (id_slot 0;
+    # a pinned slot bypasses the host cache, so the paper's default condition leaves the choice to the server).
+    cache_ram_mib: int = 8192
+    slot_prompt_similarity: float = 0.1
+    pin_slot: bool = False
+    # Plan-level changes to the configuration's [server] table (e.g. mitigation arms: ubatch_size = 1).
+    server_overrides: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def apply(self, cfg: "Config") -> "Config":
+        """The configuration this plan runs: its [server] with the plan's overrides."""
+        if not self.server_overrides:
+            return cfg
+        return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, **self.server_overrides))
 
 
 def _check_type(value: Any, hint: Any, file: str, key: str) -> Any:
@@ -119,6 +135,10 @@ def _check_type(value: Any, hint: Any, file: str, key: str) -> Any:
         if value is None:
             return None
         hint = next(a for a in get_args(hint) if a is not type(None))
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise ArtifactError(f"{where}: expected a table, got {type(value).__name__}")
+        return dict(value)
     if hint is tuple:
         if not isinstance(value, list):
             raise ArtifactError(f"{where}: expected a list, got {type(value).__name__}")
@@ -144,7 +164,7 @@ def _build(cls: type, data: dict, file: str, prefix: str = "") -> Any:
     kwargs = {}
     for name, f in fields.items():
         if name not in data:
-            if f.default is dataclasses.MISSING:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ArtifactError(f"{file}: missing key '{prefix}{name}'")
             continue
         value = _check_type(data[name], hints[name], file, prefix + name)
@@ -197,6 +217,10 @@ def _semantic_problems(cfg: Config):
         yield "server.ubatch_size must not exceed server.batch_size"
 
 
+# Required [server] keys, filled in only to type-check a plan's server_overrides against the Server table.
+_SERVER_PLACEHOLDER = {"ctx_size": 1, "batch_size": 1, "ubatch_size": 1, "flash_attn": "on"}
+
+
 def load_plans(path: Path = PLANS_FILE) -> dict[str, Plan]:
     data = _read_toml(path)
     plans = {}
@@ -209,6 +233,11 @@ def load_plans(path: Path = PLANS_FILE) -> dict[str, Plan]:
             raise ArtifactError(f"{path}: {name}.arms: each arm must be one of {', '.join(ARMS)}")
         if plan.runs < 1:
             raise ArtifactError(f"{path} [{name}].runs must be >= 1")
+        if not 0.0 <= plan.slot_prompt_similarity <= 1.0:
+            raise ArtifactError(f"{path}: {name}.slot_prompt_similarity must lie in [0, 1]")
+        if plan.cache_ram_mib < -1:
+            raise ArtifactError(f"{path}: {name}.cache_ram_mib must be -1 (no limit), 0 (off) or a size in MiB")
+        _build(Server, {**_SERVER_PLACEHOLDER, **plan.server_overrides}, str(path), f"{name}.server_overrides.")
         plans[name] = plan
     return plans
 

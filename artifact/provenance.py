@@ -60,15 +60,6 @@ def packages() -> dict:
     return {"key": key, "all": dict(sorted(installed.items()))}
 
 
-def llama_build() -> dict:
-    """How the pip-built llama-server was configured (written by scripts/build-llama-server.sh)."""
-    path = Path(sys.prefix) / "llama-server-build.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
 def network_interfaces() -> list[str]:
     """Interfaces of this process's network namespace (/proc/self/net/dev, unlike /sys, follows the namespace)."""
     try:
@@ -88,12 +79,25 @@ def scrub_secrets(environ=None) -> list[str]:
     return names
 
 
+def initial_environment() -> list[str]:
+    """Names of the variables this process was started with (/proc/self/environ keeps them even after os.environ
+    is scrubbed, so only a cleared environment at the entry point keeps secrets out of reach)."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return sorted(os.environ)
+    return sorted({item.split(b"=", 1)[0].decode(errors="replace") for item in raw.split(b"\0") if item})
+
+
 def isolation(scrubbed: list[str]) -> dict:
     interfaces = network_interfaces()
+    started_with = initial_environment()
     return {
         "network": "loopback-only" if interfaces == ["lo"] else "host network (not isolated)",
         "interfaces": interfaces,
         "secrets_removed_from_env": scrubbed,
+        "initial_environment": started_with,
+        "secrets_in_initial_environment": [k for k in started_with if any(m in k.upper() for m in SECRET_MARKERS)],
     }
 
 

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # Run a command without network access: a new user + network namespace with only the loopback interface up
-# (BFCL eval()s model output, so protocol runs must not reach the network). Linux with unprivileged user
-# namespaces and iproute2; elsewhere, or with ARTIFACT_ALLOW_NETWORK=1, the command runs unisolated with a warning
-# (every run manifest records which it was).
+# (BFCL eval()s model output, so protocol runs must not reach the network). Needs Linux with unprivileged user
+# namespaces (util-linux `unshare`); loopback is brought up with `ip` where it exists, else with one ioctl from
+# Python (hosts without iproute2). Elsewhere, or with ARTIFACT_ALLOW_NETWORK=1, the command runs unisolated with a
+# warning (every run manifest records which it was, and `check` flags such runs).
 #
 #   scripts/isolate.sh COMMAND [ARG ...]
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: scripts/isolate.sh COMMAND [ARG ...]" >&2; exit 2; }
 
-if [ -z "${ARTIFACT_ALLOW_NETWORK:-}" ] && command -v unshare >/dev/null 2>&1 && command -v ip >/dev/null 2>&1 \
+# SIOCGIFFLAGS / SIOCSIFFLAGS on "lo" with IFF_UP set: what `ip link set lo up` does.
+lo_up='import fcntl, socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+name, flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, struct.pack("16sH", b"lo", 0))[:18])
+fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))'
+py=$(command -v python3 || command -v python || true)
+
+if [ -z "${ARTIFACT_ALLOW_NETWORK:-}" ] && command -v unshare >/dev/null 2>&1 \
    && unshare --user --map-root-user --net true 2>/dev/null; then
-  exec unshare --user --map-root-user --net sh -c 'ip link set lo up && exec "$@"' isolate "$@"
+  if command -v ip >/dev/null 2>&1; then
+    exec unshare --user --map-root-user --net sh -c 'ip link set lo up && exec "$@"' isolate "$@"
+  elif [ -n "$py" ]; then
+    exec unshare --user --map-root-user --net sh -c '"$0" -I -c "$1" && shift && exec "$@"' "$py" "$lo_up" "$@"
+  fi
 fi
-echo "warning: running without network isolation (unshare/ip unavailable or ARTIFACT_ALLOW_NETWORK set)" >&2
+echo "warning: running without network isolation (no user namespaces, or ARTIFACT_ALLOW_NETWORK set)" >&2
 exec "$@"

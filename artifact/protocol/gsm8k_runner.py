@@ -17,13 +17,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from artifact import provenance
 from artifact.analysis.gsm8k_scoring import ANSWER_INSTRUCTION, score_numeric, score_strict
 from artifact.config import Config, Plan
-from artifact.engines.llama_server import LlamaServer, RequestError
+from artifact.engines.base import EngineSession, RequestError
 from artifact.errors import ArtifactError
 from artifact.protocol.requests import new_record, send
-from artifact.protocol.sessions import PROTOCOL, RunSpec, manifest_base, open_run, run_sessions, say
+from artifact.protocol.sessions import RunSpec, fingerprints, manifest_base, open_run, run_sessions, say
 from artifact.workloads import gsm8k
 from artifact.workloads.gsm8k_data import GSM8KItem
 
@@ -50,7 +49,7 @@ def _score(record: dict, reference: str) -> dict:
 class BridgeExecutor:
     """Serves every item four times on a started server and writes one run's records."""
 
-    def __init__(self, cfg: Config, server: LlamaServer, items: list[GSM8KItem], base: dict):
+    def __init__(self, cfg: Config, server: EngineSession, items: list[GSM8KItem], base: dict):
         self.cfg, self.server, self.items, self.base = cfg, server, items, base
 
     def serve(self, item: GSM8KItem, prompt: str, index: int, serving: str, cache_prompt: bool, write) -> dict:
@@ -100,15 +99,16 @@ def execute_bridge(cfg: Config, plan: Plan, results: Path) -> list[Path]:
     if tuple(plan.arms) != (BRIDGE_ARM,):
         raise ArtifactError(f"plan '{plan.name}' has arms {list(plan.arms)}; a GSM8K configuration runs a plan "
                             f"whose only arm is '{BRIDGE_ARM}' (e.g. plan 'bridge')")
+    cfg = plan.apply(cfg)
     items, items_provenance = gsm8k.load_items(cfg)
     gsm8k.build_prompt(items[0], cfg.chat.handler)  # an unusable chat handler fails before the server starts
     item_ids = [i.item_id for i in items]
-    fp = provenance.fingerprint(cfg.as_dict(), plan.as_dict(), item_ids, PROTOCOL, BRIDGE_PROTOCOL,
-                                items_provenance["items_sha256"])
+    fps = fingerprints(cfg, plan, item_ids, {"items_sha256": items_provenance["items_sha256"],
+                                             "bridge_protocol": BRIDGE_PROTOCOL})
     base = {
-        **manifest_base(cfg, plan, item_ids, fp),
+        **manifest_base(cfg, plan, item_ids, fps),
         "items_source": cfg.workload.gsm8k_source, "items_provenance": items_provenance,
         "data": items_provenance["data"], "bridge_protocol": BRIDGE_PROTOCOL, "chat_handler": cfg.chat.handler,
     }
     units = f"{len(items)} {items_provenance['data']} items x 4 servings"
-    return run_sessions(cfg, plan, results, fp, units, lambda server: BridgeExecutor(cfg, server, items, base))
+    return run_sessions(cfg, plan, results, fps.resume, units, lambda server: BridgeExecutor(cfg, server, items, base))

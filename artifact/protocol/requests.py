@@ -1,7 +1,9 @@
-"""The request path shared by every workload: one greedy /completion, recorded as it happens.
+"""The request path shared by every workload: one greedy completion, recorded as it happens.
 
-Each request's record (the `requests.jsonl` contract) is written whether the request succeeds or fails; a failed
-request (e.g. a prompt that does not fit the context) raises RequestError after it is recorded.
+Each request's record (the `requests.jsonl` contract) is written whether the request succeeds or fails. A request
+the engine cannot serve (a prompt that does not fit the context) raises RequestError after it is recorded; every
+other failure (the server gone, HTTP 5xx, a malformed response, a record that cannot be written) raises
+ArtifactError, which ends the run as incomplete, never as an episode outcome.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import hashlib
 from typing import Callable
 
 from artifact.config import Config
-from artifact.engines.llama_server import LlamaServer, RequestError
+from artifact.engines.base import EngineSession, RequestError
+from artifact.errors import ArtifactError
 
 Write = Callable[[dict], None]
 
@@ -25,7 +28,15 @@ def new_record(episode_id: str, turn: int, step: int, request_index: int, prompt
     }
 
 
-def send(server: LlamaServer, cfg: Config, prompt: str, cache_prompt: bool, record: dict, write: Write) -> dict:
+def _write(write: Write, record: dict) -> None:
+    try:
+        write(record)
+    except OSError as exc:  # a full disk or a vanished results directory: the run cannot be recorded
+        raise ArtifactError(f"cannot write the request record ({exc.strerror or exc}); the run stays incomplete "
+                            "and is re-run on the next invocation") from None
+
+
+def send(server: EngineSession, cfg: Config, prompt: str, cache_prompt: bool, record: dict, write: Write) -> dict:
     """Send one request, fill and write its record; returns the record (raises RequestError once recorded)."""
     ctx = cfg.server.ctx_size
     record["prompt_tokens"] = n_prompt = server.count_tokens(prompt)
@@ -34,19 +45,17 @@ def send(server: LlamaServer, cfg: Config, prompt: str, cache_prompt: bool, reco
         if room < 1:
             raise RequestError(f"prompt of {n_prompt} tokens leaves no room in a {ctx}-token context")
         record["n_predict"] = n_predict = min(cfg.workload.n_predict, room)
-        resp = server.complete(prompt, n_predict, cache_prompt)
+        done = server.complete(prompt, n_predict, cache_prompt)
     except RequestError as exc:
         record["error"] = str(exc)
-        write(record)
+        _write(write, record)
         raise
-    t = resp["timings"]
     record.update(
-        prompt_tokens=resp.get("tokens_evaluated", n_prompt),
-        output_tokens=resp["tokens"], output_text=resp["content"],
-        top_logprobs=[[[p["id"], p["logprob"]] for p in pos["top_logprobs"]]
-                      for pos in resp.get("completion_probabilities", [])],
-        cache_n=t["cache_n"], prompt_n=t["prompt_n"],
-        prompt_ms=t["prompt_ms"], predicted_ms=t["predicted_ms"], stop_type=resp.get("stop_type"),
+        prompt_tokens=done.prompt_tokens, output_tokens=done.tokens, output_text=done.text,
+        top_logprobs=done.top_logprobs, cache_n=done.cache_n, prompt_n=done.prompt_n,
+        prompt_ms=done.prompt_ms, predicted_ms=done.predicted_ms, stop_type=done.stop_type,
     )
-    write(record)
+    if done.extra:
+        record["engine_extra"] = done.extra
+    _write(write, record)
     return record

@@ -10,12 +10,11 @@ import dataclasses
 import time
 from pathlib import Path
 
-from artifact import provenance
 from artifact.config import Config, Plan
-from artifact.engines.llama_server import LlamaServer
+from artifact.engines.base import EngineSession
 from artifact.errors import ArtifactError
 from artifact.protocol.requests import new_record, send
-from artifact.protocol.sessions import PROTOCOL, RunSpec, manifest_base, open_run, run_sessions, say
+from artifact.protocol.sessions import RunSpec, fingerprints, manifest_base, open_run, run_sessions, say
 from artifact.records.store import RunWriter
 from artifact.workloads import bfcl
 
@@ -31,7 +30,7 @@ def with_episodes(cfg: Config, episodes: int | None) -> Config:
 class RunExecutor:
     """Executes one BFCL run on a started server and writes its records."""
 
-    def __init__(self, cfg: Config, server: LlamaServer, episodes: list[bfcl.Episode], base: dict):
+    def __init__(self, cfg: Config, server: EngineSession, episodes: list[bfcl.Episode], base: dict):
         self.cfg, self.server, self.episodes, self.base = cfg, server, episodes, base
 
     def execute(self, spec: RunSpec, run_dir: Path) -> Path:
@@ -71,9 +70,15 @@ class RunExecutor:
 
 def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
     """Run (or resume) every session of `plan`; returns the run directories in plan order."""
+    if cfg.workload.name != "bfcl_multi_turn_base":
+        raise ArtifactError(f"{cfg.name}: workload.name is {cfg.workload.name!r}; plan '{plan.name}' runs BFCL")
+    if "bridge" in plan.arms:
+        raise ArtifactError(f"plan '{plan.name}' is the GSM8K bridge; a BFCL configuration runs main, cram0, fresh, ...")
+    cfg = plan.apply(cfg)
+    bfcl.check_prompt_variant(cfg.chat.handler, cfg.workload.prompt_variant)
     episodes = bfcl.load_episodes(cfg.workload.episodes, cfg.workload.max_turns)
     episode_ids = [e.id for e in episodes]
-    fp = provenance.fingerprint(cfg.as_dict(), plan.as_dict(), episode_ids, PROTOCOL)
-    base = manifest_base(cfg, plan, episode_ids, fp)
-    return run_sessions(cfg, plan, results, fp, f"{len(episodes)} episodes",
+    fps = fingerprints(cfg, plan, episode_ids, bfcl.data_identity())
+    base = manifest_base(cfg, plan, episode_ids, fps)
+    return run_sessions(cfg, plan, results, fps.resume, f"{len(episodes)} episodes",
                         lambda server: RunExecutor(cfg, server, episodes, base))

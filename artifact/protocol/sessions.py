@@ -9,21 +9,25 @@ whose fingerprint matches are reused; complete runs with another fingerprint are
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
-from artifact import provenance
+from artifact import engines, provenance
 from artifact.config import Config, Plan
-from artifact.engines.llama_server import GREEDY, LlamaServer
+from artifact.engines.base import GREEDY, TOP_N, EngineSession
 from artifact.engines.models import verified_weights
 from artifact.errors import ArtifactError
 from artifact.records.store import DISCARDED, MANIFEST, RunWriter, load_run, now_iso
 
-PROTOCOL = {"decoding": "greedy", **GREEDY, "n_probs": 2, "batch": 1, "serial": True, "id_slot": 0}
+PROTOCOL = {"decoding": "greedy", **GREEDY, "n_probs": TOP_N, "batch": 1, "serial": True}
+LOCK = ".lock"
 
 
 @dataclass(frozen=True)
@@ -86,55 +90,105 @@ def discard(pdir: Path, session: list[RunSpec]) -> None:
             say(f"  moved unfinished {src.name} to {dest / spec.dirname}")
 
 
-def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fp: str) -> dict:
+@dataclass(frozen=True)
+class Fingerprints:
+    """`pairing`: everything that produces the tokens except the arm's own cache switch (engine binary identity,
+    effective server arguments, request fields, threads, model, workload settings and data, episodes): two runs
+    are comparable only if it is equal. `resume`: the pairing inputs plus the configuration and plan as written."""
+
+    pairing_inputs: dict
+    pairing: str
+    resume: str
+
+
+def fingerprints(cfg: Config, plan: Plan, unit_ids: list[str], workload_identity: dict,
+                 extra: tuple = ()) -> Fingerprints:
+    inputs = {
+        "engine": engines.identity(cfg, plan), "model_sha256": cfg.model.sha256,
+        "workload": dataclasses.asdict(cfg.workload), "workload_data": workload_identity,
+        "units": unit_ids, "protocol": PROTOCOL,
+    }
+    return Fingerprints(inputs, provenance.fingerprint(inputs),
+                        provenance.fingerprint(inputs, cfg.as_dict(), plan.as_dict(), *extra))
+
+
+def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerprints) -> dict:
     """The manifest fields every run of a plan shares (BFCL and the GSM8K bridge alike). Also removes secrets from
     this process's environment: the protocol eval()s model output (BFCL)."""
     isolation = provenance.isolation(provenance.scrub_secrets())
     if isolation["network"] != "loopback-only":
-        say("warning: this protocol run can reach the network (run it through ./run.sh for isolation)")
+        say("warning: this protocol run can reach the network (run it through ./run.sh for isolation); "
+            "check and the report will flag it")
     return {
         "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
-        "engine": cfg.engine.kind, "engine_build_flags": provenance.llama_build(),
+        "engine": cfg.engine.kind,
         "model": {"family": cfg.model.family, "name": cfg.model.name, "quant": cfg.model.quant,
                   "sha256": cfg.model.sha256, "source": cfg.model.source},
         "lifecycle": plan.lifecycle, "plan": plan.name, "plan_data": plan.as_dict(),
         "workload": cfg.workload.name, "workload_settings": dataclasses.asdict(cfg.workload),
         "prompt_variant": cfg.workload.prompt_variant, "episodes": episode_ids,
-        "protocol": PROTOCOL, "fingerprint": fp,
+        "protocol": PROTOCOL, "fingerprint": fps.resume,
+        "pairing_fingerprint": fps.pairing, "pairing_inputs": fps.pairing_inputs,
         "host": provenance.host(), "packages": provenance.packages(), "isolation": isolation,
     }
 
 
-def open_run(base: dict, spec: RunSpec, server: LlamaServer, run_dir: Path) -> RunWriter:
-    """Start a run's records: the shared manifest plus this run's arm, session and server."""
+def open_run(base: dict, spec: RunSpec, server: EngineSession, run_dir: Path) -> RunWriter:
+    """Start a run's records: the shared manifest plus this run's arm, session and server provenance."""
     return RunWriter(run_dir, {
-        **base,
+        **base, **server.provenance(),
         "arm": spec.arm, "run": spec.run, "session": spec.session,
-        "engine_build": server.build_info, "server_cmd": server.cmd,
         "server_log": str(server.log_path.relative_to(run_dir.parent)),
     })
 
 
+@contextlib.contextmanager
+def plan_lock(pdir: Path) -> Iterator[None]:
+    """One writer per plan directory: a second invocation refuses instead of moving a live run away."""
+    pdir.mkdir(parents=True, exist_ok=True)
+    fh = open(pdir / LOCK, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise ArtifactError(f"{pdir} is being written by {holder}; wait for it to finish (one writer per plan "
+                            "directory)") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()} since {now_iso()}\n")
+    fh.flush()
+    try:
+        yield
+    finally:
+        fh.truncate(0)
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
 def run_sessions(cfg: Config, plan: Plan, results: Path, fp: str, units: str,
-                 make_executor: Callable[[LlamaServer], Executor]) -> list[Path]:
-    """Run (or resume) every session of `plan`, one llama-server per session; returns run dirs in plan order."""
+                 make_executor: Callable[[EngineSession], Executor]) -> list[Path]:
+    """Run (or resume) every session of `plan`, one server per session; returns run dirs in plan order."""
     pdir = plan_dir(results, cfg, plan)
     run_dirs = []
-    for session in sessions(plan):
-        name = session[0].session
-        state = session_state(pdir, session, fp)
-        if state == "complete":
-            say(f"[{cfg.name}/{plan.name}] session {name}: complete, reusing")
-            run_dirs += [pdir / s.dirname for s in session]
-            continue
-        if state == "partial":
-            discard(pdir, session)
-        model_path = verified_weights(cfg.model)  # sha256 checked before every server start
-        log_path = pdir / "logs" / f"server-{name}-{now_iso().replace(':', '')}.log"
-        say(f"[{cfg.name}/{plan.name}] session {name}: starting llama-server (--cache-ram {plan.cache_ram_mib}), "
-            f"{units} x {len(session)} runs")
-        with LlamaServer(cfg, model_path, plan.cache_ram_mib, log_path) as server:
-            executor = make_executor(server)
-            for spec in session:
-                run_dirs.append(executor.execute(spec, pdir / spec.dirname))
+    with plan_lock(pdir):
+        for session in sessions(plan):
+            name = session[0].session
+            state = session_state(pdir, session, fp)
+            if state == "complete":
+                say(f"[{cfg.name}/{plan.name}] session {name}: complete, reusing")
+                run_dirs += [pdir / s.dirname for s in session]
+                continue
+            if state == "partial":
+                discard(pdir, session)
+            model_path = verified_weights(cfg.model)  # sha256 checked before every server start
+            log_path = pdir / "logs" / f"server-{name}-{now_iso().replace(':', '')}.log"
+            say(f"[{cfg.name}/{plan.name}] session {name}: starting {cfg.engine.kind} (host prompt cache "
+                f"{plan.cache_ram_mib} MiB, slot {'pinned' if plan.pin_slot else 'chosen by the server'}), "
+                f"{units} x {len(session)} runs")
+            with engines.open_session(cfg, plan, session[0].arm, model_path, log_path) as server:
+                executor = make_executor(server)
+                for spec in session:
+                    run_dirs.append(executor.execute(spec, pdir / spec.dirname))
     return run_dirs

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib
 import os
 import tempfile
@@ -26,10 +27,12 @@ os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path(tempfile.gettempdir()) / "bf
 
 from artifact.errors import ArtifactError  # noqa: E402
 from bfcl_eval.constants import default_prompts  # noqa: E402
+from bfcl_eval.constants.eval_config import MULTI_TURN_FUNC_DOC_PATH, POSSIBLE_ANSWER_PATH, PROMPT_PATH  # noqa: E402
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker  # noqa: E402
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_execute_response  # noqa: E402
 from bfcl_eval.model_handler import base_handler  # noqa: E402
+from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler  # noqa: E402
 from bfcl_eval.model_handler.utils import system_prompt_pre_processing_chat_model  # noqa: E402
 from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry, sort_key  # noqa: E402
 
@@ -79,6 +82,33 @@ def load_episodes(n: int, max_turns: int = 0) -> list[Episode]:
             gt = gt[:max_turns]
         episodes.append(Episode(entry, gt))
     return episodes
+
+
+def data_identity() -> dict:
+    """The BFCL package version and a sha256 over the data this workload reads (questions, ground truth, function
+    docs): part of what produces the tokens, so part of every run's pairing fingerprint."""
+    from importlib.metadata import version
+
+    files = [PROMPT_PATH / f"BFCL_v4_{CATEGORY}.json", POSSIBLE_ANSWER_PATH / f"BFCL_v4_{CATEGORY}.json",
+             *sorted(MULTI_TURN_FUNC_DOC_PATH.glob("*.json"))]
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return {"bfcl_eval": version("bfcl-eval"), "data_sha256": h.hexdigest()}
+
+
+def check_prompt_variant(handler_name: str, variant: str) -> None:
+    """A non-default variant replaces the handler's system-prompt step with BFCL's own prompting step for that
+    variant; that is BFCL's behaviour only for handlers that use OSSHandler's step unchanged. Other handlers (e.g.
+    the FC ones, which put the functions in their chat template) would get a system prompt BFCL never sends."""
+    if variant == "default":
+        return
+    module, cls = HANDLERS[handler_name]
+    handler_cls = getattr(importlib.import_module(module), cls)
+    if handler_cls._pre_query_processing_prompting is not OSSHandler._pre_query_processing_prompting:
+        raise ArtifactError(
+            f"prompt_variant {variant!r} cannot be used with chat.handler {handler_name!r}: that BFCL handler builds "
+            "its own prompt (BFCL never sends it a variant system prompt); use prompt_variant = \"default\"")
 
 
 def make_handler(name: str, namespace: str):
@@ -176,6 +206,7 @@ def score(handler, model_result, episode: Episode, namespace: str) -> str:
 def run_episode(episode: Episode, handler_name: str, namespace: str, query: QueryFn, *, prompt_variant: str,
                 max_steps_per_turn: int, log) -> EpisodeResult:
     """Run one episode through BFCL's own loop, score it with BFCL's checker, purge its instances."""
+    check_prompt_variant(handler_name, prompt_variant)
     handler = make_handler(handler_name, namespace)
     _attach_prompt_variant(handler, prompt_variant)
     n_requests = 0

@@ -1,0 +1,141 @@
+"""The server lifecycle shared by every engine adapter: a child process bound to 127.0.0.1 on a free port, started
+with an allowlisted environment and a private, empty configuration/home folder, its full command line and log
+recorded, readiness polled with a timeout, and a clean stop (SIGTERM, then SIGKILL). The child dies with us
+(PR_SET_PDEATHSIG), so no server is left orphaned if the protocol is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from artifact.errors import ArtifactError
+
+# The only variables a server inherits from us: nothing else (no LLAMA_ARG_*, no GGML_*/VLLM_* knob, no secret) can
+# change its behaviour unseen. Adapters add their own fixed variables, which the manifest records.
+ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def _die_with_parent() -> None:  # runs in the child before exec (Linux)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_env(home: Path, extra: dict | None = None) -> dict:
+    """The allowlisted environment with a private, empty HOME and XDG_CONFIG_HOME (no user config file applies)."""
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), XDG_CACHE_HOME=str(home / "cache"),
+               TMPDIR=str(home / "tmp"))
+    env.update(extra or {})
+    return env
+
+
+class ServerProcess:
+    """One server child process; `name` is used in messages ("llama-server", "vLLM")."""
+
+    def __init__(self, name: str, log_path: Path, startup_timeout_s: float, request_timeout_s: float):
+        self.name = name
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.port = 0
+        self.cmd: list[str] = []
+        self.env: dict = {}
+        self.proc: subprocess.Popen | None = None
+        self.client: httpx.Client | None = None
+        self.home: Path | None = None
+
+    def spawn(self, build_cmd, extra_env: dict | None = None, health: str = "/health") -> None:
+        """Start `build_cmd(port)` and wait until `health` answers 200."""
+        self.port = free_port()
+        self.cmd = build_cmd(self.port)
+        self.home = Path(tempfile.mkdtemp(prefix="artifact-server-home-"))
+        for sub in ("config", "cache", "tmp"):
+            (self.home / sub).mkdir()
+        self.env = server_env(self.home, extra_env)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {shlex.join(self.cmd)}\n".encode())
+            log.flush()
+            try:
+                self.proc = subprocess.Popen(
+                    self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+                    start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                )
+            except OSError as exc:
+                self.stop()
+                raise ArtifactError(f"cannot start {self.name} ({exc.strerror}): {self.cmd[0]}") from None
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=self.request_timeout_s,
+                                   trust_env=False)
+        self._wait_healthy(health)
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text[-lines:])
+
+    def _wait_healthy(self, health: str) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise ArtifactError(f"{self.name} exited during start-up (exit code {code}): {tail[-400:]} "
+                                    f"(full log: {self.log_path})")
+            try:
+                if self.client.get(health, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise ArtifactError(f"{self.name} not ready after {self.startup_timeout_s:.0f} s; see {self.log_path}")
+
+    def request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """One HTTP request; a server that is gone or stops answering is fatal for the run (ArtifactError)."""
+        try:
+            return self.client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            code = self.proc.poll() if self.proc else None
+            raise ArtifactError(f"{self.name} stopped answering ({type(exc).__name__}; exit code {code}); "
+                                f"see {self.log_path}") from None
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+            self.home = None
