@@ -65,8 +65,9 @@ def test_host_prompt_cache_serves_a_returning_prompt_in_main_and_not_in_cram0(cf
     assert total > 300 and cached >= total - 2, (cached, total)  # restored from host memory
     cached, total = a_b_a(cfg, cram0, tmp_path)
     assert cached < 16, (cached, total)  # recomputed: only the shared first tokens
-    # A pinned slot bypasses the host cache even at 8192 MiB: the condition the artifact used to run by mistake.
-    pinned = dataclasses.replace(main, name="pinned", pin_slot=True)
+    # A pinned slot with similarity selection off bypasses the host cache even at 8192 MiB: the condition the
+    # artifact used to run by mistake (id_slot 0, -sps 0).
+    pinned = dataclasses.replace(main, name="pinned", pin_slot=True, slot_prompt_similarity=0.0)
     cached, _ = a_b_a(cfg, pinned, tmp_path)
     assert cached < 16
 
@@ -226,7 +227,7 @@ def run_through_fault(cfg, tmp_path, monkeypatch, fault):
 
     def start_behind_proxy(self):
         real_start(self)
-        proxy = FaultProxy(f"http://127.0.0.1:{self.proc.port}", 2, fault)
+        proxy = FaultProxy(f"http://127.0.0.1:{self.proc.port}", 1, fault)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         proxies.append(proxy)
         self.proc.client = httpx.Client(base_url=f"http://127.0.0.1:{proxy.server_address[1]}", timeout=600,

@@ -2,9 +2,11 @@
 serial greedy /completion requests.
 
 What a plan's cache condition means here (`cache_condition`): the host-memory prompt cache (`--cache-ram`) and
-llama-server's slot choice. The host cache is consulted only when the server picks the slot itself: a request that
-pins `id_slot` skips the code that saves and restores prompts in host memory, so the paper's default condition
-(`--cache-ram 8192`) needs unpinned requests. Nothing else of the cache condition lives in code.
+llama-server's slot choice (`id_slot`, `-sps`). The host cache is consulted only when the server chooses the slot
+(by LRU, or by a similarity test that would drop most of the slot's context): a request that pins `id_slot` with
+`-sps 0` skips the code that saves and restores prompts in host memory, so the paper's default condition
+(`--cache-ram 8192`, llama.cpp's defaults elsewhere) sends unpinned requests. Nothing else of the cache condition
+lives in code.
 """
 
 from __future__ import annotations
