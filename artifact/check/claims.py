@@ -35,7 +35,7 @@ BAND_RULE = (
     "same engine, same model (the paper's model name, e.g. Qwen2.5-7B, appears as consecutive words of the run's "
     "model name or family) and same quantization level, run under the paper's plan (main: one server per arm, host "
     "prompt cache at its 8192 MiB default; cram0 for the 79/80 value). Observed interval [L, U]: the wider of the "
-    "Wilson and the moving-block bootstrap 95% intervals of the observed rate r = k/n. The paper's value p0 is itself "
+    "Wilson and the circular block bootstrap 95% intervals of the observed rate r = k/n. The paper's value p0 is itself "
     "an estimate from n = 80 episodes (k = round(p0 n) unless the paper states k), with Wilson 95% interval [l, u]. "
     "Band: the observed interval widened by the paper's sampling error in quadrature, plus 0.05 percentage points "
     "for the paper's one-decimal rounding: [r - sqrt((r - L)^2 + (u - p0)^2) - 0.0005, "
