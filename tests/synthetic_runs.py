@@ -31,7 +31,8 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                    engine: str = "llama.cpp", model: dict | None = None, cache_n=None, valid: set | None = None,
                    texts: dict | None = None, logprobs: dict | None = None, complete: bool = True,
                    cache_ram_mib: int = 8192, lifecycle: str = "shared", prompts: dict | None = None,
-                   inputs: dict | None = None, isolation: dict | None = ISOLATED, manifest: dict | None = None):
+                   inputs: dict | None = None, isolation: dict | None = ISOLATED, manifest: dict | None = None,
+                   errors: dict | None = None):
     """A BFCL run: episode `eid` made one request per token list in `episodes[eid]`.
 
     cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; an int
@@ -39,7 +40,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
     texts[(eid, i)] / logprobs[(eid, i)] / prompts[(eid, i)] give a request's output_text / top_logprobs / prompt.
     inputs: the pairing_inputs (default `pairing_inputs(model, cache_ram_mib)`, equal for every arm and run); the
     manifest's pairing_fingerprint is their digest. isolation: the manifest's isolation record (None: left out).
-    manifest: extra manifest fields (a value None removes the field).
+    manifest: extra manifest fields (a value None removes the field). errors[(eid, i)]: that request's error.
     """
     d = root / config / plan / f"{arm}-run{run}"
     inputs = inputs if inputs is not None else pairing_inputs(model or MODEL, cache_ram_mib, engine)
@@ -67,7 +68,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                        "output_tokens": toks, "output_text": (texts or {}).get((eid, i), f"text {toks}"),
                        "top_logprobs": (logprobs or {}).get((eid, i), [[[t, -0.1], [t + 1, -2.0]] for t in toks]),
                        "cache_n": cn, "prompt_n": 100 - (cn or 0), "prompt_ms": 10.0, "predicted_ms": 5.0,
-                       "stop_type": "eos", "error": None})
+                       "stop_type": "eos", "error": (errors or {}).get((eid, i))})
         ok = eid in (valid or set())
         w.episode({"episode_id": eid, "verdict": "valid" if ok else "state_mismatch", "valid": ok,
                    "n_requests": len(outputs), "error": None})

@@ -744,6 +744,7 @@ def rq5(tab3: pd.DataFrame | None, paper: Paper, invalid_configs: dict[str, list
                 reasons.append(f"McNemar p = {fmt_p(r['mcnemar_p'])} <= {ALPHA}")
             if reasons:
                 status = FAIL
+                judged.append((n, b, c, str(r["config"])))
             elif share > RQ5_MAX_FLAGGED or not n:
                 status = INCONCLUSIVE
                 reasons = [f"{pct(share)} of servings flagged (more than {RQ5_MAX_FLAGGED:.0%}): the counted items "
