@@ -389,7 +389,10 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             continue
         pairs = g.pairs("off_rerun")
         cached, hits, unreported = _off_exposure(offs, root)
-        diverged = {d.episode_id: (p, d) for p in pairs for d in p.cmp.diverged}
+        diverged: dict = {}  # episode -> (the first pair it diverges in, its diff)
+        for p in pairs:
+            for d in p.cmp.diverged:
+                diverged.setdefault(d.episode_id, (p, d))
         compared = {d.episode_id for p in pairs for d in p.cmp.episodes}
         evidence = min((p.cmp.n_evidence for p in pairs), default=0)
         invalid = [x for r in offs for x in record_problems(r)] + [why for kind, why in g.refused if kind == "off_rerun"]
