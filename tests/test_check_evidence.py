@@ -307,7 +307,7 @@ def test_rq2b_paper_like_agreement_passes(tmp_path):
 
 def test_rq2b_reruns_that_merely_diverge_a_little_less_fail(tmp_path):
     # default 10/80, layer off 8/80 (the same 8 and no other): b = 2, c = 0, p = 0.5; full agreement would show
-    # with power 0.97 (exact McNemar at n = 80, discordant rate = net shift = 12.5%)
+    # with power 0.94 (exact McNemar at n = 80, discordant rate = net shift = 12.5%)
     rq2b_runs(tmp_path, 80, range(10), range(8))
     code, claims, _ = check(tmp_path)
     d = claims["RQ2b"]["details"][0]

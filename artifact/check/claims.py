@@ -31,6 +31,7 @@ from artifact.analysis.stats import cochran_armitage, mcnemar_exact, mcnemar_pow
 from artifact.analysis.tables import (
     PAPER_PLAN, Pair, PlanGroup, Tables, exposure, quant_level, relative, widest_interval,
 )
+from artifact.check.exit_codes import EXIT_CODES  # noqa: F401  (re-exported: the text ARTIFACT.md quotes)
 from artifact.check.expected import load_document
 
 PASS, FAIL, OUT, NOT_RUN = "PASS", "FAIL", "OUT-OF-BAND", "NOT-RUN"
@@ -43,16 +44,6 @@ ROUNDING = 0.0005  # the paper prints percentages to one decimal: 0.05 percentag
 MIN_POWER = 0.80  # power a "no effect" result needs before it counts (the paper's GSM8K power is 0.81)
 RQ5_MAX_FLAGGED = 0.10  # above this share of flagged servings a GSM8K configuration cannot be judged
 
-EXIT_CODES = {
-    0: "every claim that was tested holds (PASS or OUT-OF-BAND), at least one claim was tested, and every run is "
-       "valid",
-    1: "the hard claim RQ1 FAILs, or a run is invalid (incomplete, marked complete but not whole, without a pairing "
-       "fingerprint, a pairing refused, an OFF run served cached tokens)",
-    2: "the input is unreadable or malformed (no runs, a corrupt or cut-short record in a complete run, a missing "
-       "field, an unknown arm label, a run identity that appears twice, an unreadable expected-values file)",
-    3: "nothing could be tested: every claim is NOT-RUN or INCONCLUSIVE (and no run is invalid)",
-    4: "a claim other than RQ1 FAILs (the runs are valid and RQ1 holds)",
-}
 
 BAND_RULE = (
     "Value band (RQ2, RQ2b; only where the paper reports a rate for the same configuration). Same configuration: "
