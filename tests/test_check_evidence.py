@@ -368,3 +368,34 @@ def test_an_unknown_plan_name_does_not_crash_the_checker(tmp_path):
     code, claims, _ = check(tmp_path)
     assert code == 0 and {d["scope"] for d in claims["RQ2"]["details"] if d["kind"] == "direction"} == {
         "cfg / main", "cfg / ub1"}
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("episode_twice", "episodes.jsonl holds episode e1 twice"),
+    ("index_twice", "holds a request_index twice for episode e0"),
+    ("stray", "holds records of episode e7, which its manifest does not list"),
+])
+def test_other_ways_a_complete_run_is_not_whole(tmp_path, damage, reason):
+    runs = main_plan(tmp_path, OFF, ON1, ON2)
+    eps, req = runs[0].path / "episodes.jsonl", runs[0].path / "requests.jsonl"
+    if damage == "episode_twice":
+        eps.write_text(eps.read_text() + lines(eps)[1] + "\n")
+    elif damage == "index_twice":
+        recs = [json.loads(x) for x in lines(req)]
+        recs[1]["request_index"] = 0
+        req.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    else:
+        recs = [json.loads(x) for x in lines(req)]
+        req.write_text(req.read_text() + json.dumps({**recs[0], "episode_id": "e7"}) + "\n")
+    code, claims, data = check(tmp_path)
+    assert code == 1 and claims["RQ1"]["status"] == INVALID
+    assert any(f"cfg/main/off-run1 is marked complete but {reason}" in p for p in data["invalid"])
+
+
+def test_check_help_lists_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for code, text in EXIT_CODES.items():
+        assert f"  {code}  {text}" in out

@@ -263,11 +263,12 @@ def record_problems(run: Run) -> list[str]:
     return problems
 
 
-def cache_problem(run: Run) -> str | None:
-    """An OFF run that was served cached tokens (on any request that reports it, failed ones included)."""
+def cache_problem(run: Run, exposure: Exposure | None = None) -> str | None:
+    """An OFF run that was served cached tokens (on any request that reports it, failed ones included);
+    `exposure` is the run's `cache_exposure` where the caller has it already."""
     if run.manifest["arm"] != "off":
         return None
-    hits = cache_exposure(run).requests_with_cache
+    hits = (exposure or cache_exposure(run)).requests_with_cache
     return f"{run.label}: cache-OFF run served cached tokens in {hits} requests (invalid)" if hits else None
 
 

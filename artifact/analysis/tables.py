@@ -1,15 +1,16 @@
 """The paper's BFCL tables from run records: Tab. 2, the Fig. 1 cause-isolation conditions and the Fig. 2 series.
 
 Everything here is computed from the records (manifest.json, requests.jsonl, episodes.jsonl) by the existing
-comparison code (`compare.compare_runs` through `compare.paired_comparisons`, `compare.cache_exposure`,
+comparison code (`compare.compare_runs` through `compare.plan_pairs`, `compare.cache_exposure`,
 `compare.validity_problems`) and the statistics module; nothing is read from directory names.
 
 Conventions
   * A divergence rate is k/n over the episodes both runs made, with a Wilson 95% interval and a moving-block
     bootstrap 95% interval over the episode sequence (`BOOTSTRAP`: block length 5, 10,000 replicates, seed 42;
     see `stats.block_bootstrap_interval` for the choice of block length).
-  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`compare.paired_comparisons`); run 1 vs
-    run 1 is the headline, every k-vs-k pair is in the long comparison table.
+  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`compare.plan_pairs`); run 1 vs run 1 is
+    the headline, every k-vs-k pair is in the long comparison table. Reruns compare every pair i < j of an arm's
+    runs; run 1 vs run 2 is the headline. Only runs with equal pairing fingerprints and episode lists are paired.
   * The first diverging request is reported 1-based (the paper's "1st-4th of roughly 10"); the first diverging
     token is the 0-based index within that request's generated tokens (as `compare.py` reports it).
   * BFCL accuracy per arm pools the complete runs of that arm: valid episodes / episodes.
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from artifact.analysis.compare import Comparison, Exposure, Paired, cache_exposure, plan_pairs, validity_problems
+from artifact.analysis.compare import (
+    Comparison, Exposure, Paired, cache_exposure, cache_problem, plan_pairs, record_problems,
+)
 from artifact.analysis.stats import block_bootstrap_interval, cochran_armitage, wilson_interval
 from artifact.records.store import Run
 
@@ -145,8 +148,10 @@ def exposure(run: Run) -> Exposure | None:
 
 
 def run_problems(run: Run) -> list[str]:
-    """`compare.validity_problems` (the cached-token test reads only reported counts: a null is never a 0)."""
-    return validity_problems(run)
+    """`compare.validity_problems`, from the memoised exposure (the cached-token test reads only reported counts:
+    a null is never a 0)."""
+    cache = cache_problem(run, exposure(run) or Exposure(0, 0, 0, 0))
+    return record_problems(run) + ([cache] if cache else [])
 
 
 ISOLATED = "loopback-only"
