@@ -53,6 +53,8 @@ def render_comparison(c: Comparison) -> str:
                      f"requests {d.n_requests[0]} vs {d.n_requests[1]}")
     if c.only_in_a or c.only_in_b:
         lines.append(f"  not compared (in one run only): {', '.join(c.only_in_a + c.only_in_b)}")
+    if c.without_requests:
+        lines.append(f"  not compared (a run holds no request of it): {', '.join(c.without_requests)}")
     if c.prompt_mismatches:
         lines.append(f"  WARNING identical outputs but different prompts in: {', '.join(c.prompt_mismatches)}")
     return "\n".join(lines)

@@ -605,9 +605,10 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
         invalid = [x for g in groups for x in _invalid(g)]
         at_scale = bool(len(rows)) and bool((rows["div_n"] >= paper_n).all())
         why = []
-        if invalid:
+        testable = t["n_levels"] >= 3 and t["z"] is not None and not pd.isna(t["z"])
+        if invalid and testable:
             status, why = INVALID, invalid
-        elif t["n_levels"] >= 3 and t["z"] is not None and not pd.isna(t["z"]):
+        elif testable:
             obs += f"; Cochran-Armitage z = {t['z']:.2f}, p = {fmt_p(t['p'])}"
             if t["z"] > 0 and (direction_only or t["p"] < ALPHA):
                 status = PASS
