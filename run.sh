@@ -27,8 +27,9 @@ protocol and results
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions
   compare RUN_A RUN_B   compare two run directories episode by episode
   summary [DIR]         the paired-protocol table of every run under DIR (default results/)
-  check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / NOT-RUN), tables, figures and a
-                        self-contained report.html (default DIR results/, outputs in DIR/check/)
+  check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / INCONCLUSIVE / INVALID / NOT-RUN),
+                        tables, figures and a self-contained report.html (default DIR results/, outputs in
+                        DIR/check/); exit codes: ./run.sh check --help
   bench                 benchmarks (check on synthetic paper-scale results; target < 5 s)
   all                   not available yet (GPU/Docker issue): the paper's ten configurations on a GPU host
 

@@ -129,7 +129,13 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     sp.set_defaults(func=cmd_summary)
 
-    sp = sub.add_parser("check", help="verdicts per paper claim, tables, figures and report.html")
+    from artifact.check.exit_codes import exit_codes_help
+
+    sp = sub.add_parser("check", help="verdicts per paper claim, tables, figures and report.html",
+                        description="Judge the runs under RESULTS against the paper's claims: one verdict per claim "
+                        "(PASS, FAIL, OUT-OF-BAND, INCONCLUSIVE, INVALID, NOT-RUN; ARTIFACT.md section 2), tables, "
+                        "figures, check.json and a self-contained report.html.",
+                        epilog=exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     sp.add_argument("--out", default=None, help="output directory (default: RESULTS/check)")
     sp.set_defaults(func=cmd_check)

@@ -75,6 +75,10 @@ def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list
         "server_cmd": ["llama-server", "-m", f"models/{name}.gguf", "-c", "32768", "-np", "1", "--cache-ram", "8192"],
         "host": {"cpu": "synthetic", "cpu_count": 16, "gpus": [{"name": "NVIDIA RTX 4090", "driver": "560"}]},
         "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "bench",
+        # equal for every run of a configuration (the checker pairs only runs with equal fingerprints)
+        "pairing_inputs": {"model_sha256": hashlib.sha256(name.encode()).hexdigest(), "engine": engine},
+        "pairing_fingerprint": hashlib.sha256(f"pairing/{name}".encode()).hexdigest(),
+        "isolation": {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_from_env": []},
     })
     for eid, reqs in episodes.items():
         prompt = 3000

@@ -3,33 +3,58 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from artifact.records.store import RunWriter, load_run
 
 MODEL = {"family": "testlm", "name": "TestLM-1B", "quant": "Q4_1", "sha256": "ab" * 32, "source": "path:x.gguf"}
+ISOLATED = {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_from_env": []}
+
+
+def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", **changes) -> dict:
+    """What the protocol hashes into a run's pairing_fingerprint (issue 7): equal for every run of a configuration
+    and plan, whatever the arm; `changes` replace entries (e.g. threads=4) to make a run that may not be paired."""
+    return {"engine_binary_sha256": "ee" * 32, "engine": engine, "model_sha256": model["sha256"],
+            "server_args": ["-c", "4096", "-np", "1", "--cache-ram", str(cache_ram_mib), "--seed", "42"],
+            "request": {"temperature": 0.0, "seed": 42, "n_probs": 2}, "threads": 2,
+            "bfcl": {"version": "2026.3.23", "dataset_sha256": "bf" * 32},
+            "workload": {"name": "bfcl_multi_turn_base", "prompt_variant": "python", "max_steps_per_turn": 5},
+            **changes}
+
+
+def fingerprint_of(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
 def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: str = "cfg", plan: str = "main",
                    engine: str = "llama.cpp", model: dict | None = None, cache_n=None, valid: set | None = None,
                    texts: dict | None = None, logprobs: dict | None = None, complete: bool = True,
-                   cache_ram_mib: int = 8192, lifecycle: str = "shared", prompts: dict | None = None):
+                   cache_ram_mib: int = 8192, lifecycle: str = "shared", prompts: dict | None = None,
+                   inputs: dict | None = None, isolation: dict | None = ISOLATED, manifest: dict | None = None,
+                   errors: dict | None = None):
     """A BFCL run: episode `eid` made one request per token list in `episodes[eid]`.
 
     cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; an int
     -> that value for every request after the first; "null" -> JSON null (an engine that does not report it).
     texts[(eid, i)] / logprobs[(eid, i)] / prompts[(eid, i)] give a request's output_text / top_logprobs / prompt.
+    inputs: the pairing_inputs (default `pairing_inputs(model, cache_ram_mib)`, equal for every arm and run); the
+    manifest's pairing_fingerprint is their digest. isolation: the manifest's isolation record (None: left out).
+    manifest: extra manifest fields (a value None removes the field). errors[(eid, i)]: that request's error.
     """
     d = root / config / plan / f"{arm}-run{run}"
-    w = RunWriter(d, {
+    inputs = inputs if inputs is not None else pairing_inputs(model or MODEL, cache_ram_mib, engine)
+    extra = {"pairing_inputs": inputs, "pairing_fingerprint": fingerprint_of(inputs),
+             **({"isolation": isolation} if isolation is not None else {}), **(manifest or {})}
+    w = RunWriter(d, {k: v for k, v in {
         "config": config, "plan": plan, "arm": arm, "run": run, "session": arm if lifecycle == "shared" else
         f"{arm}-run{run}", "episodes": list(episodes), "lifecycle": lifecycle, "engine": engine,
         "engine_build": "b10435-test", "model": model or MODEL, "workload": "bfcl_multi_turn_base",
         "plan_data": {"name": plan, "cache_ram_mib": cache_ram_mib, "lifecycle": lifecycle},
         "prompt_variant": "python", "server_cmd": ["llama-server", "-m", "x.gguf", "--cache-ram", str(cache_ram_mib)],
         "host": {"cpu": "Test CPU", "cpu_count": 2, "gpus": [], "os": "Linux-test", "python": "3.11"},
-        "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "x",
-    })
+        "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "x", **extra,
+    }.items() if v is not None})
     for eid, outputs in episodes.items():
         for i, toks in enumerate(outputs):
             if cache_n == "null":
@@ -43,7 +68,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                        "output_tokens": toks, "output_text": (texts or {}).get((eid, i), f"text {toks}"),
                        "top_logprobs": (logprobs or {}).get((eid, i), [[[t, -0.1], [t + 1, -2.0]] for t in toks]),
                        "cache_n": cn, "prompt_n": 100 - (cn or 0), "prompt_ms": 10.0, "predicted_ms": 5.0,
-                       "stop_type": "eos", "error": None})
+                       "stop_type": "eos", "error": (errors or {}).get((eid, i))})
         ok = eid in (valid or set())
         w.episode({"episode_id": eid, "verdict": "valid" if ok else "state_mismatch", "valid": ok,
                    "n_requests": len(outputs), "error": None})

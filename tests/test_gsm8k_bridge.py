@@ -119,7 +119,7 @@ def test_tab3_row_from_the_run(bridge):
     print("\nTab. 3 row:", json.dumps({k: v for k, v in row.items()}, default=str))
     assert row["data"] == "synthetic" and df.iloc[1]["data"] == "synthetic"
     assert (row["N"], row["flagged_servings"], row["flagged_items"]) == (N_ITEMS, 0, 0)
-    assert row["cold_vs_cold"] == f"{N_ITEMS}/{N_ITEMS}"
+    assert row["identical_cold1_cold2"] == f"{N_ITEMS}/{N_ITEMS}"
     assert 0 <= row["flips_numeric"] <= N_ITEMS and 0.0 <= row["mcnemar_p"] <= 1.0
 
 

@@ -105,8 +105,10 @@ def test_row_a(tmp_path):
     assert (row["config"], row["data"], row["model"], row["quant"], row["status"]) == (
         "cfg-a", "synthetic", "TestLM", "Q8_0", "complete")
     assert (row["items"], row["N"], row["flagged_items"], row["flagged_servings"]) == (7, 5, 2, 3)
-    assert (row["cold_vs_cold"], row["warm_vs_warm"], row["cold_vs_warm_diverged"]) == ("4/5", "4/5", "3/5")
-    assert row["divergence_rate"] == pytest.approx(0.6)
+    # every identity column reads "identical k/N": cold 1 = cold 2, warm 1 = warm 2, cold 1 = warm 1 (3 of 5 diverge)
+    assert (row["identical_cold1_cold2"], row["identical_warm1_warm2"], row["identical_cold1_warm1"]) == (
+        "4/5", "4/5", "2/5")
+    assert row["divergence_cold1_warm1"] == pytest.approx(0.6) and row["cold_warm_diverged"] == 3
     assert (row["acc_cold_strict"], row["acc_warm_strict"]) == (pytest.approx(0.8), pytest.approx(0.6))
     assert (row["acc_cold_numeric"], row["acc_warm_numeric"]) == (pytest.approx(0.8), pytest.approx(0.8))
     assert (row["flips_strict"], row["flips_strict_cache"], row["flips_strict_recompute"]) == (3, 1, 2)
@@ -121,8 +123,8 @@ def test_row_a(tmp_path):
 
 def test_row_without_flips(tmp_path):
     row = tab3_row(run_b(tmp_path))
-    assert (row["N"], row["cold_vs_cold"], row["warm_vs_warm"], row["cold_vs_warm_diverged"]) == (
-        3, "3/3", "3/3", "0/3")
+    assert (row["N"], row["identical_cold1_cold2"], row["identical_warm1_warm2"], row["identical_cold1_warm1"]) == (
+        3, "3/3", "3/3", "3/3")
     assert row["data"] == "gsm8k" and row["flagged_servings"] == 0
     assert row["acc_cold_strict"] == row["acc_warm_numeric"] == pytest.approx(1.0)
     assert (row["flips_strict"], row["flips_numeric"], row["mcnemar_p"]) == (0, 0, 1.0)
@@ -140,8 +142,8 @@ def test_tab3_rows_and_pooled(tmp_path, make_run):
     pooled = df.iloc[-1].to_dict()
     assert pooled["data"] == "mixed"
     assert (pooled["N"], pooled["items"], pooled["flagged_items"], pooled["flagged_servings"]) == (8, 10, 2, 3)
-    assert (pooled["cold_vs_cold"], pooled["warm_vs_warm"], pooled["cold_vs_warm_diverged"]) == (
-        "7/8", "7/8", "3/8")
+    assert (pooled["identical_cold1_cold2"], pooled["identical_warm1_warm2"], pooled["identical_cold1_warm1"]) == (
+        "7/8", "7/8", "5/8")
     assert pooled["acc_cold_strict"] == pytest.approx(7 / 8) and pooled["acc_warm_strict"] == pytest.approx(6 / 8)
     assert pooled["acc_cold_numeric"] == pytest.approx(7 / 8) and pooled["acc_warm_numeric"] == pytest.approx(7 / 8)
     assert (pooled["flips_strict"], pooled["flips_numeric"]) == (3, 2)

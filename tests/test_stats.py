@@ -79,7 +79,7 @@ def test_wilson_rejects_empty_and_bad_counts():
         wilson_interval(5, 4)
 
 
-# --- moving-block bootstrap ----------------------------------------------
+# --- circular block bootstrap --------------------------------------------
 
 def _markov_flags(n, stay, seed):
     """0/1 chain that keeps its state with probability ``stay`` (positive autocorrelation)."""
@@ -114,15 +114,27 @@ def test_bootstrap_iid_matches_binomial_quantiles():
 
 def test_bootstrap_width_matches_exact_block_variance():
     # n a multiple of L: a replicate is the mean of n/L blocks drawn uniformly from the
-    # n-L+1 overlapping blocks, so its variance is var(block means) / (n/L). The
-    # percentile interval should be close to mean +- 1.96 sd of that distribution.
+    # n circular blocks (wrapping past the end), so its variance is var(block means) / (n/L).
+    # The percentile interval should be close to mean +- 1.96 sd of that distribution.
     x = _markov_flags(400, 0.9, seed=3)
     L = 10
-    block_means = np.array([x[s : s + L].mean() for s in range(len(x) - L + 1)])
+    wrapped = np.concatenate((x, x[:L]))
+    block_means = np.array([wrapped[s : s + L].mean() for s in range(len(x))])
     sd = math.sqrt(block_means.var() / (len(x) / L))
     low, high = block_bootstrap_interval(x, block_length=L, n_boot=20_000)
     assert high - low == pytest.approx(2 * Z975 * sd, rel=0.08)
     assert (low + high) / 2 == pytest.approx(block_means.mean(), abs=0.01)
+
+
+def test_bootstrap_samples_the_ends_of_the_sequence_circularly():
+    # Only the last of 80 episodes diverged. The non-circular moving-block bootstrap draws that episode only in
+    # the one block starting at n - L, so most replicates miss it; circular blocks draw every episode with equal
+    # probability (L / n per block), and the interval's upper end lies above the estimate 1/80.
+    x = [0] * 79 + [1]
+    low, high = block_bootstrap_interval(x)
+    assert low == 0.0 and high > 1 / 80
+    # by symmetry the first episode is treated the same way as the last
+    assert block_bootstrap_interval([1] + [0] * 79)[1] > 1 / 80
 
 
 def test_bootstrap_width_grows_with_block_length_when_autocorrelated():

@@ -1,7 +1,7 @@
 """Episode-by-episode comparison of two runs, and the cache exposure of one run (measured, never assumed).
 
 An episode diverges when any request's generated token ids differ, or the two runs made a different number of
-requests. For each diverged episode we report the first diverging request index and, within it, the first
+requests. Only runs that may be compared are paired (`pairing_problem`: equal pairing fingerprints and episode lists). For each diverged episode we report the first diverging request index and, within it, the first
 diverging token index (the length of the shorter output when one is a prefix of the other).
 """
 
@@ -20,6 +20,7 @@ class EpisodeDiff:
     first_request: int | None = None
     first_token: int | None = None
     n_requests: tuple[int, int] = (0, 0)
+    evidence: bool = True  # both runs made at least one request of it without an error
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Comparison:
     episodes: list[EpisodeDiff]
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
+    without_requests: list[str] = field(default_factory=list)  # listed by both, but a run holds no request of it
     # Identical outputs but different prompts: a harness nondeterminism (e.g. a simulator reading the clock).
     prompt_mismatches: list[str] = field(default_factory=list)
 
@@ -43,6 +45,11 @@ class Comparison:
     @property
     def k(self) -> int:
         return len(self.diverged)
+
+    @property
+    def n_evidence(self) -> int:
+        """Compared episodes in which both runs made at least one request without an error."""
+        return sum(e.evidence for e in self.episodes)
 
     @property
     def flags(self) -> list[int]:
@@ -70,89 +77,202 @@ def first_difference(x: list, y: list) -> int | None:
     return None if len(x) == len(y) else min(len(x), len(y))
 
 
+def _has_ok_request(reqs: list[dict]) -> bool:
+    return any(dict.get(r, "error") is None for r in reqs)
+
+
 def compare_episode(episode_id: str, reqs_a: list[dict], reqs_b: list[dict]) -> tuple[EpisodeDiff, bool]:
     """The episode's diff, and whether identical outputs came with different prompts."""
     counts = (len(reqs_a), len(reqs_b))
+    evidence = _has_ok_request(reqs_a) and _has_ok_request(reqs_b)
     for i, (ra, rb) in enumerate(zip(reqs_a, reqs_b)):
         tok = first_difference(ra["output_tokens"], rb["output_tokens"])
         if tok is not None:
-            return EpisodeDiff(episode_id, True, i, tok, counts), False
+            return EpisodeDiff(episode_id, True, i, tok, counts, evidence), False
     prompt_mismatch = any(ra["prompt_sha256"] != rb["prompt_sha256"] for ra, rb in zip(reqs_a, reqs_b))
     if counts[0] != counts[1]:
-        return EpisodeDiff(episode_id, True, min(counts), None, counts), prompt_mismatch
-    return EpisodeDiff(episode_id, False, n_requests=counts), prompt_mismatch
+        return EpisodeDiff(episode_id, True, min(counts), None, counts, evidence), prompt_mismatch
+    return EpisodeDiff(episode_id, False, n_requests=counts, evidence=evidence), prompt_mismatch
 
 
 def compare_runs(a: Run, b: Run) -> Comparison:
-    """Compare the episodes both runs made, in run a's episode order."""
+    """Compare the episodes both runs made, in run a's episode order.
+
+    An episode is compared only if both runs list it and hold at least one request of it; the others are listed
+    in `only_in_a`, `only_in_b` and `without_requests`.
+    """
     ea, eb = a.requests_by_episode(), b.requests_by_episode()
     ids_a, ids_b = a.manifest["episodes"], b.manifest["episodes"]
-    common = [e for e in ids_a if e in set(ids_b)]
+    set_a, set_b = set(ids_a), set(ids_b)
     cmp = Comparison(a.label, b.label, [],
-                     only_in_a=[e for e in ids_a if e not in set(ids_b)],
-                     only_in_b=[e for e in ids_b if e not in set(ids_a)])
-    for eid in common:
-        diff, prompt_mismatch = compare_episode(eid, ea.get(eid, []), eb.get(eid, []))
+                     only_in_a=[e for e in ids_a if e not in set_b],
+                     only_in_b=[e for e in ids_b if e not in set_a])
+    for eid in dict.fromkeys(e for e in ids_a if e in set_b):
+        reqs_a, reqs_b = ea.get(eid, []), eb.get(eid, [])
+        if not reqs_a or not reqs_b:
+            cmp.without_requests.append(eid)
+            continue
+        diff, prompt_mismatch = compare_episode(eid, reqs_a, reqs_b)
         cmp.episodes.append(diff)
         if prompt_mismatch:
             cmp.prompt_mismatches.append(eid)
     return cmp
 
 
+# --- which runs may be compared -------------------------------------------------------------------------------
+
+PAIRED_ARMS = ("off", "on")  # the arms whose runs are compared with each other (the bridge compares within a run)
+FINGERPRINT = "pairing_fingerprint"
+PAIRING_INPUTS = "pairing_inputs"
+
+
+def _first_difference_key(a: dict, b: dict) -> str:
+    """The first key (sorted, dotted into sub-tables) whose value differs between two pairing_inputs tables."""
+    a = a if isinstance(a, dict) else {}
+    b = b if isinstance(b, dict) else {}
+    for key in sorted(set(a) | set(b), key=str):
+        va, vb = a.get(key), b.get(key)
+        if va != vb:
+            if isinstance(va, dict) and isinstance(vb, dict):
+                return f"{key}.{_first_difference_key(va, vb)}"
+            return str(key)
+    return "(none: pairing_inputs are equal, the fingerprints are not)"
+
+
+def pairing_problem(a: Run, b: Run) -> str | None:
+    """Why two runs may not be compared (None if they may): both must carry the same pairing_fingerprint (the
+    protocol's digest of everything that must be equal between compared runs except the arm's own cache switch)
+    and list the same episodes. A run without a fingerprint is invalid on its own (`validity_problems`)."""
+    fa, fb = a.manifest.get(FINGERPRINT), b.manifest.get(FINGERPRINT)
+    if fa is None or fb is None:
+        return None
+    if fa != fb:
+        key = _first_difference_key(a.manifest.get(PAIRING_INPUTS), b.manifest.get(PAIRING_INPUTS))
+        return (f"{a.label} and {b.label} are not comparable: their pairing fingerprints differ "
+                f"(first differing pairing input: {key}); comparison refused")
+    ea, eb = a.manifest["episodes"], b.manifest["episodes"]
+    if ea != eb:
+        only_a = [e for e in ea if e not in set(eb)]
+        only_b = [e for e in eb if e not in set(ea)]
+        what = (f"{len(only_a)} only in the first (e.g. {only_a[0]})" if only_a else "") + \
+               ("; " if only_a and only_b else "") + \
+               (f"{len(only_b)} only in the second (e.g. {only_b[0]})" if only_b else "")
+        return (f"{a.label} and {b.label} are not comparable: they list different episodes "
+                f"({what or 'same episodes in a different order'}); comparison refused")
+    return None
+
+
+def comparable(run: Run) -> bool:
+    """A run that may enter a comparison: complete, whole, and carrying a pairing fingerprint."""
+    return run.complete and not run.integrity_problems() and isinstance(run.manifest.get(FINGERPRINT), str)
+
+
 @dataclass(frozen=True)
 class Paired:
     """One of the paper's comparisons within a configuration and plan."""
 
-    kind: str  # "off_rerun" (OFF run 1 vs 2), "on_rerun" (ON run 1 vs 2) or "on_vs_off" (ON run k vs OFF run k)
-    k: int  # run 1 for reruns; run k for ON vs OFF
-    name: str  # e.g. "ON run 2 vs OFF run 2"
+    kind: str  # "off_rerun" / "on_rerun" (run i vs run j of one arm) or "on_vs_off" (ON run k vs OFF run k)
+    k: int  # the first run's number: run i for reruns, run k for ON vs OFF
+    name: str  # e.g. "ON run 2 vs OFF run 2", "OFF run 1 vs run 3"
     cmp: Comparison
+    a: Run = field(repr=False)
+    b: Run = field(repr=False)
+
+
+def plan_pairs(runs: list[Run]) -> tuple[list[Paired], list[tuple[str, str]]]:
+    """The paper's comparisons among the comparable runs of one configuration and plan, and the pairings refused.
+
+    Reruns: every pair i < j of the arm's runs (run 1 vs run 2 first, the paper's headline); ON vs OFF: run k of
+    each arm. A pair whose runs differ in pairing fingerprint or episode list is refused: (kind, reason).
+    """
+    by = {(r.manifest["arm"], r.manifest["run"]): r for r in runs if comparable(r)}
+    out, refused = [], []
+
+    def add(kind: str, k: int, name: str, a: Run, b: Run) -> None:
+        why = pairing_problem(a, b)
+        if why is not None:
+            refused.append((kind, why))
+        else:
+            out.append(Paired(kind, k, name, compare_runs(a, b), a, b))
+
+    for arm in PAIRED_ARMS:
+        ks = sorted(k for (x, k) in by if x == arm)
+        for i, ki in enumerate(ks):
+            for kj in ks[i + 1:]:
+                add(f"{arm}_rerun", ki, f"{arm.upper()} run {ki} vs run {kj}", by[(arm, ki)], by[(arm, kj)])
+    for k in sorted({k for (_, k) in by}):
+        if ("on", k) in by and ("off", k) in by:
+            add("on_vs_off", k, f"ON run {k} vs OFF run {k}", by[("on", k)], by[("off", k)])
+    return out, refused
 
 
 def paired_comparisons(runs: list[Run]) -> list[Paired]:
-    """The paper's comparisons among the complete runs of one configuration and plan."""
-    by = {(r.manifest["arm"], r.manifest["run"]): r for r in runs if r.complete}
-    out = []
-    for arm in ("off", "on"):
-        if (arm, 1) in by and (arm, 2) in by:
-            out.append(Paired(f"{arm}_rerun", 1, f"{arm.upper()} run 1 vs run 2",
-                              compare_runs(by[(arm, 1)], by[(arm, 2)])))
-    for k in sorted({k for (_, k) in by}):
-        if ("on", k) in by and ("off", k) in by:
-            out.append(Paired("on_vs_off", k, f"ON run {k} vs OFF run {k}", compare_runs(by[("on", k)], by[("off", k)])))
-    return out
+    """The comparisons `plan_pairs` makes (the refused ones are left out)."""
+    return plan_pairs(runs)[0]
 
 
 @dataclass(frozen=True)
 class Exposure:
-    prompt_tokens: int
-    cached_tokens: int
+    prompt_tokens: int  # over the requests that report cache use and their prompt size
+    cached_tokens: int  # every reported cache_n, failed requests included
     requests: int
-    requests_with_cache: int
+    requests_with_cache: int  # requests (failed ones included) with cache_n > 0
+    unreported: int = 0  # requests whose cache_n is null (not reported): never read as 0
 
     @property
     def share(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
+    @property
+    def reported(self) -> bool:
+        """Whether any request reported its cache use."""
+        return self.unreported < self.requests
+
 
 def cache_exposure(run: Run) -> Exposure:
-    """Share of prompt tokens the server says it served from cache (`timings.cache_n`)."""
-    ok = [r for r in run.requests if r.get("error") is None]
-    return Exposure(
-        prompt_tokens=sum(r["prompt_tokens"] for r in ok),
-        cached_tokens=sum(r["cache_n"] for r in ok),
-        requests=len(ok),
-        requests_with_cache=sum(1 for r in ok if r["cache_n"] > 0),
-    )
+    """Share of prompt tokens the server says it served from cache (`timings.cache_n`).
+
+    Every request counts, a failed one included (its cache_n, when reported, was served). A null cache_n is
+    "not reported": it is counted in `unreported` and never hides a non-zero count on another request.
+    """
+    get = dict.get
+    prompt = cached = with_cache = unreported = 0
+    for r in run.requests:
+        cn = get(r, "cache_n")
+        if type(cn) is not int:
+            unreported += 1
+            continue
+        cached += cn
+        with_cache += cn > 0
+        pt = get(r, "prompt_tokens")
+        if type(pt) is int:
+            prompt += pt
+    return Exposure(prompt, cached, len(run.requests), with_cache, unreported)
 
 
-def validity_problems(run: Run) -> list[str]:
-    """Reasons a run cannot be used as evidence: incomplete, or an OFF run that was served cached tokens."""
+def record_problems(run: Run) -> list[str]:
+    """Reasons a run's records cannot be used: incomplete, marked complete but not whole, or made without a pairing
+    fingerprint (an older artifact version: its pairings cannot be verified)."""
     problems = []
     if not run.complete:
         problems.append(f"{run.label} is incomplete ({run.path})")
-    if run.manifest["arm"] == "off":
-        hits = cache_exposure(run).requests_with_cache
-        if hits:
-            problems.append(f"{run.label}: cache-OFF run served cached tokens in {hits} requests (invalid)")
+    problems += run.integrity_problems()
+    if run.manifest["arm"] in PAIRED_ARMS and not isinstance(run.manifest.get(FINGERPRINT), str):
+        problems.append(f"{run.label} has no {FINGERPRINT} in its manifest (made by an older artifact version): "
+                        f"its comparisons cannot be verified; re-run it ({run.path})")
     return problems
+
+
+def cache_problem(run: Run, exposure: Exposure | None = None) -> str | None:
+    """An OFF run that was served cached tokens (on any request that reports it, failed ones included);
+    `exposure` is the run's `cache_exposure` where the caller has it already."""
+    if run.manifest["arm"] != "off":
+        return None
+    hits = (exposure or cache_exposure(run)).requests_with_cache
+    return f"{run.label}: cache-OFF run served cached tokens in {hits} requests (invalid)" if hits else None
+
+
+def validity_problems(run: Run) -> list[str]:
+    """Reasons a run cannot be used as evidence: `record_problems`, or an OFF run served cached tokens."""
+    cache = cache_problem(run)
+    return record_problems(run) + ([cache] if cache else [])

@@ -44,22 +44,27 @@ def block_bootstrap_interval(
     confidence: float = 0.95,
     seed: int = 42,
 ) -> tuple[float, float]:
-    """Moving-block bootstrap percentile interval for the mean of a 0/1 sequence.
+    """Circular block bootstrap percentile interval for the mean of a 0/1 sequence.
 
     ``flags`` are per-episode outcomes (1 = diverged) in the order the episodes
     ran; neighbouring episodes share cache state, so they are resampled in
-    overlapping blocks of ``block_length`` consecutive episodes (Kuensch 1989).
-    Each replicate concatenates ceil(n / L) blocks with uniformly drawn starts in
-    0..n-L and keeps the first n values.
+    blocks of ``block_length`` consecutive episodes. The blocks wrap around the
+    end of the sequence (the circular block bootstrap, Politis & Romano 1992):
+    starts are drawn uniformly from 0..n-1, so every episode is equally likely to
+    be drawn. The non-circular moving-block bootstrap (Kuensch 1989) draws
+    starts from 0..n-L only, which under-samples the first and last L-1
+    episodes: when the only divergence is the last episode, its upper bound can
+    equal the estimate. Each replicate concatenates ceil(n / L) blocks and keeps
+    the first n values.
 
     Default L = 5: block length of order n^(1/3) is the usual rule (Hall,
     Horowitz & Jing 1995, Biometrika 82:561); the paper's n = 80 episodes give
     80^(1/3) ~ 4.3, rounded up to 5. L = 1 is the ordinary iid bootstrap.
-    L is capped at max(1, n // 2) so every replicate draws at least two blocks;
-    with L >= n every replicate would be the data itself (a zero-width interval).
+    L is capped at max(1, n // 2) so every replicate draws at least two blocks.
 
-    Vectorised: block sums come from a prefix sum, replicates are rows of a
-    (n_boot, blocks) array. Seeded with numpy.random.default_rng(seed).
+    Vectorised: block sums come from a prefix sum over the sequence followed by
+    its first L values, replicates are rows of a (n_boot, blocks) array. Seeded
+    with numpy.random.default_rng(seed).
     """
     x = np.asarray(flags, dtype=float).ravel()
     n = x.size
@@ -73,9 +78,9 @@ def block_bootstrap_interval(
     n_blocks = math.ceil(n / L)
     tail = n - (n_blocks - 1) * L  # length kept from the last block, 1..L
 
-    csum = np.concatenate(([0.0], np.cumsum(x)))
+    csum = np.concatenate(([0.0], np.cumsum(np.concatenate((x, x[:L])))))  # wrapped: a block may run past n
     rng = np.random.default_rng(seed)
-    starts = rng.integers(0, n - L + 1, size=(n_boot, n_blocks))
+    starts = rng.integers(0, n, size=(n_boot, n_blocks))
     full = (csum[starts[:, :-1] + L] - csum[starts[:, :-1]]).sum(axis=1)
     last = csum[starts[:, -1] + tail] - csum[starts[:, -1]]
     means = (full + last) / n

@@ -53,6 +53,8 @@ def render_comparison(c: Comparison) -> str:
                      f"requests {d.n_requests[0]} vs {d.n_requests[1]}")
     if c.only_in_a or c.only_in_b:
         lines.append(f"  not compared (in one run only): {', '.join(c.only_in_a + c.only_in_b)}")
+    if c.without_requests:
+        lines.append(f"  not compared (a run holds no request of it): {', '.join(c.without_requests)}")
     if c.prompt_mismatches:
         lines.append(f"  WARNING identical outputs but different prompts in: {', '.join(c.prompt_mismatches)}")
     return "\n".join(lines)
@@ -82,10 +84,12 @@ def render_results(runs: list[Run]) -> str:
         blocks.append("")
     if bridge:
         table = tab3(bridge)
-        cols = [c for c in ("config", "data", "N", "cold_vs_cold", "warm_vs_warm", "cold_vs_warm_diverged",
+        cols = [c for c in ("config", "data", "N", "identical_cold1_cold2", "identical_warm1_warm2",
+                            "identical_cold1_warm1",
                             "acc_cold_numeric", "acc_warm_numeric", "flips_numeric", "mcnemar_p", "flagged_servings")
                 if c in table.columns]
-        blocks.append("== GSM8K bridge (Tab. 3): cold 1, cold 2 (cache_prompt=false), warm 1, warm 2 (cache hits)")
+        blocks.append("== GSM8K bridge (Tab. 3): cold 1, cold 2 (cache_prompt=false), warm 1, warm 2 (cache hits); "
+                      "identical_X_Y: items whose servings X and Y generated the same token ids, of N")
         blocks.append(table[cols].to_string(index=False))
         blocks.append("")
     return "\n".join(blocks)

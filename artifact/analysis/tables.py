@@ -1,15 +1,16 @@
 """The paper's BFCL tables from run records: Tab. 2, the Fig. 1 cause-isolation conditions and the Fig. 2 series.
 
 Everything here is computed from the records (manifest.json, requests.jsonl, episodes.jsonl) by the existing
-comparison code (`compare.compare_runs` through `compare.paired_comparisons`, `compare.cache_exposure`,
+comparison code (`compare.compare_runs` through `compare.plan_pairs`, `compare.cache_exposure`,
 `compare.validity_problems`) and the statistics module; nothing is read from directory names.
 
 Conventions
   * A divergence rate is k/n over the episodes both runs made, with a Wilson 95% interval and a moving-block
     bootstrap 95% interval over the episode sequence (`BOOTSTRAP`: block length 5, 10,000 replicates, seed 42;
     see `stats.block_bootstrap_interval` for the choice of block length).
-  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`compare.paired_comparisons`); run 1 vs
-    run 1 is the headline, every k-vs-k pair is in the long comparison table.
+  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`compare.plan_pairs`); run 1 vs run 1 is
+    the headline, every k-vs-k pair is in the long comparison table. Reruns compare every pair i < j of an arm's
+    runs; run 1 vs run 2 is the headline. Only runs with equal pairing fingerprints and episode lists are paired.
   * The first diverging request is reported 1-based (the paper's "1st-4th of roughly 10"); the first diverging
     token is the 0-based index within that request's generated tokens (as `compare.py` reports it).
   * BFCL accuracy per arm pools the complete runs of that arm: valid episodes / episodes.
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from artifact.analysis.compare import Comparison, Exposure, cache_exposure, paired_comparisons, validity_problems
+from artifact.analysis.compare import (
+    Comparison, Exposure, Paired, cache_exposure, cache_problem, plan_pairs, record_problems,
+)
 from artifact.analysis.stats import block_bootstrap_interval, cochran_armitage, wilson_interval
 from artifact.records.store import Run
 
@@ -127,7 +130,9 @@ _EXPOSURES: dict[int, tuple[Run, Exposure | None]] = {}  # id(run) -> (run, expo
 
 
 def exposure(run: Run) -> Exposure | None:
-    """`compare.cache_exposure`, or None where the engine did not report cache use (a null `cache_n`).
+    """`compare.cache_exposure`, or None where no request reported cache use (null `cache_n` on every request: an
+    engine that does not report it). A run where only some requests report it gets its Exposure, whose
+    `unreported` counts the others: a null never hides a non-zero count elsewhere.
 
     Memoised per Run object (the tables ask for it several times per run); the cache holds the run itself, so
     an id is never reused while cached.
@@ -135,19 +140,33 @@ def exposure(run: Run) -> Exposure | None:
     hit = _EXPOSURES.get(id(run))
     if hit is not None and hit[0] is run:
         return hit[1]
-    if any(_get(r, "cache_n") is None for r in run.requests if _get(r, "error") is None):
+    value = cache_exposure(run)
+    if value.requests and not value.reported:
         value = None
-    else:
-        value = cache_exposure(run)
     _EXPOSURES[id(run)] = (run, value)
     return value
 
 
 def run_problems(run: Run) -> list[str]:
-    """`compare.validity_problems`, skipping the cached-token test where the engine did not report cache use."""
-    if exposure(run) is not None:
-        return validity_problems(run)
-    return [] if run.complete else [f"{run.label} is incomplete ({run.path})"]
+    """`compare.validity_problems`, from the memoised exposure (the cached-token test reads only reported counts:
+    a null is never a 0)."""
+    cache = cache_problem(run, exposure(run) or Exposure(0, 0, 0, 0))
+    return record_problems(run) + ([cache] if cache else [])
+
+
+ISOLATED = "loopback-only"
+
+
+def isolation_warning(run: Run) -> str | None:
+    """Why a run was not network-isolated (None if it was): its manifest's isolation.network is not loopback-only.
+    A warning, not a verdict: the numbers are valid, the sandbox was just not on."""
+    iso = run.manifest.get("isolation")
+    if not isinstance(iso, dict):
+        return f"{run.label}: no network-isolation record in its manifest (not known to be isolated)"
+    net = iso.get("network")
+    if net != ISOLATED:
+        return f"{run.label}: not network-isolated during the run (isolation.network = {net!r})"
+    return None
 
 
 def relative(path: Path, root: Path | None) -> str:
@@ -186,7 +205,8 @@ def comparison_stats(c: Comparison) -> dict:
     s["median_first_request"] = None if mr is None else mr + 1  # 1-based
     s["median_first_token"] = c.median_first_token
     s["prompt_mismatches"] = len(c.prompt_mismatches)
-    s["not_compared"] = len(c.only_in_a) + len(c.only_in_b)
+    s["not_compared"] = len(c.only_in_a) + len(c.only_in_b) + len(c.without_requests)
+    s["n_evidence"] = c.n_evidence
     return s
 
 
@@ -194,13 +214,20 @@ def comparison_stats(c: Comparison) -> dict:
 
 @dataclass
 class Pair:
-    """One comparison of two runs of a plan: kind (off_rerun | on_rerun | on_vs_off), run k, name, result, stats."""
+    """One comparison of two runs of a plan: kind (off_rerun | on_rerun | on_vs_off), run k, name, result, stats,
+    and the two runs compared (in the order compared)."""
 
     kind: str
     k: int
     name: str
     cmp: Comparison
     stats: dict
+    a: Run = field(repr=False)
+    b: Run = field(repr=False)
+
+    @classmethod
+    def of(cls, p: Paired) -> "Pair":
+        return cls(p.kind, p.k, p.name, p.cmp, comparison_stats(p.cmp), p.a, p.b)
 
 
 @dataclass
@@ -212,9 +239,13 @@ class PlanGroup:
     comparisons: list[Pair] = field(default_factory=list)  # headline of each kind first
     stats: dict = field(default_factory=dict)  # kind -> rate stats of the headline comparison of that kind
     problems: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (kind, reason): see compare.pairing_problem
 
     def headline(self, kind: str) -> Pair | None:
         return next((p for p in self.comparisons if p.kind == kind), None)
+
+    def pairs(self, kind: str) -> list[Pair]:
+        return [p for p in self.comparisons if p.kind == kind]
 
     def run(self, arm: str, k: int) -> Run | None:
         for r in self.runs:
@@ -231,14 +262,14 @@ def group_runs(runs: list[Run]) -> list[PlanGroup]:
     out = []
     for (config, plan), rs in groups.items():
         g = PlanGroup(config, plan, rs, run_meta(rs[0]))
-        for p in paired_comparisons(rs):
-            g.comparisons.append(Pair(p.kind, p.k, p.name, p.cmp, comparison_stats(p.cmp)))
-        # headline of each kind: the lowest run k (reruns: run 1 vs 2; ON vs OFF: run 1 vs run 1)
+        pairs, g.refused = plan_pairs(rs)
+        g.comparisons = [Pair.of(p) for p in pairs]
+        # headline of each kind: the lowest runs (reruns: run 1 vs 2; ON vs OFF: run 1 vs run 1)
         order = {"off_rerun": 0, "on_rerun": 1, "on_vs_off": 2}
-        g.comparisons.sort(key=lambda p: (order[p.kind], p.k))
+        g.comparisons.sort(key=lambda p: (order[p.kind], p.k, p.b.manifest["run"]))
         for p in g.comparisons:
             g.stats.setdefault(p.kind, p.stats)
-        g.problems = [p for r in rs for p in run_problems(r)]
+        g.problems = [p for r in rs for p in run_problems(r)] + [why for _, why in g.refused]
         out.append(g)
     return out
 
@@ -295,6 +326,11 @@ def comparison_rows(g: PlanGroup) -> list[dict]:
              "headline": g.headline(p.kind) is p, "a": p.cmp.a, "b": p.cmp.b, **p.stats} for p in g.comparisons]
 
 
+def pairing_fingerprint(run: Run) -> str | None:
+    fp = run.manifest.get("pairing_fingerprint")
+    return fp if isinstance(fp, str) else None
+
+
 def run_row(run: Run, root: Path | None = None) -> dict:
     m = run.manifest
     e = exposure(run)
@@ -309,8 +345,11 @@ def run_row(run: Run, root: Path | None = None) -> dict:
         "cached_tokens": None if e is None else e.cached_tokens,
         "cached_share": None if e is None else e.share,
         "requests_with_cache": None if e is None else e.requests_with_cache,
+        "cache_unreported": len(reqs) if e is None else e.unreported,
         "wall_s": m.get("wall_s"),
         "server_compute_s": sum((_get(r, "prompt_ms") or 0) + (_get(r, "predicted_ms") or 0) for r in reqs) / 1000,
+        "pairing_fingerprint": pairing_fingerprint(run),
+        "isolation": (as_dict(m.get("isolation")).get("network") or "not recorded"),
         "path": relative(run.path, root), "problems": "; ".join(run_problems(run)) or None,
     }
 
@@ -390,7 +429,12 @@ class Tables:
     fig1: pd.DataFrame
     fig2: pd.DataFrame
     fig2_trend: pd.DataFrame
-    problems: list[str]  # every run that cannot be used as evidence, with the reason
+    problems: list[str]  # every run that cannot be used as evidence, and every pairing refused, with the reason
+    warnings: dict[str, list[str]] = field(default_factory=dict)  # run label -> warnings (network isolation)
+
+    @property
+    def unisolated_runs(self) -> list[str]:
+        return [label for label, ws in self.warnings.items() if ws]
 
     def group(self, config: str, plan: str) -> PlanGroup | None:
         return next((g for g in self.groups if g.config == config and g.plan == plan), None)
@@ -403,6 +447,7 @@ FIG2_COLUMNS = ["series", "engine", "model_family", "model_name", "config", "qua
 def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
     _EXPOSURES.clear()
     groups = group_runs(runs)
+    refused = [why for g in groups for _, why in g.refused]
     fig2 = pd.DataFrame(fig2_rows(groups), columns=FIG2_COLUMNS)
     return Tables(
         groups=groups,
@@ -412,7 +457,8 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
         fig1=pd.DataFrame(fig1_rows(groups)),
         fig2=fig2,
         fig2_trend=pd.DataFrame(trend_rows(fig2)),
-        problems=[p for r in runs for p in run_problems(r)],
+        problems=[p for r in runs for p in run_problems(r)] + refused,
+        warnings={r.label: [w] for r in runs if (w := isolation_warning(r)) is not None},
     )
 
 
@@ -444,12 +490,6 @@ def _token_window(tokens: list, at: int | None, width: int = 8) -> dict:
             "after": tokens[at + 1:at + 1 + width], "total": len(tokens)}
 
 
-def pair_runs(g: PlanGroup, pair: Pair) -> tuple[Run | None, Run | None]:
-    """The two runs a comparison compared (in the order compared)."""
-    if pair.kind == "on_vs_off":
-        return g.run("on", pair.k), g.run("off", pair.k)
-    arm = pair.kind.split("_")[0]
-    return g.run(arm, 1), g.run(arm, 2)
 
 
 EXAMPLE_ORDER = ("on_vs_off", "on_rerun", "off_rerun")
@@ -468,9 +508,7 @@ def divergence_example(groups: list[PlanGroup]) -> dict | None:
             continue
         c = pair.cmp
         d = sorted(c.diverged, key=lambda e: e.first_token is None)[0]
-        ra, rb = pair_runs(g, pair)
-        if ra is None or rb is None:
-            continue
+        ra, rb = pair.a, pair.b
         qa = ra.requests_by_episode().get(d.episode_id, [])
         qb = rb.requests_by_episode().get(d.episode_id, [])
         i = d.first_request

@@ -7,8 +7,9 @@ Writes into `<results_dir>/check/` (or `out_dir`):
   tab3.csv            (when GSM8K bridge runs exist)
   fig1.png, fig2.png  (when the runs allow them)
   report.html         one self-contained page (artifact.report.render)
-Prints the verdict table. Exit code: 0, or 1 when a hard claim (RQ1) FAILs or the results are invalid (an OFF run
-served cached tokens, a run is incomplete); problems with the input raise ArtifactError (one line, exit 2).
+Prints the verdict table, the invalid runs and the runs that were not network-isolated. Exit codes
+(`claims.EXIT_CODES`): 0 every tested claim holds and at least one was tested; 1 RQ1 FAILs or a run is invalid;
+2 malformed input (ArtifactError, one line); 3 nothing could be tested; 4 a claim other than RQ1 FAILs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ import pandas as pd
 
 from artifact.analysis.gsm8k_table import is_bridge_run, tab3
 from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
-from artifact.check.claims import FAIL, Claim, annotate_with_paper, evaluate_claims
+from artifact.check.claims import (
+    CLAIM_RULES, EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT, TESTED, Claim, annotate_with_paper,
+    evaluate_claims,
+)
+from artifact.config import ARMS
 from artifact.errors import ArtifactError
 from artifact.records.store import Run, find_runs
 
@@ -63,6 +68,11 @@ def check_records(run: Run) -> None:
     for key, kind in MANIFEST_TYPES.items():
         if not _is(m.get(key), kind):
             raise ArtifactError(f"{run.path / 'manifest.json'}: field '{key}' is missing or not a {kind.__name__}")
+    if m["arm"] not in ARMS:
+        raise ArtifactError(f"{run.path / 'manifest.json'}: arm {m['arm']!r} is not one of the artifact's arms "
+                            f"({', '.join(ARMS)}; labels are lower-case)")
+    if not all(type(e) is str for e in m["episodes"]):
+        raise ArtifactError(f"{run.path / 'manifest.json'}: field 'episodes' must list episode ids (strings)")
     if all(_fast_ok(r) for r in run.requests):
         reqs = []
     else:
@@ -89,8 +99,15 @@ def load_results(results_dir: Path) -> list[Run]:
             from None
     if not runs:
         raise ArtifactError(f"no runs (manifest.json files) under {results_dir}")
+    seen: dict[tuple, Run] = {}
     for run in runs:
         check_records(run)
+        m = run.manifest
+        key = (m["config"], m["plan"], m["arm"], m["run"])
+        if key in seen:
+            raise ArtifactError(f"two runs claim to be {run.label}: {seen[key].path} and {run.path}; keep one "
+                                "(move the other out of the results directory)")
+        seen[key] = run
     return runs
 
 
@@ -150,8 +167,19 @@ def _clip(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def exit_code(claims: list[Claim], problems: list[str]) -> int:
+    """`claims.EXIT_CODES`: 1 hard failure or invalid runs, 4 another claim fails, 3 nothing tested, else 0."""
+    if problems or any(c.hard and c.status == FAIL for c in claims):
+        return 1
+    if any(c.status == FAIL for c in claims):
+        return 4
+    if not any(c.status in TESTED for c in claims):
+        return 3
+    return 0
+
+
 def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
-    """Check the results under `results_dir`; returns the exit code (0, or 1: hard claim failed / invalid).
+    """Check the results under `results_dir`; returns the exit code (`claims.EXIT_CODES`).
 
     Input problems raise ArtifactError with one line. Records are validated up front (`check_records`); anything
     still unexpected in them is reported the same way, with the traceback only when ARTIFACT_DEBUG is set.
@@ -189,7 +217,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     lap("claims")
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
-    code = 1 if hard_fail or problems else 0
+    code = exit_code(claims, problems)
 
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -204,12 +232,15 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     lap("figures")
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, tab3=tab3,
-                          claims=claims, problems=problems, exit_code=code, figures=figures)
+                          claims=claims, problems=problems, exit_code=code, figures=figures,
+                          warnings=tables.warnings)
     files.append(report.name)
     lap("report")
     summary = {
-        "results_dir": str(root), "exit_code": code, "hard_failures": hard_fail, "invalid": problems,
-        "runs": len(runs), "claims": [c.as_dict() for c in claims], "files": files,
+        "results_dir": str(root), "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
+        "hard_failures": hard_fail, "failures": [c.id for c in claims if c.status == FAIL], "invalid": problems,
+        "unisolated_runs": tables.unisolated_runs, "run_warnings": tables.warnings,
+        "runs": len(runs), "claims": [c.as_dict() for c in claims], "claim_rules": CLAIM_RULES, "files": files,
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
     (out / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n")
@@ -222,12 +253,17 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         print(verdict_table(claims))
         for c in claims:
             for d in c.details:
-                if d.status in (FAIL, "OUT-OF-BAND"):
-                    print(f"  {d.status} {d.claim} {d.scope}: {d.observed}")
+                if d.status in (FAIL, OUT, INCONCLUSIVE, INVALID):
+                    why = f" ({_clip(d.evidence[0], 160)})" if d.evidence and d.status != OUT else ""
+                    print(f"  {d.status} {d.claim} {d.scope}: {_clip(d.observed, 160)}{why}")
         for p in problems:
             print(f"INVALID: {p}")
+        for label in tables.unisolated_runs:
+            for w in tables.warnings[label]:
+                print(f"WARNING (not network-isolated): {w}")
         if hard_fail:
             print(f"hard claim(s) failed: {', '.join(hard_fail)}")
+        print(f"exit code {code}: {EXIT_CODES[code]}")
         print(f"report: {out / 'report.html'}")
         print(f"verdicts: {out / 'check.json'}")
         sys.stdout.flush()

@@ -80,7 +80,14 @@ class RunWriter:
                 fh.close()
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _corrupt(path: Path, lineno: int, complete: bool) -> ArtifactError:
+    why = " (cut short?) in a run marked complete" if complete else ""
+    return ArtifactError(f"{path}:{lineno}: not valid JSON{why}; the record is corrupt")
+
+
+def _read_jsonl(path: Path, complete: bool = False) -> list[dict]:
+    """The records of a JSON-lines file. Only the last line of an interrupted (not complete) run may be cut short
+    and is then dropped; any other line that does not decode is corruption (ArtifactError naming file and line)."""
     if not path.exists():
         return []
     rows = []
@@ -91,18 +98,17 @@ def _read_jsonl(path: Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
-                # The last line of an interrupted run may be cut short; anything else is corruption.
-                if fh.readline() == "":
+                if not complete and fh.readline() == "":
                     break
-                raise ArtifactError(f"{path}:{lineno}: not valid JSON; the record is corrupt") from None
+                raise _corrupt(path, lineno, complete) from None
     return rows
 
 
 # Readers need every request's token ids but rarely the top-2 log-probabilities (the report reads those of one
 # request), and those are most of the bytes of requests.jsonl: at paper scale, decoding them took 4.3 of the 4.9 s
 # spent reading records. `read_requests` therefore leaves them as text until first accessed. It returns the same
-# records as `_read_jsonl` (same cut-short-last-line and corrupt-line rules); a line whose top_logprobs are not
-# plain numbers falls back to decoding the whole line.
+# records as `_read_jsonl` (same rules: only the last line of a run not marked complete may be cut short); a line
+# whose top_logprobs are not plain numbers falls back to decoding the whole line.
 
 _TOP_LOGPROBS = re.compile(r'"top_logprobs": (\[[-0-9.eE+,\[\] INaNfinity]*\])')
 
@@ -150,7 +156,7 @@ def _decode_line(line: str):
     return json.loads(line)
 
 
-def read_requests(path: Path) -> list:
+def read_requests(path: Path, complete: bool = False) -> list:
     if not path.exists():
         return []
     with open(path, encoding="utf-8") as fh:
@@ -164,9 +170,9 @@ def read_requests(path: Path) -> list:
         try:
             rows.append(_decode_line(line))
         except json.JSONDecodeError:
-            if lineno == len(lines):  # the last line of an interrupted run may be cut short
+            if lineno == len(lines) and not complete:  # the last line of an interrupted run may be cut short
                 break
-            raise ArtifactError(f"{path}:{lineno}: not valid JSON; the record is corrupt") from None
+            raise _corrupt(path, lineno, complete) from None
     return rows
 
 
@@ -176,6 +182,7 @@ class Run:
     manifest: dict
     _requests: list | None = field(default=None, repr=False)
     _episodes: list | None = field(default=None, repr=False)
+    _integrity: list | None = field(default=None, repr=False)
 
     @property
     def complete(self) -> bool:
@@ -189,13 +196,13 @@ class Run:
     @property
     def requests(self) -> list[dict]:
         if self._requests is None:
-            self._requests = read_requests(self.path / REQUESTS)
+            self._requests = read_requests(self.path / REQUESTS, self.complete)
         return self._requests
 
     @property
     def episodes(self) -> list[dict]:
         if self._episodes is None:
-            self._episodes = _read_jsonl(self.path / EPISODES)
+            self._episodes = _read_jsonl(self.path / EPISODES, self.complete)
         return self._episodes
 
     def requests_by_episode(self) -> dict[str, list[dict]]:
@@ -205,6 +212,56 @@ class Run:
         for reqs in out.values():
             reqs.sort(key=lambda r: r["request_index"])
         return out
+
+
+    def integrity_problems(self) -> list[str]:
+        """Why a run marked complete is not whole (memoised; empty for a whole run and for an incomplete one,
+        which is invalid for being incomplete): see `integrity_problems`."""
+        if self._integrity is None:
+            self._integrity = integrity_problems(self) if self.complete else []
+        return self._integrity
+
+
+def integrity_problems(run: Run) -> list[str]:
+    """A run marked complete is whole: each episode its manifest lists is listed once, has exactly one record in
+    episodes.jsonl and its requests in requests.jsonl (as many as that record's n_requests, with distinct
+    request_index values), and no record belongs to an episode the manifest does not list. One line per problem,
+    at most one per kind (the first offending episode is named)."""
+    listed = run.manifest["episodes"]
+    where = f"{run.label} is marked complete but"
+    problems = []
+    seen: set = set()
+    twice = next((e for e in listed if e in seen or seen.add(e)), None)
+    if twice is not None:
+        problems.append(f"{where} its manifest lists episode {twice} twice ({run.path})")
+    records: dict = {}
+    for e in run.episodes:
+        eid = e.get("episode_id")
+        if eid in records:
+            problems.append(f"{where} episodes.jsonl holds episode {eid} twice ({run.path})")
+            break
+        records[eid] = e
+    by_episode: dict = {}
+    get = dict.get  # plain lookups: the records may be LazyRecords
+    for r in run.requests:
+        by_episode.setdefault(get(r, "episode_id"), []).append(get(r, "request_index"))
+    checks = (
+        ("has no episode record (verdict) for", lambda e: e not in records),
+        ("has no requests for", lambda e: not by_episode.get(e) and get(records.get(e, {}), "n_requests") != 0),
+        ("holds a different number of requests than its episode record says for",
+         lambda e: e in records and type(get(records[e], "n_requests")) is int
+         and get(records[e], "n_requests") != len(by_episode.get(e, ()))),
+        ("holds a request_index twice for", lambda e: len(set(by_episode.get(e, ()))) != len(by_episode.get(e, ()))),
+    )
+    for what, bad in checks:
+        first = next((e for e in listed if bad(e)), None)
+        if first is not None:
+            problems.append(f"{where} {what} episode {first} ({run.path})")
+    listed_set = set(listed)
+    stray = next((e for e in list(records) + list(by_episode) if e not in listed_set), None)
+    if stray is not None:
+        problems.append(f"{where} holds records of episode {stray}, which its manifest does not list ({run.path})")
+    return problems
 
 
 def load_run(path: Path) -> Run:

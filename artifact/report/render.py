@@ -18,7 +18,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example, relative
-from artifact.check.claims import BAND_RULE, STATUSES, Claim
+from artifact.check.claims import BAND_RULE, EXIT_CODES, STATUSES, Claim
 from artifact.records.store import Run
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -194,8 +194,10 @@ def trend_rows(tables: Tables) -> list[dict]:
 
 TAB3_DISPLAY = (  # (column, heading, kind)
     ("config", "Configuration", "text"), ("quant", "Quant", "text"), ("data", "Data", "text"), ("N", "N", "text"),
-    ("cold_vs_cold", "Cold = cold", "text"), ("warm_vs_warm", "Warm = warm", "text"),
-    ("cold_vs_warm_diverged", "Cold vs warm diverged", "text"), ("divergence_rate", "Divergence", "pct"),
+    ("identical_cold1_cold2", "Identical: cold 1 = cold 2", "text"),
+    ("identical_warm1_warm2", "Identical: warm 1 = warm 2", "text"),
+    ("identical_cold1_warm1", "Identical: cold 1 = warm 1", "text"),
+    ("divergence_cold1_warm1", "Diverged: cold 1 vs warm 1", "pct"),
     ("acc_cold_numeric", "Accuracy recompute", "pct"), ("acc_warm_numeric", "Accuracy cache", "pct"),
     ("flips_numeric_cache", "Flips to cache", "text"), ("flips_numeric_recompute", "Flips to recompute", "text"),
     ("mcnemar_p", "McNemar p", "num"), ("power_1pp", "Power (1 pp)", "num"),
@@ -274,12 +276,14 @@ def environment() -> Environment:
 
 def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataFrame | None,
                   claims: list[Claim], problems: list[str], exit_code: int,
-                  figures: dict[str, Path]) -> str:
+                  figures: dict[str, Path], warnings: dict[str, list[str]] | None = None) -> str:
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
     context = {
         "title": "Prefix caching and serving reproducibility: check report",
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "results_dir": str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
+        "exit_meaning": EXIT_CODES.get(exit_code, ""), "warnings": warnings or {},
+        "unisolated": [label for label, ws in (warnings or {}).items() if ws],
         "claims": claims, "problems": problems, "band_rule": BAND_RULE,
         "tab2": tab2_rows(tables), "tab3": tab3_view(tab3),
         "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),
