@@ -1,5 +1,5 @@
 """Where the protocol's wall time goes, per request: the server's own compute (prompt_ms + predicted_ms), the HTTP
-round trips around it (the server's tokenization, response building and transfer), and the harness's Python (BFCL's
+round trip around it (the server's tokenization, response building and transfer), and the harness's Python (BFCL's
 prompt builder, decoder and executor, record writing).
 
     PYTHONPATH=. .venv/bin/python bench/bench_harness.py [CONFIG] [--episodes N] [--plan PLAN] [--results DIR]
@@ -36,22 +36,16 @@ def main() -> int:
 
     timings: list[dict] = []
     cls = llama_server.LlamaServer
-    real_count, real_complete = cls.count_tokens, cls.complete
-
-    def count_tokens(self, prompt):
-        t0 = time.perf_counter()
-        n = real_count(self, prompt)
-        timings.append({"tokenize_ms": 1000 * (time.perf_counter() - t0)})
-        return n
+    real_complete = cls.complete
 
     def complete(self, prompt, n_predict, cache_prompt):
         t0 = time.perf_counter()
         done = real_complete(self, prompt, n_predict, cache_prompt)
         rt = 1000 * (time.perf_counter() - t0)
-        timings[-1].update(complete_rt_ms=rt, server_ms=done.prompt_ms + done.predicted_ms)
+        timings.append({"complete_rt_ms": rt, "server_ms": done.prompt_ms + done.predicted_ms})
         return done
 
-    cls.count_tokens, cls.complete = count_tokens, complete
+    cls.complete = complete
     cfg = with_episodes(load_config(args.config), args.episodes)
     results = Path(args.results or tempfile.mkdtemp(prefix="bench-harness-"))
     t0 = time.perf_counter()
@@ -62,18 +56,18 @@ def main() -> int:
     wall_ms = 1000 * sum(r.manifest["wall_s"] for r in runs)
     n = len(timings)
     server = sum(t["server_ms"] for t in timings)
-    tok = sum(t["tokenize_ms"] for t in timings)
     http = sum(t["complete_rt_ms"] - t["server_ms"] for t in timings)
-    python = wall_ms - server - tok - http
+    python = wall_ms - server - http
     out = {
         "config": cfg.name, "plan": args.plan, "runs": len(runs), "requests": n, "wall_s": wall_ms / 1000,
         "server_compute_s": server / 1000, "per_request_ms": {
-            "server_compute": server / n, "tokenize_round_trip": tok / n,
+            "server_compute": server / n,
             "completion_round_trip_minus_server_compute": http / n, "harness_python": python / n,
             "overhead_total": (wall_ms - server) / n,
         },
         "overhead_share_of_wall": (wall_ms - server) / wall_ms,
-        "median_tokenize_ms": statistics.median(t["tokenize_ms"] for t in timings),
+        "median_round_trip_minus_server_ms": statistics.median(t["complete_rt_ms"] - t["server_ms"]
+                                                              for t in timings),
         "total_s_incl_server_starts": total_s,
     }
     print(json.dumps(out, indent=2))

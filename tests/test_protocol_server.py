@@ -124,7 +124,8 @@ def test_context_overflow_is_recorded_ends_the_episode_and_the_run_continues(tmp
     run = load_run(run_dir)
     assert run.complete and len(run.episodes) == 2
     assert all(e["verdict"] == "multi_turn:inference_error" and e["n_requests"] == 1 for e in run.episodes)
-    assert all("1024-token context" in r["error"] for r in run.requests)
+    assert all("exceeds the available context size (1024 tokens)" in r["error"] and r["prompt_tokens"] > 1024
+               for r in run.requests)
 
 
 def test_server_refuses_a_prompt_longer_than_its_context(tmp_path, demo_cfg):

@@ -23,7 +23,12 @@ TOP_N = 2  # log-probabilities recorded per generated position (top-2 margins)
 
 
 class RequestError(Exception):
-    """A request the server cannot serve (e.g. context overflow); recorded in the request's `error` field."""
+    """A request the server cannot serve (a prompt that does not fit the context); recorded in the request's
+    `error` field, with the prompt length when the engine reports it."""
+
+    def __init__(self, message: str, prompt_tokens: int | None = None):
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
 
 
 @dataclass

@@ -223,7 +223,8 @@ class LlamaServer:
         return len(_field(r.json(), "tokens", list, "/tokenize"))
 
     def complete(self, prompt: str, n_predict: int, cache_prompt: bool) -> Completion:
-        """One greedy /completion. Context overflow raises RequestError; any other failure is fatal."""
+        """One greedy /completion. Context overflow raises RequestError; any other failure is fatal. Generation
+        also stops where the context is full (`--no-context-shift`: stop_type "limit", `truncated`)."""
         payload = {"prompt": prompt, "n_predict": n_predict, "cache_prompt": cache_prompt, **self.request_fields}
         r = self.proc.request("POST", "/completion", json=payload)
         try:
@@ -234,7 +235,7 @@ class LlamaServer:
             err = body.get("error", {}) if isinstance(body, dict) else {}
             message = err.get("message", r.text[:300]) if isinstance(err, dict) else r.text[:300]
             if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
-                raise RequestError(f"HTTP {r.status_code}: {message}")
+                raise RequestError(f"HTTP {r.status_code}: {message}", err.get("n_prompt_tokens"))
             raise ArtifactError(f"llama-server failed a request (HTTP {r.status_code}: {message}); "
                                 f"see {self.log_path}")
         return parse_completion(body)
