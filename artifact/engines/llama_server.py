@@ -131,20 +131,36 @@ def _field(data: dict, key: str, kind, where: str):
     return value
 
 
+def align_top_logprobs(tokens: list[int], probs: list) -> list:
+    """Top-n log-probabilities per generated position, aligned to `tokens`. llama-server reports no entry for a
+    token whose text ends inside a UTF-8 character (it holds the text back and drops that position's entry), so
+    `probs` can be shorter than `tokens`; each entry names its token id, which places it. Positions without an
+    entry are None. An entry that matches no token is a malformed response (ArtifactError)."""
+    top: list = [None] * len(tokens)
+    j = 0
+    try:
+        for i, tok in enumerate(tokens):
+            if j < len(probs) and probs[j]["id"] == tok:
+                top[i] = [[p["id"], p["logprob"]] for p in probs[j]["top_logprobs"]]
+                j += 1
+    except (KeyError, TypeError):
+        raise ArtifactError("llama-server answered with malformed top_logprobs") from None
+    if j != len(probs):
+        raise ArtifactError(f"llama-server answered {len(probs)} log-probability positions that do not align with "
+                            f"its {len(tokens)} tokens: the response is malformed")
+    return top
+
+
 def parse_completion(body: dict) -> Completion:
     """The /completion response in engine-neutral form; a missing or mistyped field is fatal (ArtifactError)."""
     tokens = _field(body, "tokens", list, "the completion")
     timings = _field(body, "timings", dict, "the completion")
     probs = body.get("completion_probabilities", [])
-    if not isinstance(probs, list) or len(probs) != len(tokens):
-        raise ArtifactError("llama-server answered with log-probabilities that do not match its tokens: "
-                            "the response is malformed")
-    try:
-        top = [[[p["id"], p["logprob"]] for p in pos["top_logprobs"]] for pos in probs]
-    except (KeyError, TypeError):
-        raise ArtifactError("llama-server answered with malformed top_logprobs") from None
+    if not isinstance(probs, list):
+        raise ArtifactError("llama-server answered without a list of log-probabilities: the response is malformed")
     return Completion(
-        tokens=tokens, text=_field(body, "content", str, "the completion"), top_logprobs=top,
+        tokens=tokens, text=_field(body, "content", str, "the completion"),
+        top_logprobs=align_top_logprobs(tokens, probs),
         prompt_tokens=_field(body, "tokens_evaluated", int, "the completion"),
         cache_n=_field(timings, "cache_n", int, "timings"), prompt_n=_field(timings, "prompt_n", int, "timings"),
         prompt_ms=float(_field(timings, "prompt_ms", (int, float), "timings")),
