@@ -157,7 +157,10 @@ def ensure_image(client, spec: ImageSpec, log_dir: Path, ca_bundle: Path | None 
         except docker.errors.APIError as exc:
             error = str(exc.explanation or exc)
     if error:
-        raise ArtifactError(f"building {tag} failed: {error.splitlines()[-1][:300]} (full log: {log_path})")
+        hint = ""
+        if "CERTIFICATE_VERIFY_FAILED" in log_path.read_text(errors="replace") and not ca_bundle:
+            hint = "; TLS is intercepted on this network: pass --ca-bundle /path/to/ca-bundle.crt"
+        raise ArtifactError(f"building {tag} failed: {error.splitlines()[-1][:200]}{hint} (full log: {log_path})")
     image = client.images.get(tag)
     say(f"image {tag}: built in {time.monotonic() - t0:.0f} s, {image.attrs['Size'] / 1e9:.2f} GB")
     return image
