@@ -98,6 +98,10 @@ def explain(exc: BaseException, model: Model, name: str) -> ArtifactError:
     """One actionable line for a failed Hub call."""
     e = _hub_errors()
     what = f"{weights.lock_key(model)}/{name}"
+    # LocalEntryNotFoundError subclasses EntryNotFoundError: test it first
+    if isinstance(exc, (e.LocalEntryNotFoundError, e.OfflineModeIsEnabled)) or _is_connection_error(exc):
+        return ArtifactError(f"cannot reach the Hugging Face Hub for {what} (offline?): connect to the network "
+                             f"(HF_HUB_OFFLINE unset), or copy the pinned files into {weights.model_dir(model)}/")
     if isinstance(exc, e.GatedRepoError):
         return ArtifactError(f"{weights.repo_id(model)} is gated: accept its licence on huggingface.co, then set "
                              "HF_TOKEN=<your token> and run ./run.sh fetch again")
@@ -110,9 +114,6 @@ def explain(exc: BaseException, model: Model, name: str) -> ArtifactError:
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         return ArtifactError(f"disk full while downloading {what}: free space (the partial file is kept and "
                              "resumed) or set ARTIFACT_WEIGHTS to a larger disk")
-    if isinstance(exc, (e.LocalEntryNotFoundError, e.OfflineModeIsEnabled)) or _is_connection_error(exc):
-        return ArtifactError(f"cannot reach the Hugging Face Hub for {what} (offline?): connect to the network "
-                             f"(HF_HUB_OFFLINE unset), or copy the pinned files into {weights.model_dir(model)}/")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ArtifactError(f"fetching {what} failed: {first}")
 
@@ -175,7 +176,7 @@ def verify_or_record(t: Todo, path: Path, lock: dict, hub_sha: str) -> None:
     entry[t.pin.name] = {"sha256": digest, "size": path.stat().st_size,
                          "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
                          "hub_lfs_sha256_matched": bool(hub_sha)}
-    say(f"fetch: recorded {weights.lock_key(t.model)}/{t.pin.name} sha256 {digest[:16]}… in {weights.LOCK_FILE.name}")
+    say(f"fetch: recorded {weights.lock_key(t.model)}/{t.pin.name} sha256 {digest[:16]}… in the lock file")
 
 
 def fetch_gsm8k(configs: list[Config]) -> None:
@@ -188,7 +189,7 @@ def fetch_gsm8k(configs: list[Config]) -> None:
 
 def fetch(configs: list[Config], root: Path | None = None, lock_path: Path | None = None) -> int:
     root = root or weights.weights_root()
-    lock_path = lock_path or weights.LOCK_FILE
+    lock_path = lock_path or weights.lock_path()
     lock = weights.read_lock(lock_path)
     models = hf_models(configs)
     todo, present = plan_downloads(models, root, lock)

@@ -21,6 +21,11 @@ from artifact.errors import ArtifactError
 LOCK_FILE = CONFIG_DIR / "weights.lock.json"
 
 
+def lock_path() -> Path:
+    """The lock file (ARTIFACT_WEIGHTS_LOCK overrides it, e.g. for tests)."""
+    return Path(os.environ.get("ARTIFACT_WEIGHTS_LOCK") or LOCK_FILE)
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -49,7 +54,8 @@ def lock_key(model: Model) -> str:
     return f"{repo_id(model)}@{model.revision}"
 
 
-def read_lock(path: Path = LOCK_FILE) -> dict:
+def read_lock(path: Path | None = None) -> dict:
+    path = path or lock_path()
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -61,7 +67,8 @@ def read_lock(path: Path = LOCK_FILE) -> dict:
     return data
 
 
-def write_lock(data: dict, path: Path = LOCK_FILE) -> None:
+def write_lock(data: dict, path: Path | None = None) -> None:
+    path = path or lock_path()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
