@@ -136,7 +136,7 @@ def print_table(outcomes: list[Outcome], order: list[Job]) -> None:
     by_key = {o.job.key: o for o in outcomes}
     rows = [("configuration / plan", "status", "where", "time", "note")]
     for j in order:
-        o = by_key[j.key]
+        o = by_key.get(j.key) or Outcome(j, FAILED, note="no outcome recorded")
         rows.append((j.key, o.status, o.slot or "-", hms(o.seconds) if o.seconds else "-", o.note))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     print("\n== ./run.sh all")

@@ -196,10 +196,13 @@ class Fanout:
         queue = sorted(jobs, key=lambda j: -j.hours)
         outcomes: list[Outcome] = []
 
+        taken: dict[str, tuple[Job, Slot]] = {}
+
         def take(slot: Slot) -> Job | None:
             with self.lock:
                 for i, job in enumerate(queue):
                     if slot.memory_gib is None or job.gpu_mem_gib <= slot.memory_gib:
+                        taken[job.key] = (job, slot)
                         return queue.pop(i)
             return None
 
@@ -233,14 +236,19 @@ class Fanout:
             say("interrupted: stopping the containers (complete sessions are kept; a re-run resumes)")
             with self.lock:
                 running = list(self.containers.values())
-            for c in running:
+            for c in running:  # SIGTERM: the protocol stops its server, the run stays 'incomplete'
                 try:
                     c.stop(timeout=20)
                 except Exception:
                     pass
             for t in threads:
-                t.join(timeout=60)
+                t.join(timeout=30)
+            for c in running:
+                remove_quietly(self.client, c.id)
         with self.lock:
+            finished = {o.job.key for o in outcomes}
+            outcomes += [Outcome(j, INTERRUPTED, s.label, note="stopped by Ctrl-C; a re-run resumes")
+                         for j, s in taken.values() if j.key not in finished]
             outcomes += [Outcome(j, INTERRUPTED if self.stop.is_set() else FAILED, note="not started")
                          for j in queue]
         return outcomes
@@ -260,8 +268,10 @@ def start_container(client, image: str, command: list[str], *, name: str, user: 
     kwargs = {"device_requests": host.gpu_request(device_ids)} if device_ids else {}
     if shm_size:
         kwargs["shm_size"] = shm_size
+    # init: a minimal init as PID 1 forwards `docker stop`'s SIGTERM to the CLI (PID 1 would ignore it until the
+    # CLI's own handler is installed) and reaps llama-server should it outlive its parent.
     return client.containers.run(image, command, name=name, detach=True, network_mode="none", user=user,
-                                 volumes=volumes, environment=environment, labels=labels, **kwargs)
+                                 volumes=volumes, environment=environment, labels=labels, init=True, **kwargs)
 
 
 def remove_quietly(client, name_or_id: str) -> None:
