@@ -124,8 +124,13 @@ def test_containers_write_results_as_the_invoking_user_without_network(client, c
         assert inspect["HostConfig"]["NetworkMode"] == "none" and inspect["Config"]["User"] == "12345:12345"
     finally:
         remove_quietly(client, name)
-    written = list((tmp_path / "check").rglob("*"))
-    assert written and {p.stat().st_uid for p in written} == {12345}
+    # Owners as the host sees them (a container shares the host's user ids; this test may itself run in a user
+    # namespace, where uid 12345 is unmapped and shows as the overflow id)
+    owners = client.containers.run(cpu_image.id, ["-c", "import pathlib; print(sorted({p.stat().st_uid for p in "
+                                   "pathlib.Path('/r/check').rglob('*')}))"], entrypoint="/artifact/.venv/bin/python",
+                                   volumes={str(tmp_path): {"bind": "/r", "mode": "ro"}}, network_mode="none",
+                                   remove=True)
+    assert owners.decode().strip() == "[12345]"
 
 
 def test_gpu_request_without_nvidia_runtime_is_one_actionable_line(client, cpu_image):

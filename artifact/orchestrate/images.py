@@ -23,7 +23,7 @@ from pathlib import Path
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 
-EXCLUDE_DIRS = {".git", ".venv", "results", "weights", "build", "__pycache__", ".pytest_cache", ".whl", ".gl",
+EXCLUDE_DIRS = {".git", ".venv", "results", "weights", "build", "__pycache__", ".pytest_cache", ".whl", ".gl", "tests", "bench", ".ci",
                 ".device", "node_modules"}
 BUILD_INPUTS = "docker/build-inputs"
 DEFAULT_CUDA_ARCHS = "89-real;90-real;90-virtual"
