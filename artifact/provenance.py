@@ -40,8 +40,16 @@ def _gpus() -> list[dict]:
     return [dict(zip(keys, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines()]
 
 
+def container() -> dict | None:
+    """The image a `./run.sh all` container runs (its tag and id, passed in by the orchestrator), else None."""
+    if not os.environ.get("ARTIFACT_IMAGE_ID"):
+        return None
+    return {"image": os.environ.get("ARTIFACT_IMAGE"), "image_id": os.environ["ARTIFACT_IMAGE_ID"]}
+
+
 def host() -> dict:
     return {
+        "container": container(),
         "hostname_sha256": hashlib.sha256(platform.node().encode()).hexdigest()[:12],
         "os": platform.platform(),
         "machine": platform.machine(),

