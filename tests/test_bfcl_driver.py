@@ -130,3 +130,19 @@ def test_a_server_failure_is_fatal_for_the_run_not_an_episode_error():
         bfcl.run_episode(bfcl.load_episodes(1)[0], "qwen", "ep_t_6", server_gone, prompt_variant="default",
                          max_steps_per_turn=20, log=io.StringIO())
     assert cached_instances() == []
+
+
+def test_the_reused_handler_carries_no_prompt_variant_into_the_next_episode():
+    episode = bfcl.load_episodes(1, max_turns=1)[0]
+    first = lambda variant: oracle_first_prompt(episode, variant)
+    default_before = first("default")
+    python = first("python")
+    assert python != default_before
+    assert first("default") == default_before  # the python variant did not stick to the shared handler
+
+
+def oracle_first_prompt(episode, variant):
+    query, prompts = oracle(episode)
+    bfcl.run_episode(episode, "qwen", f"ep_v_{variant}", query, prompt_variant=variant, max_steps_per_turn=20,
+                     log=io.StringIO())
+    return prompts[0][2]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import importlib
 import os
@@ -111,11 +112,20 @@ def check_prompt_variant(handler_name: str, variant: str) -> None:
             "its own prompt (BFCL never sends it a variant system prompt); use prompt_variant = \"default\"")
 
 
-def make_handler(name: str, namespace: str):
+@functools.lru_cache(maxsize=None)
+def _handler(name: str):
+    """One handler instance per chat format, reused for every episode, as BFCL's own runner reuses one per model
+    (constructing one builds an OpenAI client, ~40 ms of TLS set-up that would otherwise be paid per episode)."""
     module, cls = HANDLERS[name]
     handler_cls = getattr(importlib.import_module(module), cls)
-    handler = handler_cls(model_name=namespace, temperature=0.0, registry_name=namespace, is_fc_model=False)
-    # The executor's instance-cache key prefix; must stay a valid identifier fragment.
+    return handler_cls(model_name=f"artifact_{name}", temperature=0.0, registry_name=f"artifact_{name}",
+                       is_fc_model=False)
+
+
+def make_handler(name: str, namespace: str):
+    """The handler for `name`, set to this episode's namespace (the executor's instance-cache key prefix; must stay
+    a valid identifier fragment). Its transport and prompt variant are attached per episode."""
+    handler = _handler(name)
     handler.model_name_underline_replaced = namespace
     return handler
 
@@ -167,8 +177,9 @@ def _attach_transport(handler, query: QueryFn) -> None:
 
 def _attach_prompt_variant(handler, variant: str) -> None:
     """Select one of BFCL's own system-prompt variants (BFCL encodes it in the id, as its format-sensitivity
-    category does); the default variant leaves the handler untouched."""
+    category does); the default variant restores the handler's own step (the instance is reused across episodes)."""
     if variant == "default":
+        vars(handler).pop("_pre_query_processing_prompting", None)
         return
     fmt = PROMPT_VARIANTS[variant]
 
