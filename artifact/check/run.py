@@ -6,6 +6,8 @@ Writes into `<results_dir>/check/` (or `out_dir`):
   tab2.csv, tab2_comparisons.csv, runs.csv, fig1.csv, fig2.csv, fig2_trend.csv, quant_levels.csv, verdicts.csv,
   tab3.csv            (when GSM8K bridge runs exist)
   fig1.png, fig2.png  (when the runs allow them)
+  margins.csv, flip_by_margin.csv, benefit_*.csv, mitigation.csv, beyond_verdicts.csv, ..., flip_margin.png,
+  price.png           results beyond the paper (artifact.check.beyond); the "beyond" section of check.json
   report.html         one self-contained page (artifact.report.render)
 Prints the verdict table. Exit code: 0, or 1 when a hard claim (RQ1) FAILs or the results are invalid (an OFF run
 served cached tokens, a run is incomplete); problems with the input raise ArtifactError (one line, exit 2).
@@ -24,6 +26,7 @@ import pandas as pd
 
 from artifact.analysis.gsm8k_table import is_bridge_run, tab3
 from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
+from artifact.check.beyond import write_beyond
 from artifact.check.claims import FAIL, Claim, annotate_with_paper, evaluate_claims
 from artifact.errors import ArtifactError
 from artifact.records.store import Run, find_runs
@@ -202,14 +205,17 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     figures = render_figures(tables, out)
     files += list(figures)
     lap("figures")
+    beyond = write_beyond(runs, out)  # results beyond the paper (issue 12); they never change the exit code
+    files += beyond.files
+    lap("beyond")
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, tab3=tab3,
-                          claims=claims, problems=problems, exit_code=code, figures=figures)
+                          claims=claims, problems=problems, exit_code=code, figures=figures, beyond=beyond)
     files.append(report.name)
     lap("report")
     summary = {
         "results_dir": str(root), "exit_code": code, "hard_failures": hard_fail, "invalid": problems,
-        "runs": len(runs), "claims": [c.as_dict() for c in claims], "files": files,
+        "runs": len(runs), "claims": [c.as_dict() for c in claims], "beyond": beyond.as_dict(), "files": files,
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
     (out / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n")

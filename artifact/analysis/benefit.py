@@ -1,0 +1,130 @@
+"""What the cache buys, measured in the same runs whose divergence the paper counts.
+
+Per configuration, plan, arm and run: prompt tokens, the tokens the server served from its cache (`cache_n`) and
+the tokens it evaluated (`prompt_n`), prompt-processing time (`prompt_ms`), time to first token and wall time.
+Time to first token is the server's own: llama-server samples the first token at the end of prompt processing, so
+it is `prompt_ms` (HTTP and client time excluded). The ON/OFF ratios pair ON run k with OFF run k episode by
+episode; their 95% intervals are paired percentile bootstraps over episodes (`ratio_interval`). Wall time is one
+number per run, so its ratio is given per run pair (mean, min and max over the pairs), without an interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from artifact.records.store import Run
+
+N_RESAMPLES = 9999
+SEED = 42
+
+
+def _ok(run: Run) -> list[dict]:
+    return [r for r in run.requests if r.get("error") is None]
+
+
+def run_costs(run: Run) -> dict:
+    """The cache's work and the time spent in one run."""
+    reqs = _ok(run)
+    cached = sum(r.get("cache_n") or 0 for r in reqs)
+    prompt_tokens = sum(r.get("prompt_tokens") or 0 for r in reqs)
+    prompt_ms = sum(float(r.get("prompt_ms") or 0.0) for r in reqs)
+    m = run.manifest
+    return {
+        "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "requests": len(reqs),
+        "prompt_tokens": prompt_tokens, "cached_tokens": cached,
+        "evaluated_tokens": sum(r.get("prompt_n") or 0 for r in reqs),
+        "cached_share": cached / prompt_tokens if prompt_tokens else float("nan"),
+        "prompt_ms": prompt_ms, "ttft_ms_mean": prompt_ms / len(reqs) if reqs else float("nan"),
+        "predicted_ms": sum(float(r.get("predicted_ms") or 0.0) for r in reqs),
+        "wall_s": float(m["wall_s"]) if isinstance(m.get("wall_s"), (int, float)) else float("nan"),
+    }
+
+
+RUN_COLUMNS = ["config", "plan", "arm", "run", "requests", "prompt_tokens", "cached_tokens", "evaluated_tokens",
+               "cached_share", "prompt_ms", "ttft_ms_mean", "predicted_ms", "wall_s"]
+
+
+def costs_frame(runs: list[Run]) -> pd.DataFrame:
+    rows = [run_costs(r) for r in runs if r.complete and r.manifest.get("arm") in ("off", "on")]
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def ratio_interval(on, off, confidence: float = 0.95, n_resamples: int = N_RESAMPLES,
+                   seed: int = SEED) -> tuple[float, float, float]:
+    """(mean(on) / mean(off), low, high): paired percentile bootstrap over the units (here episodes).
+
+    Units are resampled with replacement, keeping each unit's ON and OFF value together (scipy.stats.bootstrap,
+    paired=True, method='percentile', seeded). Fewer than two units, or identical units, give a NaN interval.
+    """
+    on, off = np.asarray(on, dtype=float), np.asarray(off, dtype=float)
+    if on.shape != off.shape or on.ndim != 1:
+        raise ValueError("ratio_interval needs two equal-length 1-d sequences")
+    if on.size == 0 or off.sum() <= 0:
+        return float("nan"), float("nan"), float("nan")
+    point = float(on.mean() / off.mean())
+    if on.size < 2 or (np.all(on == on[0]) and np.all(off == off[0])):
+        return point, float("nan"), float("nan")
+
+    def ratio(a, b, axis=-1):
+        return a.mean(axis=axis) / b.mean(axis=axis)
+
+    res = stats.bootstrap((on, off), ratio, paired=True, vectorized=True, method="percentile",
+                          confidence_level=confidence, n_resamples=n_resamples,
+                          random_state=np.random.default_rng(seed))
+    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _episode_sums(run: Run, fields: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for eid, reqs in run.requests_by_episode().items():
+        out[eid] = sum(float(r.get(f) or 0.0) for r in reqs if r.get("error") is None for f in fields)
+    return out
+
+
+# The per-episode quantities whose ON/OFF ratio gets an interval.
+RATIO_FIELDS = {"prompt_ms": ("prompt_ms",), "evaluated_tokens": ("prompt_n",),
+                "server_ms": ("prompt_ms", "predicted_ms")}
+
+
+def ratios_frame(runs: list[Run]) -> pd.DataFrame:
+    """Per configuration and plan: ON/OFF ratios (episodes of every run pair k pooled) with intervals."""
+    by: dict[tuple, dict] = {}
+    for r in runs:
+        m = r.manifest
+        if r.complete and m.get("arm") in ("off", "on"):
+            by.setdefault((m["config"], m["plan"]), {})[(m["arm"], m["run"])] = r
+    rows = []
+    for (config, plan), arms in sorted(by.items()):
+        ks = sorted(k for (a, k) in arms if a == "on" and ("off", k) in arms)
+        if not ks:
+            continue
+        row = {"config": config, "plan": plan, "run_pairs": len(ks)}
+        for name, fields in RATIO_FIELDS.items():
+            on_v, off_v = [], []
+            for k in ks:
+                s_on, s_off = _episode_sums(arms[("on", k)], fields), _episode_sums(arms[("off", k)], fields)
+                common = [e for e in s_off if e in s_on]
+                on_v += [s_on[e] for e in common]
+                off_v += [s_off[e] for e in common]
+            row[f"{name}_ratio"], row[f"{name}_lo"], row[f"{name}_hi"] = ratio_interval(on_v, off_v)
+            row["episodes"] = len(on_v)
+        walls = [run_costs(arms[("on", k)])["wall_s"] / run_costs(arms[("off", k)])["wall_s"] for k in ks]
+        row.update(wall_ratio=float(np.mean(walls)), wall_ratio_min=float(np.min(walls)),
+                   wall_ratio_max=float(np.max(walls)))
+        rows.append(row)
+    cols = ["config", "plan", "run_pairs", "episodes"] + [f"{n}_{s}" for n in RATIO_FIELDS for s in
+                                                         ("ratio", "lo", "hi")] + \
+        ["wall_ratio", "wall_ratio_min", "wall_ratio_max"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def arm_summary(costs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration, plan and arm: the mean over its runs of each run's totals."""
+    if costs.empty:
+        return costs.drop(columns=["run"])
+    num = [c for c in RUN_COLUMNS if c not in ("config", "plan", "arm", "run")]
+    out = costs.groupby(["config", "plan", "arm"], sort=True)[num].mean().reset_index()
+    out.insert(3, "runs", costs.groupby(["config", "plan", "arm"], sort=True).size().to_numpy())
+    return out
