@@ -60,7 +60,8 @@ def test_margin_distribution_shares_below_thresholds(tmp_path):
     df = margins.margin_distribution(find_runs(tmp_path))
     row = df.iloc[0]
     assert row["positions"] == 6
-    assert [row[f"share_below_{t:g}"] for t in margins.THRESHOLDS] == pytest.approx([1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
+    shares = [row[f"share_below_{t:g}"] for t in margins.THRESHOLDS]
+    assert shares == pytest.approx([1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
     assert row["median"] == pytest.approx((0.07 + 0.3) / 2)
 
 
@@ -227,7 +228,8 @@ def test_mitigation_verdicts_cost_and_recommendation(tmp_path):
 def test_max_logprob_gap_separates_token_identity_from_bit_identity(tmp_path):
     eps = {"e0": [[1, 2], [3, 4]]}
     a = write_bfcl_run(tmp_path, "on", 1, eps, logprobs={("e0", 1): [[[3, -0.1], [4, -2.0]], [[4, -0.2], [5, -1.0]]]})
-    b = write_bfcl_run(tmp_path, "off", 1, eps, logprobs={("e0", 1): [[[3, -0.1], [4, -2.088]], [[4, -0.2], [5, -1.0]]]})
+    b = write_bfcl_run(tmp_path, "off", 1, eps,
+                       logprobs={("e0", 1): [[[3, -0.1], [4, -2.088]], [[4, -0.2], [5, -1.0]]]})
     assert mitigation.max_logprob_gap(a, b) == pytest.approx(0.088)
     assert mitigation.max_logprob_gap(a, a) == 0.0
 

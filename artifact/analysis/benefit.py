@@ -14,19 +14,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from artifact.analysis.groups import by_plan, ok_requests, on_off_pairs
 from artifact.records.store import Run
 
 N_RESAMPLES = 9999
 SEED = 42
 
 
-def _ok(run: Run) -> list[dict]:
-    return [r for r in run.requests if r.get("error") is None]
-
-
 def run_costs(run: Run) -> dict:
     """The cache's work and the time spent in one run."""
-    reqs = _ok(run)
+    reqs = ok_requests(run)
     cached = sum(r.get("cache_n") or 0 for r in reqs)
     prompt_tokens = sum(r.get("prompt_tokens") or 0 for r in reqs)
     prompt_ms = sum(float(r.get("prompt_ms") or 0.0) for r in reqs)
@@ -90,27 +87,22 @@ RATIO_FIELDS = {"prompt_ms": ("prompt_ms",), "evaluated_tokens": ("prompt_n",),
 
 def ratios_frame(runs: list[Run]) -> pd.DataFrame:
     """Per configuration and plan: ON/OFF ratios (episodes of every run pair k pooled) with intervals."""
-    by: dict[tuple, dict] = {}
-    for r in runs:
-        m = r.manifest
-        if r.complete and m.get("arm") in ("off", "on"):
-            by.setdefault((m["config"], m["plan"]), {})[(m["arm"], m["run"])] = r
     rows = []
-    for (config, plan), arms in sorted(by.items()):
-        ks = sorted(k for (a, k) in arms if a == "on" and ("off", k) in arms)
-        if not ks:
+    for (config, plan), group in by_plan(runs).items():
+        pairs = on_off_pairs(group)
+        if not pairs:
             continue
-        row = {"config": config, "plan": plan, "run_pairs": len(ks)}
+        row = {"config": config, "plan": plan, "run_pairs": len(pairs)}
         for name, fields in RATIO_FIELDS.items():
             on_v, off_v = [], []
-            for k in ks:
-                s_on, s_off = _episode_sums(arms[("on", k)], fields), _episode_sums(arms[("off", k)], fields)
+            for _, on, off in pairs:
+                s_on, s_off = _episode_sums(on, fields), _episode_sums(off, fields)
                 common = [e for e in s_off if e in s_on]
                 on_v += [s_on[e] for e in common]
                 off_v += [s_off[e] for e in common]
             row[f"{name}_ratio"], row[f"{name}_lo"], row[f"{name}_hi"] = ratio_interval(on_v, off_v)
             row["episodes"] = len(on_v)
-        walls = [run_costs(arms[("on", k)])["wall_s"] / run_costs(arms[("off", k)])["wall_s"] for k in ks]
+        walls = [run_costs(on)["wall_s"] / run_costs(off)["wall_s"] for _, on, off in pairs]
         row.update(wall_ratio=float(np.mean(walls)), wall_ratio_min=float(np.min(walls)),
                    wall_ratio_max=float(np.max(walls)))
         rows.append(row)

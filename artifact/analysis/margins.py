@@ -21,13 +21,12 @@ generated position, the top-2 log-probabilities (softmax of the raw logits), so 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from artifact.analysis.compare import compare_runs
+from artifact.analysis.groups import by_plan, ok_requests, on_off_pairs
 from artifact.analysis.stats import cochran_armitage, wilson_interval
 from artifact.analysis.tables import MIN_TREND_LEVELS, quant_level
 from artifact.records.store import Run
@@ -51,26 +50,10 @@ def request_margins(record: dict) -> np.ndarray:
     return np.array([margin(t) for t in record.get("top_logprobs") or []], dtype=float)
 
 
-def group_key(run: Run) -> tuple[str, str]:
-    return run.manifest["config"], run.manifest["plan"]
-
-
 def _meta(run: Run) -> dict:
     model = run.manifest.get("model") or {}
     return {"config": run.manifest["config"], "plan": run.manifest["plan"], "engine": run.manifest.get("engine"),
             "model_name": model.get("name"), "quant": model.get("quant")}
-
-
-def _groups(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
-    out: dict[tuple[str, str], list[Run]] = {}
-    for r in runs:
-        if r.complete and r.manifest.get("arm") in ("off", "on"):
-            out.setdefault(group_key(r), []).append(r)
-    return out
-
-
-def _ok(run: Run) -> list[dict]:
-    return [r for r in run.requests if r.get("error") is None]
 
 
 # --- distribution ---------------------------------------------------------------------------------------------
@@ -78,11 +61,11 @@ def _ok(run: Run) -> list[dict]:
 def margin_distribution(runs: list[Run]) -> pd.DataFrame:
     """Per configuration and plan: the margins over all generated positions of its OFF runs."""
     rows = []
-    for key, group in sorted(_groups(runs).items()):
-        off = [r for r in group if r.manifest["arm"] == "off"]
+    for group in by_plan(runs).values():
+        off = [r for (arm, _), r in sorted(group.items()) if arm == "off"]
         if not off:
             continue
-        m = np.concatenate([request_margins(q) for r in off for q in _ok(r)] or [np.array([])])
+        m = np.concatenate([request_margins(q) for r in off for q in ok_requests(r)] or [np.array([])])
         m = m[~np.isnan(m)]
         row = {**_meta(off[0]), "off_runs": len(off), "positions": int(m.size)}
         if m.size:
@@ -96,19 +79,11 @@ def margin_distribution(runs: list[Run]) -> pd.DataFrame:
 
 # --- first diverging tokens and flips -------------------------------------------------------------------------
 
-def _pairs(group: list[Run]):
-    """(k, ON run k, OFF run k) for every run number both arms completed."""
-    by = {(r.manifest["arm"], r.manifest["run"]): r for r in group}
-    for k in sorted({k for (_, k) in by}):
-        if ("on", k) in by and ("off", k) in by:
-            yield k, by[("on", k)], by[("off", k)]
-
-
 def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
     """Per diverged episode of every ON run k vs OFF run k: both arms' margins and tokens at the first difference."""
     rows = []
-    for (config, plan), group in sorted(_groups(runs).items()):
-        for k, on, off in _pairs(group):
+    for (config, plan), group in by_plan(runs).items():
+        for k, on, off in on_off_pairs(group):
             cmp = compare_runs(on, off)
             e_on, e_off = on.requests_by_episode(), off.requests_by_episode()
             for d in cmp.diverged:
@@ -168,18 +143,19 @@ def _bin_label(lo: float, hi: float) -> str:
 def flip_by_margin(runs: list[Run]) -> pd.DataFrame:
     """Flip probability per margin bin, per configuration and plan (all its ON/OFF run pairs pooled)."""
     rows = []
-    for (config, plan), group in sorted(_groups(runs).items()):
-        parts = [flip_positions(on, off) for _, on, off in _pairs(group)]
+    for (config, plan), group in by_plan(runs).items():
+        parts = [flip_positions(on, off) for _, on, off in on_off_pairs(group)]
         if not parts:
             continue
         m = np.concatenate([p[0] for p in parts])
         f = np.concatenate([p[1] for p in parts])
+        quant = _meta(next(iter(group.values())))["quant"]
         idx = np.digitize(m, MARGIN_BINS[1:-1])  # 0 .. len(bins) - 2
         for b, (lo, hi) in enumerate(zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])):
             sel = idx == b
             n, k = int(sel.sum()), int(f[sel].sum())
             ci = wilson_interval(k, n) if n else (float("nan"), float("nan"))
-            rows.append({"config": config, "plan": plan, "quant": _meta(group[0])["quant"], "bin": b,
+            rows.append({"config": config, "plan": plan, "quant": quant, "bin": b,
                          "margin_bin": _bin_label(lo, hi), "margin_lo": lo, "margin_hi": hi,
                          "positions": n, "flips": k, "flip_rate": k / n if n else float("nan"),
                          "wilson_lo": ci[0], "wilson_hi": ci[1]})
@@ -205,15 +181,6 @@ def flip_trend(curve: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- quantization series --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TrendResult:
-    levels: tuple  # quantization labels, coarsest first (the predicted order of increasing margins)
-    episodes: int
-    L: float
-    p_value: float
-    method: str
-
 
 def page_test(data: np.ndarray) -> tuple[float, float, str]:
     """Page's L test that responses increase along the columns (blocks = rows); (L, one-sided p, method).

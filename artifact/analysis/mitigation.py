@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.compare import compare_runs
+from artifact.analysis.groups import by_plan, on_off_pairs
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run
 
@@ -37,15 +38,6 @@ class Verdict:
     def as_dict(self) -> dict:
         return {"id": self.id, "claim": self.claim, "scope": self.scope, "status": self.status,
                 "observed": self.observed, "evidence": self.evidence}
-
-
-def _by_group(runs: list[Run]) -> dict[tuple[str, str], dict[tuple[str, int], Run]]:
-    out: dict[tuple[str, str], dict] = {}
-    for r in runs:
-        m = r.manifest
-        if r.complete and m.get("arm") in ("off", "on"):
-            out.setdefault((m["config"], m["plan"]), {})[(m["arm"], m["run"])] = r
-    return out
 
 
 def plan_overrides(run: Run) -> dict:
@@ -94,17 +86,15 @@ def _divergence(pairs: list[tuple[Run, Run]]) -> dict:
 
 def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and plan: ON vs OFF and rerun divergence, and each arm's cost next to the main plan's."""
-    groups = _by_group(runs)
     arm_cost = costs.groupby(["config", "plan", "arm"])[["prompt_ms", "wall_s", "ttft_ms_mean"]].mean() \
         if not costs.empty else None
     rows = []
-    for (config, plan), by in sorted(groups.items()):
+    for (config, plan), by in by_plan(runs).items():
         any_run = next(iter(by.values()))
         row = {"config": config, "plan": plan, "lifecycle": "fresh" if is_fresh(any_run) else "shared",
                "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
                "cache_ram_mib": (any_run.manifest.get("plan_data") or {}).get("cache_ram_mib")}
-        ks = sorted(k for (a, k) in by if a == "on" and ("off", k) in by)
-        d = _divergence([(by[("on", k)], by[("off", k)]) for k in ks])
+        d = _divergence([(on, off) for _, on, off in on_off_pairs(by)])
         row.update({f"on_vs_off_{key}": v for key, v in d.items() if key != "detail"})
         for arm in ("on", "off"):
             rr = _divergence([(by[(arm, 1)], by[(arm, 2)])] if (arm, 1) in by and (arm, 2) in by else [])
@@ -132,7 +122,7 @@ def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
     """Per configuration and fresh-lifecycle plan: ON run 1 and run 2 identical in every episode."""
     claim = "State reset at run boundaries (a new server per run) makes cached (ON) reruns identical"
     out = []
-    for (config, plan), by in sorted(_by_group(runs).items()):
+    for (config, plan), by in by_plan(runs).items():
         if not is_fresh(next(iter(by.values()))):
             continue
         scope = f"{config}/{plan}"

@@ -150,7 +150,8 @@ def flip_margin_figure(curve: pd.DataFrame, path: Path) -> Path | None:
     for (config, plan), g in ran.groupby(["config", "plan"], sort=True):
         g = g.sort_values("bin")
         rate = g["flip_rate"].astype(float)
-        yerr = [(100 * (rate - g["wilson_lo"])).clip(lower=0).tolist(), (100 * (g["wilson_hi"] - rate)).clip(lower=0).tolist()]
+        yerr = [(100 * (rate - g["wilson_lo"])).clip(lower=0).tolist(),
+                (100 * (g["wilson_hi"] - rate)).clip(lower=0).tolist()]
         ax.errorbar(g["bin"], 100 * rate, yerr=yerr, marker="o", capsize=3, label=f"{config} [{plan}]")
         ax2.plot(g["bin"], 100 * g["positions"] / g["positions"].sum(), marker="s", label=f"{config} [{plan}]")
     for a in (ax, ax2):
