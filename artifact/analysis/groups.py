@@ -26,3 +26,9 @@ def on_off_pairs(group: Group) -> list[tuple[int, Run, Run]]:
 def ok_requests(run: Run) -> list[dict]:
     """The requests the engine served (those recorded with an error carry no output)."""
     return [r for r in run.requests if r.get("error") is None]
+
+
+def manifest_table(run: Run, key: str) -> dict:
+    """A manifest field that should be a table (model, plan_data); {} when it is missing or is not one."""
+    value = run.manifest.get(key)
+    return value if isinstance(value, dict) else {}

@@ -26,7 +26,7 @@ import pandas as pd
 from scipy import stats
 
 from artifact.analysis.compare import compare_runs
-from artifact.analysis.groups import by_plan, ok_requests, on_off_pairs
+from artifact.analysis.groups import by_plan, manifest_table, ok_requests, on_off_pairs
 from artifact.analysis.stats import cochran_armitage, wilson_interval
 from artifact.analysis.tables import MIN_TREND_LEVELS, quant_level
 from artifact.records.store import Run
@@ -51,7 +51,7 @@ def request_margins(record: dict) -> np.ndarray:
 
 
 def _meta(run: Run) -> dict:
-    model = run.manifest.get("model") or {}
+    model = manifest_table(run, "model")
     return {"config": run.manifest["config"], "plan": run.manifest["plan"], "engine": run.manifest.get("engine"),
             "model_name": model.get("name"), "quant": model.get("quant")}
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.compare import compare_runs
-from artifact.analysis.groups import by_plan, on_off_pairs
+from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run
 
@@ -41,11 +41,12 @@ class Verdict:
 
 
 def plan_overrides(run: Run) -> dict:
-    return dict((run.manifest.get("plan_data") or {}).get("server_overrides") or {})
+    overrides = manifest_table(run, "plan_data").get("server_overrides")
+    return dict(overrides) if isinstance(overrides, dict) else {}
 
 
 def is_fresh(run: Run) -> bool:
-    return (run.manifest.get("lifecycle") or (run.manifest.get("plan_data") or {}).get("lifecycle")) == "fresh"
+    return (run.manifest.get("lifecycle") or manifest_table(run, "plan_data").get("lifecycle")) == "fresh"
 
 
 def max_logprob_gap(a: Run, b: Run) -> float:
@@ -65,12 +66,20 @@ def max_logprob_gap(a: Run, b: Run) -> float:
             for i, (pa, pb) in enumerate(zip(qa.get("top_logprobs") or [], qb.get("top_logprobs") or [])):
                 if i >= min(len(ta), len(tb)) or ta[i] != tb[i]:
                     break
-                da, db = {int(e[0]): float(e[1]) for e in pa}, {int(e[0]): float(e[1]) for e in pb}
+                da, db = _top_entries(pa), _top_entries(pb)
                 for tok in da.keys() & db.keys():
                     gap, seen = max(gap, abs(da[tok] - db[tok])), True
             if ta != tb:
                 break
     return gap if seen else float("nan")
+
+
+def _top_entries(top) -> dict[int, float]:
+    """{token id: logprob} of one position's top-k list; {} when the entries are malformed."""
+    try:
+        return {int(e[0]): float(e[1]) for e in top}
+    except (TypeError, ValueError, IndexError):
+        return {}
 
 
 def _divergence(pairs: list[tuple[Run, Run]]) -> dict:
@@ -93,7 +102,7 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
         any_run = next(iter(by.values()))
         row = {"config": config, "plan": plan, "lifecycle": "fresh" if is_fresh(any_run) else "shared",
                "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
-               "cache_ram_mib": (any_run.manifest.get("plan_data") or {}).get("cache_ram_mib")}
+               "cache_ram_mib": manifest_table(any_run, "plan_data").get("cache_ram_mib")}
         d = _divergence([(on, off) for _, on, off in on_off_pairs(by)])
         row.update({f"on_vs_off_{key}": v for key, v in d.items() if key != "detail"})
         for arm in ("on", "off"):
