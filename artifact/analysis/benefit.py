@@ -17,26 +17,31 @@ from scipy import stats
 from artifact.analysis.groups import by_plan, ok_requests, on_off_pairs
 from artifact.records.store import Run
 
-N_RESAMPLES = 9999
+N_RESAMPLES = 2999  # percentile bootstrap; paper-scale check time (bench) bounds it
 SEED = 42
 
 
 def run_costs(run: Run) -> dict:
     """The cache's work and the time spent in one run."""
     reqs = ok_requests(run)
-    cached = sum(r.get("cache_n") or 0 for r in reqs)
-    prompt_tokens = sum(r.get("prompt_tokens") or 0 for r in reqs)
-    prompt_ms = sum(float(r.get("prompt_ms") or 0.0) for r in reqs)
+
+    def total(key: str) -> float:
+        return sum(float(dict.get(r, key) or 0) for r in reqs)  # dict.get: never decodes lazy fields
+
+    cached, prompt_tokens, prompt_ms = total("cache_n"), total("prompt_tokens"), total("prompt_ms")
     m = run.manifest
     return {
         "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "requests": len(reqs),
-        "prompt_tokens": prompt_tokens, "cached_tokens": cached,
-        "evaluated_tokens": sum(r.get("prompt_n") or 0 for r in reqs),
+        "prompt_tokens": int(prompt_tokens), "cached_tokens": int(cached), "evaluated_tokens": int(total("prompt_n")),
         "cached_share": cached / prompt_tokens if prompt_tokens else float("nan"),
         "prompt_ms": prompt_ms, "ttft_ms_mean": prompt_ms / len(reqs) if reqs else float("nan"),
-        "predicted_ms": sum(float(r.get("predicted_ms") or 0.0) for r in reqs),
-        "wall_s": float(m["wall_s"]) if isinstance(m.get("wall_s"), (int, float)) else float("nan"),
+        "predicted_ms": total("predicted_ms"), "wall_s": wall_s(run),
     }
+
+
+def wall_s(run: Run) -> float:
+    w = run.manifest.get("wall_s")
+    return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else float("nan")
 
 
 RUN_COLUMNS = ["config", "plan", "arm", "run", "requests", "prompt_tokens", "cached_tokens", "evaluated_tokens",
@@ -76,7 +81,7 @@ def ratio_interval(on, off, confidence: float = 0.95, n_resamples: int = N_RESAM
 def _episode_sums(run: Run, fields: tuple[str, ...]) -> dict[str, float]:
     out = {}
     for eid, reqs in run.requests_by_episode().items():
-        out[eid] = sum(float(r.get(f) or 0.0) for r in reqs if r.get("error") is None for f in fields)
+        out[eid] = sum(float(dict.get(r, f) or 0.0) for r in reqs if dict.get(r, "error") is None for f in fields)
     return out
 
 
@@ -102,7 +107,7 @@ def ratios_frame(runs: list[Run]) -> pd.DataFrame:
                 off_v += [s_off[e] for e in common]
             row[f"{name}_ratio"], row[f"{name}_lo"], row[f"{name}_hi"] = ratio_interval(on_v, off_v)
             row["episodes"] = len(on_v)
-        walls = [run_costs(on)["wall_s"] / run_costs(off)["wall_s"] for _, on, off in pairs]
+        walls = [wall_s(on) / wall_s(off) for _, on, off in pairs]
         row.update(wall_ratio=float(np.mean(walls)), wall_ratio_min=float(np.min(walls)),
                    wall_ratio_max=float(np.max(walls)))
         rows.append(row)

@@ -21,11 +21,13 @@ generated position, the top-2 log-probabilities (softmax of the raw logits), so 
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from artifact.analysis.compare import compare_runs
+from artifact.analysis.compare import compare_runs, first_difference
 from artifact.analysis.groups import by_plan, manifest_table, ok_requests, on_off_pairs
 from artifact.analysis.stats import cochran_armitage, wilson_interval
 from artifact.analysis.tables import MIN_TREND_LEVELS, quant_level
@@ -45,8 +47,69 @@ def margin(top: list) -> float:
     return lps[0] - lps[1] if len(lps) >= 2 else float("nan")
 
 
-def request_margins(record: dict) -> np.ndarray:
+_SEPARATORS = str.maketrans("[], ", "\n\n\n\n")
+_RUN_CACHE = "_top2_by_request"  # attribute under which a Run keeps its parsed top-2 arrays (see run_top2)
+
+
+def _parse_top2(top) -> np.ndarray | None:
+    """One position list [[[id, lp], [id, lp]], ...] as an (n, 4) array; None unless every position has two."""
+    try:
+        arr = np.asarray(top, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    if arr.size == 0:
+        return np.empty((0, 4))
+    return arr.reshape(len(top), 4) if arr.shape == (len(top), 2, 2) else None
+
+
+def run_top2(run: Run) -> dict[int, np.ndarray | None]:
+    """id(request record) -> its top-2 entries as an (n, 4) array [id1, logprob1, id2, logprob2] (None if not top-2).
+
+    At paper scale the records hold ~1.4 million positions and parsing them dominates the analysis, so the run's
+    still-undecoded top-2 texts (artifact.records.store.LazyRecord leaves them as JSON text) are parsed in one
+    pass by pandas' C reader, and the result is kept on the Run object for the other analyses of this check.
+    """
+    cached = getattr(run, _RUN_CACHE, None)
+    if cached is not None:
+        return cached
+    out: dict[int, np.ndarray | None] = {}
+    lazy = []
+    for rec in run.requests:
+        raw = None if dict.__contains__(rec, "top_logprobs") else getattr(rec, "_raw", None)
+        if isinstance(raw, str):
+            lazy.append((rec, raw, raw.count("]]")))  # every position's list ends in "]]"
+        else:
+            out[id(rec)] = _parse_top2(rec.get("top_logprobs") or [])
+    if lazy:
+        text = "\n".join(raw for _, raw, _ in lazy).translate(_SEPARATORS)
+        try:
+            vals = pd.read_csv(io.StringIO(text), header=None, dtype=float, engine="c")[0].to_numpy() \
+                if text.strip() else np.empty(0)
+        except (ValueError, pd.errors.ParserError):
+            vals = None
+        if vals is not None and vals.size == 4 * sum(n for _, _, n in lazy):
+            at = 0
+            for rec, _, n in lazy:
+                out[id(rec)] = vals[at:at + 4 * n].reshape(n, 4)
+                at += 4 * n
+        else:  # a malformed or non-top-2 text somewhere: record by record
+            for rec, _, _ in lazy:
+                out[id(rec)] = _parse_top2(rec.get("top_logprobs") or [])
+    setattr(run, _RUN_CACHE, out)
+    return out
+
+
+def top2(run: Run, record: dict) -> np.ndarray | None:
+    """One request's top-2 entries (see run_top2)."""
+    table = run_top2(run)
+    return table[id(record)] if id(record) in table else _parse_top2(record.get("top_logprobs") or [])
+
+
+def request_margins(record: dict, run: Run | None = None) -> np.ndarray:
     """The margin at every generated position of one request (NaN where the engine gave fewer than two)."""
+    arr = top2(run, record) if run is not None else _parse_top2(record.get("top_logprobs") or [])
+    if arr is not None:
+        return np.abs(arr[:, 1] - arr[:, 3])
     return np.array([margin(t) for t in record.get("top_logprobs") or []], dtype=float)
 
 
@@ -65,7 +128,7 @@ def margin_distribution(runs: list[Run]) -> pd.DataFrame:
         off = [r for (arm, _), r in sorted(group.items()) if arm == "off"]
         if not off:
             continue
-        m = np.concatenate([request_margins(q) for r in off for q in ok_requests(r)] or [np.array([])])
+        m = np.concatenate([request_margins(q, r) for r in off for q in ok_requests(r)] or [np.array([])])
         m = m[~np.isnan(m)]
         row = {**_meta(off[0]), "off_runs": len(off), "positions": int(m.size)}
         if m.size:
@@ -91,7 +154,7 @@ def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
                     continue
                 q_on, q_off = e_on[d.episode_id][d.first_request], e_off[d.episode_id][d.first_request]
                 t = d.first_token
-                m_on, m_off = request_margins(q_on), request_margins(q_off)
+                m_on, m_off = request_margins(q_on, on), request_margins(q_off, off)
                 rows.append({
                     "config": config, "plan": plan, "quant": _meta(on)["quant"], "run": k,
                     "episode_id": d.episode_id, "request": d.first_request, "token": t,
@@ -117,21 +180,26 @@ def flip_positions(on: Run, off: Run) -> tuple[np.ndarray, np.ndarray]:
     e_on, e_off = on.requests_by_episode(), off.requests_by_episode()
     for eid, reqs_off in e_off.items():
         for q_off, q_on in zip(reqs_off, e_on.get(eid, [])):
-            if q_off.get("error") or q_on.get("error") or q_off["prompt_sha256"] != q_on["prompt_sha256"]:
+            if dict.get(q_off, "error") or dict.get(q_on, "error") or q_off["prompt_sha256"] != q_on["prompt_sha256"]:
                 break
-            m = request_margins(q_off)
             a, b = q_off["output_tokens"], q_on["output_tokens"]
-            n = min(len(a), len(b), m.size)
-            diff = next((i for i in range(n) if a[i] != b[i]), None)
-            upto = n if diff is None else diff + 1
-            if q_on.get("cache_n") != 0:  # a request served no cached tokens recomputes exactly as OFF does
-                margins.extend(m[:upto])
-                flips.extend([0] * upto)
-                if diff is not None:
-                    flips[-1] = 1
+            diff = first_difference(a, b)
+            if diff is not None and diff >= min(len(a), len(b)):
+                diff = None  # one arm stopped where the other went on: not a token flip
+            if dict.get(q_on, "cache_n") != 0:  # a request served no cached tokens recomputes exactly as OFF does
+                m = request_margins(q_off, off)
+                n = min(len(a), len(b), m.size)
+                flipped = diff is not None and diff < n
+                upto = diff + 1 if flipped else n
+                f = np.zeros(upto, dtype=int)
+                if flipped:
+                    f[-1] = 1
+                margins.append(m[:upto])
+                flips.append(f)
             if diff is not None or len(a) != len(b):
                 break
-    m, f = np.array(margins, dtype=float), np.array(flips, dtype=int)
+    m = np.concatenate(margins) if margins else np.empty(0)
+    f = np.concatenate(flips) if flips else np.empty(0, dtype=int)
     keep = ~np.isnan(m)
     return m[keep], f[keep]
 
@@ -195,7 +263,7 @@ def episode_medians(run: Run) -> dict[str, float]:
     """Each episode's median margin over its generated positions (episodes without any are left out)."""
     out = {}
     for eid, reqs in run.requests_by_episode().items():
-        m = np.concatenate([request_margins(q) for q in reqs if q.get("error") is None] or [np.array([])])
+        m = np.concatenate([request_margins(q, run) for q in reqs if dict.get(q, "error") is None] or [np.array([])])
         m = m[~np.isnan(m)]
         if m.size:
             out[eid] = float(np.median(m))

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from artifact.analysis.compare import compare_runs
+from artifact.analysis.compare import compare_runs, first_difference
 from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs
+from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run
 
@@ -52,41 +53,36 @@ def is_fresh(run: Run) -> bool:
 def max_logprob_gap(a: Run, b: Run) -> float:
     """Largest |logprob difference| of the top-2 entries over positions both runs generated from the same text.
 
-    Positions count while the request's prompt and every earlier token agree, and the two entries name the same
-    token ids; 0.0 means the two runs computed bit-identical top-2 log-probabilities wherever they can be compared.
-    NaN when no position is comparable.
+    Positions count while the request's prompt and every earlier token agree, for entries naming the same token id
+    in both runs; 0.0 means the two runs computed bit-identical top-2 log-probabilities wherever they can be
+    compared. NaN when no position is comparable.
     """
     gap, seen = 0.0, False
     ea, eb = a.requests_by_episode(), b.requests_by_episode()
     for eid, reqs_a in ea.items():
         for qa, qb in zip(reqs_a, eb.get(eid, [])):
-            if qa.get("error") or qb.get("error") or qa["prompt_sha256"] != qb["prompt_sha256"]:
+            if dict.get(qa, "error") or dict.get(qb, "error") or qa["prompt_sha256"] != qb["prompt_sha256"]:
                 break
             ta, tb = qa["output_tokens"], qb["output_tokens"]
-            for i, (pa, pb) in enumerate(zip(qa.get("top_logprobs") or [], qb.get("top_logprobs") or [])):
-                if i >= min(len(ta), len(tb)) or ta[i] != tb[i]:
-                    break
-                da, db = _top_entries(pa), _top_entries(pb)
-                for tok in da.keys() & db.keys():
-                    gap, seen = max(gap, abs(da[tok] - db[tok])), True
+            xa, xb = top2(a, qa), top2(b, qb)
+            if xa is not None and xb is not None:
+                diff = first_difference(ta, tb)
+                n = min(len(xa), len(xb), len(ta), len(tb), diff if diff is not None else len(ta))
+                xa, xb = xa[:n], xb[:n]
+                for i, j in ((0, 0), (0, 2), (2, 0), (2, 2)):  # the same token id in either place of the two
+                    same = xa[:, i] == xb[:, j]
+                    if same.any():
+                        gap, seen = max(gap, float(np.abs(xa[same, i + 1] - xb[same, j + 1]).max())), True
             if ta != tb:
                 break
     return gap if seen else float("nan")
 
 
-def _top_entries(top) -> dict[int, float]:
-    """{token id: logprob} of one position's top-k list; {} when the entries are malformed."""
-    try:
-        return {int(e[0]): float(e[1]) for e in top}
-    except (TypeError, ValueError, IndexError):
-        return {}
-
-
-def _divergence(pairs: list[tuple[Run, Run]]) -> dict:
+def _divergence(pairs: list[tuple[Run, Run]], gaps: bool = True) -> dict:
     cmps = [compare_runs(x, y) for x, y in pairs]
     n, k = sum(c.n for c in cmps), sum(c.k for c in cmps)
     lo, hi = wilson_interval(k, n) if n else (float("nan"), float("nan"))
-    gaps = [max_logprob_gap(x, y) for x, y in pairs]
+    gaps = [max_logprob_gap(x, y) for x, y in pairs] if gaps else []
     gaps = [g for g in gaps if not np.isnan(g)]
     return {"pairs": len(pairs), "episodes": n, "diverged": k, "rate": k / n if n else float("nan"),
             "wilson_lo": lo, "wilson_hi": hi, "max_logprob_gap": max(gaps) if gaps else float("nan"),
@@ -103,10 +99,11 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
         row = {"config": config, "plan": plan, "lifecycle": "fresh" if is_fresh(any_run) else "shared",
                "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
                "cache_ram_mib": manifest_table(any_run, "plan_data").get("cache_ram_mib")}
-        d = _divergence([(on, off) for _, on, off in on_off_pairs(by)])
+        # The log-probability gap tells bit-exact from token-identical; it is read for mitigation plans only.
+        d = _divergence([(on, off) for _, on, off in on_off_pairs(by)], gaps=bool(plan_overrides(any_run)))
         row.update({f"on_vs_off_{key}": v for key, v in d.items() if key != "detail"})
         for arm in ("on", "off"):
-            rr = _divergence([(by[(arm, 1)], by[(arm, 2)])] if (arm, 1) in by and (arm, 2) in by else [])
+            rr = _divergence([(by[(arm, 1)], by[(arm, 2)])] if (arm, 1) in by and (arm, 2) in by else [], gaps=False)
             row[f"{arm}_rerun_diverged"] = rr["diverged"] if rr["pairs"] else None
             row[f"{arm}_rerun_episodes"] = rr["episodes"] if rr["pairs"] else None
         for arm in ("on", "off"):
@@ -163,7 +160,7 @@ def mitigation_verdicts(rows: pd.DataFrame) -> list[Verdict]:
             k, n = int(r["on_vs_off_diverged"]), int(r["on_vs_off_episodes"])
             gap = r["on_vs_off_max_logprob_gap"]
             exact = "bit-exact top-2 log-probabilities" if gap == 0 else f"max |log-prob difference| {gap:.3g}"
-            cost = f"ON wall {r['on_wall_s_vs_main']:.2f}x, OFF wall {r['off_wall_s_vs_main']:.2f}x the main plan's"
+            cost = f"ON wall {_x(r['on_wall_s_vs_main'])}, OFF wall {_x(r['off_wall_s_vs_main'])} the main plan's"
             out.append(Verdict(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, PASS if k == 0 else FAIL,
                                f"ON vs OFF diverged in {k}/{n} episodes; {exact}", [cost]))
     if not out:
