@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from artifact.analysis.compare import Comparison, compare_runs
 from artifact.records.store import Run
 
 Group = dict[tuple[str, int], Run]  # (arm, run number) -> run
@@ -32,3 +33,11 @@ def manifest_table(run: Run, key: str) -> dict:
     """A manifest field that should be a table (model, plan_data); {} when it is missing or is not one."""
     value = run.manifest.get(key)
     return value if isinstance(value, dict) else {}
+
+
+def comparison(a: Run, b: Run) -> Comparison:
+    """compare_runs(a, b), computed once per pair and kept on run a for the other analyses of this check."""
+    cache = a.__dict__.setdefault("_comparisons", {})
+    if id(b) not in cache:
+        cache[id(b)] = (b, compare_runs(a, b))  # b is held so that its id is not reused
+    return cache[id(b)][1]

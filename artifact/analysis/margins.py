@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from artifact.analysis.compare import compare_runs, first_difference
-from artifact.analysis.groups import by_plan, manifest_table, ok_requests, on_off_pairs
+from artifact.analysis.compare import first_difference
+from artifact.analysis.groups import by_plan, comparison, manifest_table, ok_requests, on_off_pairs
 from artifact.analysis.stats import cochran_armitage, wilson_interval
 from artifact.analysis.tables import MIN_TREND_LEVELS, quant_level
 from artifact.records.store import Run
@@ -147,14 +147,14 @@ def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
     rows = []
     for (config, plan), group in by_plan(runs).items():
         for k, on, off in on_off_pairs(group):
-            cmp = compare_runs(on, off)
+            cmp = comparison(on, off)
             e_on, e_off = on.requests_by_episode(), off.requests_by_episode()
             for d in cmp.diverged:
                 if d.first_token is None:
                     continue
                 q_on, q_off = e_on[d.episode_id][d.first_request], e_off[d.episode_id][d.first_request]
                 t = d.first_token
-                m_on, m_off = request_margins(q_on, on), request_margins(q_off, off)
+                m_on, m_off = request_margins(q_on), request_margins(q_off, off)  # ON: this record only
                 rows.append({
                     "config": config, "plan": plan, "quant": _meta(on)["quant"], "run": k,
                     "episode_id": d.episode_id, "request": d.first_request, "token": t,

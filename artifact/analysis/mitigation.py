@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from artifact.analysis.compare import compare_runs, first_difference
-from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs
+from artifact.analysis.compare import first_difference
+from artifact.analysis.groups import by_plan, comparison, manifest_table, on_off_pairs
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run
@@ -79,7 +79,7 @@ def max_logprob_gap(a: Run, b: Run) -> float:
 
 
 def _divergence(pairs: list[tuple[Run, Run]], gaps: bool = True) -> dict:
-    cmps = [compare_runs(x, y) for x, y in pairs]
+    cmps = [comparison(x, y) for x, y in pairs]
     n, k = sum(c.n for c in cmps), sum(c.k for c in cmps)
     lo, hi = wilson_interval(k, n) if n else (float("nan"), float("nan"))
     gaps = [max_logprob_gap(x, y) for x, y in pairs] if gaps else []
@@ -135,7 +135,7 @@ def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
         if ("on", 1) not in by or ("on", 2) not in by:
             out.append(Verdict("BEYOND-FRESH", claim, scope, NOT_RUN, "ON run 1 and run 2 not both complete"))
             continue
-        c = compare_runs(by[("on", 1)], by[("on", 2)])
+        c = comparison(by[("on", 1)], by[("on", 2)])
         status = PASS if c.n and c.k == 0 else FAIL if c.n else NOT_RUN
         out.append(Verdict("BEYOND-FRESH", claim, scope, status, f"ON rerun diverged in {c.k}/{c.n} episodes",
                            [f"{c.a} vs {c.b}"] + [f"{e.episode_id}: request {e.first_request}, token "
