@@ -287,3 +287,12 @@ def test_run_top2_batch_parse_equals_json_decoding(tmp_path):
     by = {(r["episode_id"], r["request_index"]): table[id(r)] for r in odd.requests}
     assert by[("e0", 1)] is None and by[("e1", 0)][2].tolist() == [6, 0.0, 8, -12.5]
     assert np.isnan(margins.request_margins(odd.requests_by_episode()["e0"][1], odd)).all()
+
+
+def test_ratio_intervals_share_resamples_and_match_the_one_column_interval():
+    on = np.array([[10.0, 1.0], [20.0, 3.0], [30.0, 2.0], [45.0, 5.0]])
+    off = np.array([[40.0, 2.0], [50.0, 2.0], [70.0, 4.0], [80.0, 6.0]])
+    both = benefit.ratio_intervals(on, off)
+    assert both[0] == pytest.approx(benefit.ratio_interval(on[:, 0], off[:, 0]))
+    assert both[1] == pytest.approx(benefit.ratio_interval(on[:, 1], off[:, 1]))
+    assert both[1][0] == pytest.approx(11 / 14)

@@ -53,41 +53,57 @@ def costs_frame(runs: list[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
-def ratio_interval(on, off, confidence: float = 0.95, n_resamples: int = N_RESAMPLES,
-                   seed: int = SEED) -> tuple[float, float, float]:
-    """(mean(on) / mean(off), low, high): paired percentile bootstrap over the units (here episodes).
+def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n_resamples: int = N_RESAMPLES,
+                    seed: int = SEED) -> list[tuple[float, float, float]]:
+    """Per column j: (mean(on[:, j]) / mean(off[:, j]), low, high), a paired percentile bootstrap over the rows.
 
-    Units are resampled with replacement, keeping each unit's ON and OFF value together (scipy.stats.bootstrap,
-    paired=True, method='percentile', seeded). Fewer than two units, or identical units, give a NaN interval.
+    Rows are the units (here episodes), resampled with replacement with each unit's ON and OFF values kept together;
+    one set of resamples serves every column (scipy.stats.bootstrap, paired=True, method='percentile', seeded,
+    vector-valued statistic). Fewer than two units, or identical units, give NaN intervals.
     """
+    on, off = np.asarray(on, dtype=float), np.asarray(off, dtype=float)
+    if on.shape != off.shape or on.ndim != 2:
+        raise ValueError("ratio_intervals needs two (units, quantities) arrays of one shape")
+    nan = float("nan")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        points = [float(on[:, j].mean() / off[:, j].mean()) if len(on) and off[:, j].sum() > 0 else nan
+                  for j in range(on.shape[1])]
+    if len(on) < 2 or (np.all(on == on[0]) and np.all(off == off[0])):
+        return [(p, nan, nan) for p in points]
+
+    def ratios(*cols, axis=-1):
+        k = len(cols) // 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.stack([cols[j].mean(axis=axis) / cols[k + j].mean(axis=axis) for j in range(k)])
+
+    data = tuple(on.T) + tuple(off.T)
+    res = stats.bootstrap(data, ratios, paired=True, vectorized=True, method="percentile",
+                          confidence_level=confidence, n_resamples=n_resamples,
+                          random_state=np.random.default_rng(seed))
+    lo, hi = np.atleast_1d(res.confidence_interval.low), np.atleast_1d(res.confidence_interval.high)
+    return [(p, float(a), float(b)) if not np.isnan(p) else (p, nan, nan) for p, a, b in zip(points, lo, hi)]
+
+
+def ratio_interval(on, off, **kw) -> tuple[float, float, float]:
+    """(mean(on) / mean(off), low, high) for one quantity (see ratio_intervals)."""
     on, off = np.asarray(on, dtype=float), np.asarray(off, dtype=float)
     if on.shape != off.shape or on.ndim != 1:
         raise ValueError("ratio_interval needs two equal-length 1-d sequences")
-    if on.size == 0 or off.sum() <= 0:
-        return float("nan"), float("nan"), float("nan")
-    point = float(on.mean() / off.mean())
-    if on.size < 2 or (np.all(on == on[0]) and np.all(off == off[0])):
-        return point, float("nan"), float("nan")
-
-    def ratio(a, b, axis=-1):
-        return a.mean(axis=axis) / b.mean(axis=axis)
-
-    res = stats.bootstrap((on, off), ratio, paired=True, vectorized=True, method="percentile",
-                          confidence_level=confidence, n_resamples=n_resamples,
-                          random_state=np.random.default_rng(seed))
-    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return ratio_intervals(on[:, None], off[:, None], **kw)[0]
 
 
-def _episode_sums(run: Run, fields: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for eid, reqs in run.requests_by_episode().items():
-        out[eid] = sum(float(dict.get(r, f) or 0.0) for r in reqs if dict.get(r, "error") is None for f in fields)
-    return out
-
-
-# The per-episode quantities whose ON/OFF ratio gets an interval.
+# The per-episode quantities whose ON/OFF ratio gets an interval: name -> the request fields summed.
 RATIO_FIELDS = {"prompt_ms": ("prompt_ms",), "evaluated_tokens": ("prompt_n",),
                 "server_ms": ("prompt_ms", "predicted_ms")}
+
+
+def _episode_sums(run: Run) -> dict[str, list[float]]:
+    """Episode id -> [sum of each RATIO_FIELDS quantity over its served requests]."""
+    out = {}
+    for eid, reqs in run.requests_by_episode().items():
+        ok = [r for r in reqs if dict.get(r, "error") is None]  # dict.get: never decodes lazy fields
+        out[eid] = [sum(float(dict.get(r, f) or 0.0) for r in ok for f in fields) for fields in RATIO_FIELDS.values()]
+    return out
 
 
 def ratios_frame(runs: list[Run]) -> pd.DataFrame:
@@ -97,16 +113,17 @@ def ratios_frame(runs: list[Run]) -> pd.DataFrame:
         pairs = on_off_pairs(group)
         if not pairs:
             continue
-        row = {"config": config, "plan": plan, "run_pairs": len(pairs)}
-        for name, fields in RATIO_FIELDS.items():
-            on_v, off_v = [], []
-            for _, on, off in pairs:
-                s_on, s_off = _episode_sums(on, fields), _episode_sums(off, fields)
-                common = [e for e in s_off if e in s_on]
-                on_v += [s_on[e] for e in common]
-                off_v += [s_off[e] for e in common]
-            row[f"{name}_ratio"], row[f"{name}_lo"], row[f"{name}_hi"] = ratio_interval(on_v, off_v)
-            row["episodes"] = len(on_v)
+        on_v, off_v = [], []
+        for _, on, off in pairs:
+            s_on, s_off = _episode_sums(on), _episode_sums(off)
+            common = [e for e in s_off if e in s_on]
+            on_v += [s_on[e] for e in common]
+            off_v += [s_off[e] for e in common]
+        shape = (len(on_v), len(RATIO_FIELDS))
+        cis = ratio_intervals(np.array(on_v, dtype=float).reshape(shape), np.array(off_v, dtype=float).reshape(shape))
+        row = {"config": config, "plan": plan, "run_pairs": len(pairs), "episodes": len(on_v)}
+        for name, ci in zip(RATIO_FIELDS, cis):
+            row[f"{name}_ratio"], row[f"{name}_lo"], row[f"{name}_hi"] = ci
         walls = [wall_s(on) / wall_s(off) for _, on, off in pairs]
         row.update(wall_ratio=float(np.mean(walls)), wall_ratio_min=float(np.min(walls)),
                    wall_ratio_max=float(np.max(walls)))
