@@ -212,7 +212,7 @@ def test_mitigation_verdicts_cost_and_recommendation(tmp_path):
     b = analyse(find_runs(tmp_path))
     v = {x.id: x for x in b.verdicts}
     assert v["BEYOND-MITIGATION-ub1"].status == "PASS"
-    assert "0/4" in v["BEYOND-MITIGATION-ub1"].observed and "bit-exact" in v["BEYOND-MITIGATION-ub1"].observed
+    assert "0/4 episode pairs" in v["BEYOND-MITIGATION-ub1"].observed and "bit-exact" in v["BEYOND-MITIGATION-ub1"].observed
     assert v["BEYOND-MITIGATION-fa-off"].status == "FAIL"
     assert "2/4" in v["BEYOND-MITIGATION-fa-off"].observed
     assert "BEYOND-MITIGATION-main" not in v  # the plain plan is the baseline, not a mitigation

@@ -162,7 +162,7 @@ def mitigation_verdicts(rows: pd.DataFrame) -> list[Verdict]:
             exact = "bit-exact top-2 log-probabilities" if gap == 0 else f"max |log-prob difference| {gap:.3g}"
             cost = f"ON wall {_x(r['on_wall_s_vs_main'])}, OFF wall {_x(r['off_wall_s_vs_main'])} the main plan's"
             out.append(Verdict(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, PASS if k == 0 else FAIL,
-                               f"ON vs OFF diverged in {k}/{n} episodes; {exact}", [cost]))
+                               f"ON run k vs OFF run k diverged in {k}/{n} episode pairs; {exact}", [cost]))
     if not out:
         out.append(Verdict("BEYOND-MITIGATION", "Some server setting makes cached outputs equal recomputed outputs",
                            "-", NOT_RUN, "no run of a mitigation plan (./run.sh run CONFIG --plan ub1)"))
@@ -179,7 +179,8 @@ def recommendation(rows: pd.DataFrame, fresh: list[Verdict]) -> list[str]:
         if not main.empty and main.iloc[0]["on_vs_off_episodes"]:
             m = main.iloc[0]
             lines.append(f"{config}: with the default settings, caching changed the output of "
-                         f"{int(m['on_vs_off_diverged'])}/{int(m['on_vs_off_episodes'])} episodes and ran at "
+                         f"{int(m['on_vs_off_diverged'])}/{int(m['on_vs_off_episodes'])} episode pairs (ON run k vs OFF "
+                         f"run k) and ran at "
                          f"{_x(m['on_wall_s'] / m['off_wall_s'] if m['off_wall_s'] else float('nan'))} the wall "
                          f"time of recomputing every prompt.")
         ok = g[(g["server_overrides"] != "") & (g["on_vs_off_episodes"] > 0) & (g["on_vs_off_diverged"] == 0)]
@@ -187,12 +188,12 @@ def recommendation(rows: pd.DataFrame, fresh: list[Verdict]) -> list[str]:
         if not ok.empty:
             best = ok.sort_values("on_wall_s").iloc[0]
             lines.append(f"{config}: to make cached serving reproduce recomputation, set {best['server_overrides']} "
-                         f"(plan {best['plan']}): ON == OFF in {int(best['on_vs_off_episodes'])} episodes; its ON arm "
+                         f"(plan {best['plan']}): ON == OFF in all {int(best['on_vs_off_episodes'])} episode pairs; its ON arm "
                          f"takes {_x(best['on_wall_s_vs_main'])} the wall time of default caching and "
                          f"{_x(best['on_wall_vs_main_off'])} that of default recomputation.")
         for _, b in bad.iterrows():
             lines.append(f"{config}: {b['server_overrides']} (plan {b['plan']}) does not suffice: ON vs OFF diverged "
-                         f"in {int(b['on_vs_off_diverged'])}/{int(b['on_vs_off_episodes'])} episodes.")
+                         f"in {int(b['on_vs_off_diverged'])}/{int(b['on_vs_off_episodes'])} episode pairs.")
         if ok.empty and bad.empty:
             lines.append(f"{config}: no mitigation plan ran (./run.sh run CONFIG --plan ub1).")
     for v in fresh:
