@@ -179,8 +179,8 @@ def recommendation(rows: pd.DataFrame, fresh: list[Verdict]) -> list[str]:
         if not main.empty and main.iloc[0]["on_vs_off_episodes"]:
             m = main.iloc[0]
             lines.append(f"{config}: with the default settings, caching changed the output of "
-                         f"{int(m['on_vs_off_diverged'])}/{int(m['on_vs_off_episodes'])} episode pairs (ON run k vs OFF "
-                         f"run k) and ran at "
+                         f"{int(m['on_vs_off_diverged'])}/{int(m['on_vs_off_episodes'])} episode pairs "
+                         f"(ON run k vs OFF run k) and ran at "
                          f"{_x(m['on_wall_s'] / m['off_wall_s'] if m['off_wall_s'] else float('nan'))} the wall "
                          f"time of recomputing every prompt.")
         ok = g[(g["server_overrides"] != "") & (g["on_vs_off_episodes"] > 0) & (g["on_vs_off_diverged"] == 0)]
@@ -188,7 +188,8 @@ def recommendation(rows: pd.DataFrame, fresh: list[Verdict]) -> list[str]:
         if not ok.empty:
             best = ok.sort_values("on_wall_s").iloc[0]
             lines.append(f"{config}: to make cached serving reproduce recomputation, set {best['server_overrides']} "
-                         f"(plan {best['plan']}): ON == OFF in all {int(best['on_vs_off_episodes'])} episode pairs; its ON arm "
+                         f"(plan {best['plan']}): ON == OFF in all {int(best['on_vs_off_episodes'])} episode pairs; "
+                         f"its ON arm "
                          f"takes {_x(best['on_wall_s_vs_main'])} the wall time of default caching and "
                          f"{_x(best['on_wall_vs_main_off'])} that of default recomputation.")
         for _, b in bad.iterrows():
