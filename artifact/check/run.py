@@ -6,6 +6,8 @@ Writes into `<results_dir>/check/` (or `out_dir`):
   tab2.csv, tab2_comparisons.csv, runs.csv, fig1.csv, fig2.csv, fig2_trend.csv, quant_levels.csv, verdicts.csv,
   tab3.csv            (when GSM8K bridge runs exist)
   fig1.png, fig2.png  (when the runs allow them)
+  margins.csv, flip_by_margin.csv, benefit_*.csv, mitigation.csv, beyond_verdicts.csv, ..., flip_margin.png,
+  price.png           results beyond the paper (artifact.check.beyond); the "beyond" section of check.json
   report.html         one self-contained page (artifact.report.render)
 Prints the verdict table, the invalid runs and the runs that were not network-isolated. Exit codes
 (`claims.EXIT_CODES`): 0 every tested claim holds and at least one was tested; 1 RQ1 FAILs or a run is invalid;
@@ -25,6 +27,7 @@ import pandas as pd
 
 from artifact.analysis.gsm8k_table import is_bridge_run, tab3
 from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
+from artifact.check.beyond import write_beyond
 from artifact.check.claims import (
     CLAIM_RULES, EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT, TESTED, Claim, annotate_with_paper,
     evaluate_claims,
@@ -230,17 +233,21 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     figures = render_figures(tables, out)
     files += list(figures)
     lap("figures")
+    beyond = write_beyond(runs, out)  # results beyond the paper (issue 12); they never change the exit code
+    files += beyond.files
+    lap("beyond")
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, tab3=tab3,
                           claims=claims, problems=problems, exit_code=code, figures=figures,
-                          warnings=tables.warnings)
+                          warnings=tables.warnings, beyond=beyond)
     files.append(report.name)
     lap("report")
     summary = {
         "results_dir": str(root), "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
         "hard_failures": hard_fail, "failures": [c.id for c in claims if c.status == FAIL], "invalid": problems,
         "unisolated_runs": tables.unisolated_runs, "run_warnings": tables.warnings,
-        "runs": len(runs), "claims": [c.as_dict() for c in claims], "claim_rules": CLAIM_RULES, "files": files,
+        "runs": len(runs), "claims": [c.as_dict() for c in claims], "claim_rules": CLAIM_RULES,
+        "beyond": beyond.as_dict(), "files": files,
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
     (out / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n")

@@ -276,7 +276,7 @@ def environment() -> Environment:
 
 def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataFrame | None,
                   claims: list[Claim], problems: list[str], exit_code: int,
-                  figures: dict[str, Path], warnings: dict[str, list[str]] | None = None) -> str:
+                  figures: dict[str, Path], warnings: dict[str, list[str]] | None = None, beyond=None) -> str:
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
     context = {
         "title": "Prefix caching and serving reproducibility: check report",
@@ -291,6 +291,7 @@ def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataF
         "provenance": provenance(runs, root), "example": divergence_example(tables.groups),
         "quant_levels": [{"name": q.name, "rank": q.rank, "bpw": q.bpw, "ppl": num(q.ppl_increase, 4)}
                          for q in QUANT_LEVELS],
+        "beyond": beyond.report_context(_data_uri) if beyond is not None else None,  # artifact.check.beyond
     }
     return environment().get_template(TEMPLATE).render(**context)
 

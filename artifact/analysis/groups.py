@@ -1,0 +1,43 @@
+"""Complete BFCL runs grouped by configuration and plan, and their ON run k / OFF run k pairs."""
+
+from __future__ import annotations
+
+from artifact.analysis.compare import Comparison, compare_runs
+from artifact.records.store import Run
+
+Group = dict[tuple[str, int], Run]  # (arm, run number) -> run
+
+
+def by_plan(runs: list[Run]) -> dict[tuple[str, str], Group]:
+    """(config, plan) -> its complete ON and OFF runs by (arm, run number), in sorted (config, plan) order."""
+    out: dict[tuple[str, str], Group] = {}
+    for r in runs:
+        m = r.manifest
+        if r.complete and m.get("arm") in ("off", "on"):
+            out.setdefault((m["config"], m["plan"]), {})[(m["arm"], m["run"])] = r
+    return dict(sorted(out.items()))
+
+
+def on_off_pairs(group: Group) -> list[tuple[int, Run, Run]]:
+    """(k, ON run k, OFF run k) for every run number both arms completed."""
+    return [(k, group[("on", k)], group[("off", k)]) for k in sorted({k for (_, k) in group})
+            if ("on", k) in group and ("off", k) in group]
+
+
+def ok_requests(run: Run) -> list[dict]:
+    """The requests the engine served (those recorded with an error carry no output)."""
+    return [r for r in run.requests if dict.get(r, "error") is None]  # dict.get: never decodes lazy fields
+
+
+def manifest_table(run: Run, key: str) -> dict:
+    """A manifest field that should be a table (model, plan_data); {} when it is missing or is not one."""
+    value = run.manifest.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def comparison(a: Run, b: Run) -> Comparison:
+    """compare_runs(a, b), computed once per pair and kept on run a for the other analyses of this check."""
+    cache = a.__dict__.setdefault("_comparisons", {})
+    if id(b) not in cache:
+        cache[id(b)] = (b, compare_runs(a, b))  # b is held so that its id is not reused
+    return cache[id(b)][1]

@@ -1,0 +1,210 @@
+"""Results beyond the paper, for `./run.sh check`: margins, what the cache buys, and reproducible cached serving.
+
+`write_beyond(runs, out)` computes them from the records (artifact.analysis.margins, .benefit, .mitigation), writes
+their CSVs and figures into the check directory, and returns a `Beyond` holding the verdicts (BEYOND-FRESH,
+BEYOND-MITIGATION-<plan>), a `check.json` section (`as_dict`) and the report's context (`report_context`). These
+verdicts never change check's exit code: they are measurements beyond the paper's claims.
+
+Files: margins.csv, first_divergence_margins.csv, flip_by_margin.csv, flip_trend.csv, margin_trend.csv,
+benefit_runs.csv, benefit_arms.csv, benefit_ratios.csv, mitigation.csv, beyond_verdicts.csv; flip_margin.png and
+price.png when the runs allow them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from artifact.analysis import benefit, margins, mitigation
+from artifact.records.store import Run
+
+
+@dataclass
+class Beyond:
+    verdicts: list[mitigation.Verdict]
+    tables: dict[str, pd.DataFrame]
+    recommendation: list[str]
+    figures: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[str]:
+        return list(self.tables) + list(self.figures)
+
+    def as_dict(self) -> dict:
+        def recs(name):
+            df = self.tables[name]
+            return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+        return {"verdicts": [v.as_dict() for v in self.verdicts], "recommendation": self.recommendation,
+                "margins": recs("margins.csv"), "first_divergence_margins": recs("first_divergence_margins.csv"),
+                "flip_trend": recs("flip_trend.csv"), "margin_trend": recs("margin_trend.csv"),
+                "benefit": recs("benefit_ratios.csv"), "mitigation": recs("mitigation.csv")}
+
+    def report_context(self, data_uri) -> dict:
+        """The report's `beyond` block; `data_uri(path)` inlines a figure."""
+        t = self.tables
+        return {
+            "verdicts": [v.as_dict() for v in self.verdicts], "recommendation": self.recommendation,
+            "figures": {name: data_uri(p) for name, p in self.figures.items()},
+            "margins": _fmt(t["margins.csv"], ["config", "plan", "quant", "positions", "median", "q10",
+                                                *(f"share_below_{x:g}" for x in margins.THRESHOLDS)]),
+            "thresholds": [f"{x:g}" for x in margins.THRESHOLDS],
+            "first": _fmt(t["first_divergence_margins.csv"].head(30),
+                          ["config", "plan", "run", "episode_id", "request", "token", "margin_off", "margin_on"]),
+            "margin_trend": _fmt(t["margin_trend.csv"], ["model_name", "levels", "episodes", "L", "p_value", "note"]),
+            "flip_trend": _fmt(t["flip_trend.csv"], ["config", "plan", "positions", "flips", "z", "p_value"]),
+            "arms": _fmt(t["benefit_arms.csv"], ["config", "plan", "arm", "runs", "prompt_tokens", "cached_tokens",
+                                                 "evaluated_tokens", "cached_share", "prompt_ms", "ttft_ms_mean",
+                                                 "wall_s"]),
+            "ratios": [{**r, "prompt": _ci(r, "prompt_ms"), "server": _ci(r, "server_ms"),
+                        "evaluated": _ci(r, "evaluated_tokens"),
+                        "wall": f"{_n(r['wall_ratio'])} ({_n(r['wall_ratio_min'])}-{_n(r['wall_ratio_max'])})"}
+                       for r in t["benefit_ratios.csv"].to_dict("records")],
+            "mitigation": [_mitigation_row(r) for r in t["mitigation.csv"].to_dict("records")],
+        }
+
+
+def _plain(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    return None if isinstance(v, float) and (math.isnan(v) or math.isinf(v)) else v
+
+
+def _n(v, digits: int = 3) -> str:
+    v = _plain(v)
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def _fmt(df: pd.DataFrame, cols: list[str]) -> list[dict]:
+    return [{c: _n(r.get(c)) for c in cols} for r in df.to_dict("records")]
+
+
+def _ci(r: dict, name: str) -> str:
+    lo, hi = _plain(r[f"{name}_lo"]), _plain(r[f"{name}_hi"])
+    ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
+    return f"{_n(r[f'{name}_ratio'])}{ci}"
+
+
+def _mitigation_row(r: dict) -> dict:
+    rate = _plain(r.get("on_vs_off_rate"))
+    return {
+        "config": r["config"], "plan": r["plan"], "setting": r["server_overrides"] or "(defaults)",
+        "lifecycle": r["lifecycle"],
+        "on_vs_off": (f"{int(r['on_vs_off_diverged'])}/{int(r['on_vs_off_episodes'])}"
+                      if r["on_vs_off_episodes"] else "-") + ("" if rate is None else f" ({100 * rate:.0f}%)"),
+        "gap": _n(r["on_vs_off_max_logprob_gap"]),
+        "on_rerun": _rerun(r, "on"), "off_rerun": _rerun(r, "off"),
+        "on_wall": _n(r["on_wall_s"]), "off_wall": _n(r["off_wall_s"]),
+        "on_prompt_ms": _n(r["on_prompt_ms"]), "off_prompt_ms": _n(r["off_prompt_ms"]),
+        "on_vs_main": _n(r["on_wall_s_vs_main"]), "on_vs_main_off": _n(r["on_wall_vs_main_off"]),
+    }
+
+
+def _rerun(r: dict, arm: str) -> str:
+    n = _plain(r.get(f"{arm}_rerun_episodes"))
+    return "-" if n is None else f"{int(r[f'{arm}_rerun_diverged'])}/{int(n)}"
+
+
+def analyse(runs: list[Run]) -> Beyond:
+    costs = benefit.costs_frame(runs)
+    curve = margins.flip_by_margin(runs)
+    rows = mitigation.plan_rows(runs, costs)
+    fresh = mitigation.fresh_verdicts(runs)
+    verdicts = fresh + mitigation.mitigation_verdicts(rows)
+    tables = {
+        "margins.csv": margins.margin_distribution(runs),
+        "first_divergence_margins.csv": margins.first_divergence_margins(runs),
+        "flip_by_margin.csv": curve,
+        "flip_trend.csv": margins.flip_trend(curve),
+        "margin_trend.csv": margins.margin_trend(runs),
+        "benefit_runs.csv": costs,
+        "benefit_arms.csv": benefit.arm_summary(costs),
+        "benefit_ratios.csv": benefit.ratios_frame(runs),
+        "mitigation.csv": rows,
+        "beyond_verdicts.csv": pd.DataFrame([{**v.as_dict(), "evidence": " | ".join(v.evidence)} for v in verdicts],
+                                            columns=["id", "claim", "scope", "status", "observed", "evidence"]),
+    }
+    return Beyond(verdicts, tables, mitigation.recommendation(rows, fresh))
+
+
+# --- figures --------------------------------------------------------------------------------------------------
+
+def flip_margin_figure(curve: pd.DataFrame, path: Path) -> Path | None:
+    """Left: flip probability per margin bin (95% Wilson); right: where the at-risk positions lie."""
+    ran = curve[curve["positions"] > 0] if not curve.empty else curve
+    if ran.empty:
+        return None
+    from artifact.report.render import _new_figure  # noqa: PLC0415  (matplotlib: slow import)
+
+    fig = _new_figure(10.0, 4.2)
+    ax, ax2 = fig.subplots(1, 2)
+    labels = [str(b) for b in curve.drop_duplicates("bin").sort_values("bin")["margin_bin"]]
+    for (config, plan), g in ran.groupby(["config", "plan"], sort=True):
+        g = g.sort_values("bin")
+        rate = g["flip_rate"].astype(float)
+        yerr = [(100 * (rate - g["wilson_lo"])).clip(lower=0).tolist(),
+                (100 * (g["wilson_hi"] - rate)).clip(lower=0).tolist()]
+        ax.errorbar(g["bin"], 100 * rate, yerr=yerr, marker="o", capsize=3, label=f"{config} [{plan}]")
+        ax2.plot(g["bin"], 100 * g["positions"] / g["positions"].sum(), marker="s", label=f"{config} [{plan}]")
+    for a in (ax, ax2):
+        a.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+        a.set_xlabel("top-2 log-probability margin of the OFF arm (nats)")
+    ax.set_ylabel("positions whose ON token differs (%)")
+    ax.set_title("Flip probability against margin (95% Wilson)", fontsize=9)
+    ax2.set_ylabel("share of positions at risk (%)")
+    ax2.set_title("Where the margins lie", fontsize=9)
+    ax.legend(fontsize=6, loc="upper right", frameon=False)
+    fig.savefig(path, format="png")
+    return path
+
+
+def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path | None:
+    """Per configuration and plan: its ON arm's wall time against default recomputation (x) and divergence (y).
+
+    x = ON wall / OFF wall of plan main in the same configuration (what a setting costs against turning the cache
+    off); without a main plan, the plan's own ON/OFF wall ratio.
+    """
+    if rows.empty or ratios.empty:
+        return None
+    df = rows.merge(ratios[["config", "plan", "wall_ratio"]], on=["config", "plan"])
+    df["x"] = df["on_wall_vs_main_off"].where(df["on_wall_vs_main_off"].notna(), df["wall_ratio"])
+    df = df[(df["on_vs_off_episodes"] > 0) & df["x"].notna()]
+    if df.empty:
+        return None
+    from artifact.report.render import _new_figure  # noqa: PLC0415
+
+    fig = _new_figure(6.5, 4.4)
+    ax = fig.add_subplot()
+    for i, (_, r) in enumerate(df.iterrows()):
+        rate = float(r["on_vs_off_rate"])
+        err = [[100 * max(0.0, rate - r["on_vs_off_wilson_lo"])], [100 * max(0.0, r["on_vs_off_wilson_hi"] - rate)]]
+        ax.errorbar([r["x"]], [100 * rate], yerr=err, marker="o", capsize=3)
+        ax.annotate(f"{r['config']} [{r['plan']}]", (r["x"], 100 * rate), fontsize=6,
+                    xytext=(4, 4 + 9 * (i % 3)), textcoords="offset points")
+    ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("ON wall / wall with the cache off (plan main); < 1: the cache saves time")
+    ax.set_ylabel("ON vs OFF episode pairs diverging (%)")
+    ax.set_ylim(-5, 105)
+    ax.set_xlim(0, max(1.2, float(np.nanmax(df["x"])) * 1.15))
+    ax.set_title("The price of each setting: time saved vs outputs changed (95% Wilson)", fontsize=9)
+    fig.savefig(path, format="png")
+    return path
+
+
+def write_beyond(runs: list[Run], out: Path) -> Beyond:
+    """Analyse, then write the CSVs and figures into `out` (which exists)."""
+    b = analyse(runs)
+    for name, df in b.tables.items():
+        df.to_csv(out / name, index=False)
+    figs = {"flip_margin.png": flip_margin_figure(b.tables["flip_by_margin.csv"], out / "flip_margin.png"),
+            "price.png": price_figure(b.tables["mitigation.csv"], b.tables["benefit_ratios.csv"], out / "price.png")}
+    b.figures = {k: p for k, p in figs.items() if p is not None}
+    return b
