@@ -399,3 +399,15 @@ def test_check_help_lists_the_exit_codes(capsys):
     out = capsys.readouterr().out
     for code, text in EXIT_CODES.items():
         assert f"  {code}  {text}" in out
+
+
+def test_a_mitigation_plan_that_removes_the_divergence_is_not_an_rq2_failure(tmp_path):
+    main_plan(tmp_path, OFF, ON1, ON2)
+    ub1 = {"plan_data": {"name": "ub1", "cache_ram_mib": 8192, "lifecycle": "shared",
+                         "server_overrides": {"ubatch_size": 1}}}
+    main_plan(tmp_path, OFF, OFF, OFF, plan="ub1", manifest=ub1)  # ON == OFF: the mitigation works
+    code, claims, data = check(tmp_path)
+    scopes = [d["scope"] for d in claims["RQ2"]["details"] if d["kind"] == "direction"]
+    assert claims["RQ2"]["status"] == PASS and not any("ub1" in s for s in scopes)
+    verdicts = {v["id"]: v["status"] for v in data["beyond"]["verdicts"]}
+    assert verdicts["BEYOND-MITIGATION-ub1"] == PASS and code == 0  # judged where it belongs

@@ -92,7 +92,9 @@ CLAIM_RULES: dict[str, dict] = {
                 "OFF run 1) is > 0 and strictly above the ON rerun and the OFF rerun divergence (a comparison of "
                 "rates, as the paper makes it). FAIL if ON vs OFF is not above a rerun, or if it is 0/n with n large "
                 "enough that its Wilson 95% upper bound lies below the smallest ON-vs-OFF rate the paper reports "
-                "(36.2%; n >= 7); a smaller 0/n is INCONCLUSIVE. Applies to any configuration, the demo included. "
+                "(36.2%; n >= 7); a smaller 0/n is INCONCLUSIVE. Applies to any configuration, the demo included, under "
+                "every plan that keeps the configuration's server settings (plans with server_overrides are "
+                "mitigation arms, judged in the beyond-the-paper section instead). "
                 "Magnitude: the value band (BAND_RULE) for each ON-vs-OFF and ON-rerun rate the paper reports for a "
                 "named configuration; NOT-RUN where that configuration did not run.",
         "minimum_evidence": "the three comparisons the rule compares (ON vs OFF, ON rerun, OFF rerun), each over "
@@ -439,6 +441,8 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         s = g.stats.get("on_vs_off")
         if not {"on", "off"} <= {r.manifest["arm"] for r in g.runs}:
             continue  # a plan with one arm only (cram0): no ON-vs-OFF comparison to make
+        if any((r.manifest.get("plan_data") or {}).get("server_overrides") for r in g.runs):
+            continue  # a mitigation plan (server_overrides) is meant to remove the divergence: judged in "beyond"
         on_r, off_r = g.stats.get("on_rerun"), g.stats.get("off_rerun")
         reasons = []
         invalid = _invalid(g)
