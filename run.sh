@@ -23,6 +23,9 @@ protocol and results
   demo [--episodes N] [--results DIR]
                         the paired cache ON/OFF protocol on the embedded CPU default (SmolLM2-135M-Instruct Q4_1,
                         llama-server b10435), then its summary table
+  demo --vllm [--episodes N] [--results DIR]
+                        plan main on vLLM 0.11.0's CPU build (sets it up on first use: ~8 GB, a few minutes), then
+                        check (RQ4)
   run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR]
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions
   compare RUN_A RUN_B   compare two run directories episode by episode
@@ -90,9 +93,17 @@ case "$cmd" in
   test)
     shift
     setup
+    # The vLLM tests (marker vllm) run the real vLLM 0.11.0 CPU server; ARTIFACT_VLLM=off deselects them (and says so).
+    if [ "${ARTIFACT_VLLM:-}" = off ]; then
+      echo "test: ARTIFACT_VLLM=off: the vLLM tests are deselected (not run)" >&2
+      set -- -m "not vllm" "$@"
+    else
+      scripts/setup-vllm.sh
+    fi
     clean_exec "$py" -m pytest "$@" ;;
   demo|run)
     setup
+    if [ "$cmd" = demo ] && printf '%s\n' "$@" | grep -qx -- --vllm; then scripts/setup-vllm.sh; fi
     clean_exec "$py" -m artifact "$@" ;;
   bench)
     shift
