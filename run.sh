@@ -70,7 +70,17 @@ setup_python() {
 
 setup() {
   setup_python
-  scripts/build-llama-server.sh "$py"
+  # ARTIFACT_LLAMA=off: no llama-server (the vLLM image, Dockerfile.vllm)
+  [ "${ARTIFACT_LLAMA:-}" = off ] || scripts/build-llama-server.sh "$py"
+}
+
+# vLLM lives in an environment of its own (scripts/setup-vllm.sh: the CPU build, set up on first use).
+# ARTIFACT_VLLM=external: a vLLM is provided at $ARTIFACT_VLLM_VENV (the GPU image); =off: none (vLLM tests deselected).
+setup_vllm() {
+  case "${ARTIFACT_VLLM:-}" in
+    external|off) ;;
+    *) scripts/setup-vllm.sh ;;
+  esac
 }
 
 # Protocol runs and tests start from an empty environment plus an allowlist (BFCL eval()s model output: no secret
@@ -98,12 +108,12 @@ case "$cmd" in
       echo "test: ARTIFACT_VLLM=off: the vLLM tests are deselected (not run)" >&2
       set -- -m "not vllm" "$@"
     else
-      scripts/setup-vllm.sh
+      setup_vllm
     fi
     clean_exec "$py" -m pytest "$@" ;;
   demo|run)
     setup
-    if [ "$cmd" = demo ] && printf '%s\n' "$@" | grep -qx -- --vllm; then scripts/setup-vllm.sh; fi
+    if [ "$cmd" = demo ] && printf '%s\n' "$@" | grep -qx -- --vllm; then setup_vllm; fi
     clean_exec "$py" -m artifact "$@" ;;
   bench)
     shift
