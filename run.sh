@@ -23,6 +23,9 @@ protocol and results
   demo [--episodes N] [--results DIR]
                         the paired cache ON/OFF protocol on the embedded CPU default (SmolLM2-135M-Instruct Q4_1,
                         llama-server b10435), then its summary table
+  demo --vllm [--episodes N] [--results DIR]
+                        plan main on vLLM 0.11.0's CPU build (sets it up on first use: ~8 GB, a few minutes), then
+                        check (RQ4)
   run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR]
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions
   compare RUN_A RUN_B   compare two run directories episode by episode
@@ -71,7 +74,17 @@ setup_python() {
 
 setup() {
   setup_python
-  scripts/build-llama-server.sh "$py"
+  # ARTIFACT_LLAMA=off: no llama-server (the vLLM image, Dockerfile.vllm)
+  [ "${ARTIFACT_LLAMA:-}" = off ] || scripts/build-llama-server.sh "$py"
+}
+
+# vLLM lives in an environment of its own (scripts/setup-vllm.sh: the CPU build, set up on first use).
+# ARTIFACT_VLLM=external: a vLLM is provided at $ARTIFACT_VLLM_VENV (the GPU image); =off: none (vLLM tests deselected).
+setup_vllm() {
+  case "${ARTIFACT_VLLM:-}" in
+    external|off) ;;
+    *) scripts/setup-vllm.sh ;;
+  esac
 }
 
 # Protocol runs and tests start from an empty environment plus an allowlist (BFCL eval()s model output: no secret
@@ -94,9 +107,17 @@ case "$cmd" in
   test)
     shift
     setup
+    # The vLLM tests (marker vllm) run the real vLLM 0.11.0 CPU server; ARTIFACT_VLLM=off deselects them (and says so).
+    if [ "${ARTIFACT_VLLM:-}" = off ]; then
+      echo "test: ARTIFACT_VLLM=off: the vLLM tests are deselected (not run)" >&2
+      set -- -m "not vllm" "$@"
+    else
+      setup_vllm
+    fi
     clean_exec "$py" -m pytest "$@" ;;
   demo|run)
     setup
+    if [ "$cmd" = demo ] && printf '%s\n' "$@" | grep -qx -- --vllm; then setup_vllm; fi
     clean_exec "$py" -m artifact "$@" ;;
   bench)
     shift

@@ -12,11 +12,13 @@ from artifact.errors import ArtifactError
 
 DEMO_CONFIG = "demo-smollm2-cpu"
 DEMO_BRIDGE_CONFIG = "demo-smollm2-cpu-gsm8k"
+DEMO_VLLM_CONFIG = "demo-smollm2-cpu-vllm"
 DEFAULT_RESULTS = REPO / "results"
 
 EPILOG = """\
 commands:
-  demo      the paired protocol on the embedded CPU default (SmolLM2-135M, llama-server b10435), then a summary
+  demo      the paired protocol on the embedded CPU default (SmolLM2-135M, llama-server b10435), then a summary;
+            demo --vllm: the same on vLLM 0.11.0's CPU build (RQ4)
   run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
   compare   two runs episode by episode:   compare RUN_DIR_A RUN_DIR_B
   summary   the paired-protocol table of every run under a results directory
@@ -55,8 +57,11 @@ def cmd_demo(args) -> int:
     from artifact.records.store import load_run
 
     results = Path(args.results)
-    run_dirs = execute(DEMO_CONFIG, "main", args.episodes, results)
-    run_dirs += execute(DEMO_BRIDGE_CONFIG, "bridge", args.items, results)
+    if args.vllm:  # RQ4 on this machine: plan main on vLLM 0.11.0's CPU build (no bridge: vLLM has no per-request switch)
+        run_dirs = execute(DEMO_VLLM_CONFIG, "main", args.episodes, results)
+    else:
+        run_dirs = execute(DEMO_CONFIG, "main", args.episodes, results)
+        run_dirs += execute(DEMO_BRIDGE_CONFIG, "bridge", args.items, results)
     print(render_results([load_run(d) for d in run_dirs]))
     return run_check(results)
 
@@ -146,6 +151,8 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("demo", help="paired protocol on the embedded CPU default")
     sp.add_argument("--episodes", type=int, default=None, help="BFCL episodes per run (default: the demo config's)")
     sp.add_argument("--items", type=int, default=None, help="GSM8K bridge items (default: the demo config's)")
+    sp.add_argument("--vllm", action="store_true",
+                    help="instead: plan main on vLLM 0.11.0's CPU build (configs/demo-smollm2-cpu-vllm.toml), then check")
     results_arg(sp)
     sp.set_defaults(func=cmd_demo)
 

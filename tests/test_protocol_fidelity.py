@@ -165,9 +165,9 @@ def test_pairing_fingerprint_covers_workload_data_and_is_the_same_for_both_arms(
 # -- configurations validated against what exists --------------------------------------------------------------
 
 def test_an_engine_kind_that_is_not_implemented_is_refused(cfg, tmp_path):
-    vllm = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, kind="vllm"))
-    with pytest.raises(ArtifactError, match="engine.kind = 'vllm' is not implemented"):
-        execute_plan(vllm, load_plan("main"), tmp_path)
+    other = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, kind="sglang"))
+    with pytest.raises(ArtifactError, match="engine.kind = 'sglang' is not implemented"):
+        execute_plan(other, load_plan("main"), tmp_path)
     assert not list(tmp_path.rglob("manifest.json"))
 
 

@@ -20,8 +20,12 @@ def adapter(kind: str) -> ModuleType:
         from artifact.engines import llama_server
 
         return llama_server
+    if kind == "vllm":
+        from artifact.engines import vllm_server
+
+        return vllm_server
     raise ArtifactError(f"engine.kind = {kind!r} is not implemented in this version of the artifact "
-                        "(implemented: llama.cpp)")
+                        "(implemented: llama.cpp, vllm)")
 
 
 def identity(cfg: Config, plan: Plan) -> dict:

@@ -7,6 +7,7 @@ recorded, readiness polled with a timeout, and a clean stop (SIGTERM, then SIGKI
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -24,6 +25,9 @@ from artifact.errors import ArtifactError
 # The only variables a server inherits from us: nothing else (no LLAMA_ARG_*, no GGML_*/VLLM_* knob, no secret) can
 # change its behaviour unseen. Adapters add their own fixed variables, which the manifest records.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colour codes some servers write even into a log file (vLLM)
 
 
 def _die_with_parent() -> None:  # runs in the child before exec (Linux)
@@ -95,7 +99,7 @@ class ServerProcess:
             text = self.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        return " | ".join(line.strip() for line in text[-lines:])
+        return " | ".join(ANSI.sub("", line).strip() for line in text[-lines:])
 
     def _wait_healthy(self, health: str) -> None:
         deadline = time.monotonic() + self.startup_timeout_s

