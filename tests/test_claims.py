@@ -77,13 +77,33 @@ def test_clean_demo_like_results(tmp_path):
     assert claims["RQ5"]["observed"] == "no GSM8K bridge runs"
 
 
-def test_rq2_direction_needs_on_vs_off_above_the_reruns(tmp_path):
+def test_rq2_tie_with_a_rerun_is_inconclusive_not_fail(tmp_path):
     on2 = {**ON1, "e1": [[0]], "e3": [[0]]}  # ON rerun: e1, e3 differ -> 2/4, equal to ON vs OFF 2/4
     main_plan(tmp_path, OFF, ON1, on2)
     code, claims, _ = check(tmp_path)
     d = claims["RQ2"]["details"][0]
+    assert d["status"] == INCONCLUSIVE and claims["RQ2"]["status"] == INCONCLUSIVE and code == 0
+    assert "not above the ON rerun (50.0%); not significantly below it either" in d["evidence"][0]
+
+
+def test_rq2_fails_when_a_rerun_diverges_significantly_more(tmp_path):
+    # 20 episodes: ON vs OFF differs in e0 only (1/20); the ON rerun differs from ON run 1 in e10..e17 (8/20).
+    # Paired: 8 episodes diverge in the rerun only, 1 in ON vs OFF only: exact McNemar p = 2 * 10/512 = 0.039.
+    off = {f"e{i}": [[1, 2]] for i in range(20)}
+    on1 = {**off, "e0": [[1, 3]]}
+    on2 = {**on1, **{f"e{i}": [[7]] for i in range(10, 18)}}
+    main_plan(tmp_path, off, on1, on2)
+    code, claims, _ = check(tmp_path)
+    d = claims["RQ2"]["details"][0]
     assert code == 4 and d["status"] == FAIL and claims["RQ2"]["status"] == FAIL  # 4: a claim other than RQ1 fails
-    assert "not above the ON rerun (50.0%)" in d["evidence"][0]
+    assert ("not above the ON rerun (40.0%); the ON rerun diverges significantly more, exact McNemar over 20 "
+            "paired episodes: 8 diverged in the rerun only, 1 in ON vs OFF only, p = 0.039") in d["evidence"][0]
+    # one fewer rerun-only episode (7 vs 1: p = 0.07) is no longer significant: INCONCLUSIVE
+    on2 = {**on1, **{f"e{i}": [[7]] for i in range(10, 17)}}
+    other = tmp_path / "b"
+    main_plan(other, off, on1, on2)
+    code, claims, _ = check(other)
+    assert claims["RQ2"]["details"][0]["status"] == INCONCLUSIVE and code == 0
 
 
 # --- bands ------------------------------------------------------------------------------------------------------

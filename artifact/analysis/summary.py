@@ -72,8 +72,10 @@ def render_results(runs: list[Run]) -> str:
     blocks = []
     for (config, plan), group in groups.items():
         head = group[0].manifest
-        blocks.append(f"== {config} / plan {plan} ({head['lifecycle']} server, "
-                      f"--cache-ram {head['plan_data']['cache_ram_mib']}), engine {head.get('engine_build')}, "
+        cache = (f"--cache-ram {head['plan_data']['cache_ram_mib']}" if head.get("engine") in (None, "llama.cpp")
+                 else "prefix caching per arm's server")
+        blocks.append(f"== {config} / plan {plan} ({head['lifecycle']} server, {cache}), "
+                      f"engine {head.get('engine_build')}, "
                       f"{len(head['episodes'])} episodes, prompt variant {head['prompt_variant']}")
         rows = [comparison_row(p.name, p.cmp) for p in paired_comparisons(group)]
         if rows:

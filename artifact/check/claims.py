@@ -90,9 +90,10 @@ CLAIM_RULES: dict[str, dict] = {
         "hard": False,
         "rule": "Direction, per configuration-plan with both arms: the headline ON-vs-OFF divergence (ON run 1 vs "
                 "OFF run 1) is > 0 and strictly above the ON rerun and the OFF rerun divergence (a comparison of "
-                "rates, as the paper makes it). FAIL if ON vs OFF is not above a rerun, or if it is 0/n with n large "
+                "rates, as the paper makes it). FAIL if a rerun diverges in significantly more episodes than ON vs "
+                "OFF (exact McNemar over the paired episodes, p < 0.05), or if ON vs OFF is 0/n with n large "
                 "enough that its Wilson 95% upper bound lies below the smallest ON-vs-OFF rate the paper reports "
-                "(36.2%; n >= 7); a smaller 0/n is INCONCLUSIVE. Applies to any configuration, the demo included, under "
+                "(36.2%; n >= 7); a tie, a rerun not significantly above, or a smaller 0/n is INCONCLUSIVE. Applies to any configuration, the demo included, under "
                 "every plan that keeps the configuration's server settings (plans with server_overrides are "
                 "mitigation arms, judged in the beyond-the-paper section instead). "
                 "Magnitude: the value band (BAND_RULE) for each ON-vs-OFF and ON-rerun rate the paper reports for a "
@@ -141,8 +142,8 @@ CLAIM_RULES: dict[str, dict] = {
         "rule": "Per vLLM configuration-plan: PASS if its cache-OFF reruns diverge in 0 episodes and its ON-vs-OFF "
                 "divergence is > 0; FAIL if the OFF reruns diverge, or ON vs OFF is 0/n with n >= 7 (as in RQ2); "
                 "INCONCLUSIVE for a smaller 0/n; NOT-RUN if either comparison is missing, and NOT-RUN without vLLM "
-                "runs (they need a GPU host with vLLM 0.11.0). The paper's vLLM values (8.8% and 27.5% ON reruns in "
-                "two sessions, 62.5% ON vs OFF) are context, not a band: the summary does not name the model.",
+                "runs (`./run.sh demo --vllm` makes them on a CPU; `./run.sh all` on a GPU host). The paper's vLLM "
+                "values (8.8% and 27.5% ON reruns in two sessions, 62.5% ON vs OFF) are context, not a band: the summary does not name the model.",
         "minimum_evidence": "both comparisons over >= 1 episode in which both runs made a request without an error.",
     },
     "RQ5": {
@@ -452,18 +453,25 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             status, reasons = INCONCLUSIVE, ["ON vs OFF compared no episode in which both runs made a request "
                                              "without an error" if s else "no valid ON-vs-OFF pair"]
         else:
+            contradicted = False
             if not s["k"]:
                 reasons.append(f"ON vs OFF diverged in 0 of {s['n']} episodes")
-            for name, other in (("ON rerun", on_r), ("OFF rerun", off_r)):
-                if not _without_evidence(other) and not s["rate"] > other["rate"]:
-                    reasons.append(f"ON vs OFF ({pct(s['rate'])}) not above the {name} ({pct(other['rate'])})")
+                contradicted = _zero_contradicts(s["n"], paper)
+                if not contradicted:
+                    reasons.append(f"0/{s['n']} is too few episodes to contradict the paper's smallest ON-vs-OFF "
+                                   "rate (its Wilson 95% upper bound is above it)")
+            for name, kind, other in (("ON rerun", "on_rerun", on_r), ("OFF rerun", "off_rerun", off_r)):
+                if s["k"] and not _without_evidence(other) and not s["rate"] > other["rate"]:
+                    below, test = _rerun_above(g.headline(kind), g.headline("on_vs_off"))
+                    contradicted |= below
+                    reasons.append(f"ON vs OFF ({pct(s['rate'])}) not above the {name} ({pct(other['rate'])}); "
+                                   + (f"the {name} diverges significantly more, {test}" if below else
+                                      f"not significantly below it either, {test}: a tie or too few episodes"))
             missing = [name for name, other in (("ON rerun", on_r), ("OFF rerun", off_r)) if _without_evidence(other)]
-            if reasons and (s["k"] or _zero_contradicts(s["n"], paper)):
+            if contradicted:
                 status = FAIL
             elif reasons:
                 status = INCONCLUSIVE
-                reasons.append(f"0/{s['n']} is too few episodes to contradict the paper's smallest ON-vs-OFF rate "
-                               "(its Wilson 95% upper bound is above it)")
             elif missing:
                 status = INCONCLUSIVE
                 reasons.append(f"the {' and the '.join(missing)} the rule compares against did not run (or compared "
@@ -509,6 +517,15 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
     status = _rollup(directions + compared) if directions else NOT_RUN
     return _claim("RQ2", details + bands, observed, "ON vs OFF > 0 and above same-arm reruns; paper values per "
                   "configuration where reported", "direction: strict; magnitude: BAND_RULE", ev, status)
+
+
+def _rerun_above(rerun: Pair, on_vs_off: Pair) -> tuple[bool, str]:
+    """Whether a rerun diverges in significantly more episodes than ON vs OFF (exact McNemar over the episodes both
+    compared, two-sided at ALPHA), and the test in words."""
+    n, b, c = _paired_flags(rerun, on_vs_off)
+    p = mcnemar_exact(b, c)
+    return b > c and p < ALPHA, (f"exact McNemar over {n} paired episodes: {b} diverged in the rerun only, {c} in "
+                                 f"ON vs OFF only, p = {fmt_p(p)}")
 
 
 def _paired_flags(x: Pair, y: Pair) -> tuple[int, int, int]:
@@ -681,7 +698,8 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                 if all(ctx) else "OFF reruns identical, ON vs OFF > 0")
     if not details:
         return _claim("RQ4", [], "no vLLM runs", expected, "direction only",
-                      ["no run with engine = vllm in these results (vLLM needs a GPU host and the vLLM image)"],
+                      ["no run with engine = vllm in these results: `./run.sh demo --vllm` makes them on a CPU "
+                       "(vLLM 0.11.0 CPU build), `./run.sh all` on a GPU host"],
                       NOT_RUN)
     return _claim("RQ4", details, "; ".join(f"{d.scope}: {d.observed}" for d in details), expected,
                   "direction only", [f"{d.scope}: {d.status}" for d in details])

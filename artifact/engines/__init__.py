@@ -32,6 +32,11 @@ def identity(cfg: Config, plan: Plan) -> dict:
     return adapter(cfg.engine.kind).identity(cfg, plan)
 
 
+def describe_cache(cfg: Config, plan: Plan, arm: str) -> str:
+    """The cache condition an arm's server session runs under, in words."""
+    return adapter(cfg.engine.kind).describe_cache(plan, arm)
+
+
 def open_session(cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path):
     """A not yet started server session for one arm's runs (use it as a context manager)."""
     return adapter(cfg.engine.kind).open_session(cfg, plan, arm, model_path, log_path)

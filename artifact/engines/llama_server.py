@@ -102,6 +102,12 @@ def cache_condition(plan: Plan) -> dict:
     }
 
 
+def describe_cache(plan: Plan, arm: str) -> str:
+    """The arm's cache condition in words, for progress lines."""
+    return (f"host prompt cache {plan.cache_ram_mib} MiB, slot "
+            f"{'pinned' if plan.pin_slot else 'chosen by the server'}")
+
+
 def resolved_threads(cfg: Config) -> int:
     return cfg.server.threads or os.cpu_count() or 1
 

@@ -101,6 +101,11 @@ def not_applicable(plan: Plan) -> dict:
     return {k: getattr(plan, k) for k in NOT_APPLICABLE}
 
 
+def describe_cache(plan: Plan, arm: str) -> str:
+    """The arm's cache condition in words, for progress lines (vLLM has no host prompt cache layer)."""
+    return f"automatic prefix caching {arm} ({ARM_FLAGS[arm]})"
+
+
 def identity(cfg: Config, plan: Plan) -> dict:
     """What produces the tokens, known before start (pairing fingerprint): vLLM and torch versions and build, the
     model files' sha256, the serve arguments (port, model path and the arm's own caching flag as placeholders),

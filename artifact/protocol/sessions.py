@@ -184,9 +184,8 @@ def run_sessions(cfg: Config, plan: Plan, results: Path, fp: str, units: str,
                 discard(pdir, session)
             model_path = verified_weights(cfg.model)  # sha256 checked before every server start
             log_path = pdir / "logs" / f"server-{name}-{now_iso().replace(':', '')}.log"
-            say(f"[{cfg.name}/{plan.name}] session {name}: starting {cfg.engine.kind} (host prompt cache "
-                f"{plan.cache_ram_mib} MiB, slot {'pinned' if plan.pin_slot else 'chosen by the server'}), "
-                f"{units} x {len(session)} runs")
+            say(f"[{cfg.name}/{plan.name}] session {name}: starting {cfg.engine.kind} "
+                f"({engines.describe_cache(cfg, plan, session[0].arm)}), {units} x {len(session)} runs")
             with engines.open_session(cfg, plan, session[0].arm, model_path, log_path) as server:
                 executor = make_executor(server)
                 for spec in session:
