@@ -6,8 +6,10 @@
 # while the machine stays warm; WORK (default /tmp/w) keeps the state between them.
 #
 #   scripts/gpu-native.sh build     unpack, then build llama-server with CUDA in the background (~6 min, 16 cores)
-#   scripts/gpu-native.sh prepare   model, quantization series, wait for the build, then the concurrency proof's
+#   scripts/gpu-native.sh prepare [JOB...]
+#                                   model, quantization series, wait for the build, then the concurrency proof's
 #                                   "alone" run and the harness benchmark, then start the batch in the background
+#                                   (JOB: names from the batch below, e.g. q8_0-main, or `bridges`; default: all)
 #   scripts/gpu-native.sh collect   wait for the batch (up to $WAIT_S seconds), then pack results into $OUT
 #
 # Every protocol run goes through the same isolation as ./run.sh: an empty environment plus an allowlist, inside a
@@ -65,38 +67,48 @@ phase_prepare() {
     "q4_k_m-fresh configs/h200/q4_k_m.toml --plan fresh --results $W/results"
     "proof-together configs/h200/q4_1.toml --plan main --episodes ${PROOF_EPISODES:-20} --results $W/proof-together"
   )
-  local j name extra=${BATCH_EPISODES:+--episodes $BATCH_EPISODES}  # BATCH_EPISODES: a smoke test's small budget
+  local j name started=0 extra=${BATCH_EPISODES:+--episodes $BATCH_EPISODES}  # BATCH_EPISODES: a smoke test's small budget
+  local only=" $* "
   for j in "${jobs[@]}"; do
     name=${j%% *}
+    [ $# -eq 0 ] || [[ $only == *" $name "* ]] || continue
     (cd "$W/repo" && setsid nohup bash -c "$(declare -f isolated); W=$W; isolated $W/logs/$name.log $PY -m artifact run ${j#* } $extra; \
        echo \$? >$W/logs/$name.rc" </dev/null >/dev/null 2>&1 &)
+    started=$((started + 1))
   done
-  (cd "$W/repo" && setsid nohup bash -c "$(declare -f isolated); W=$W; rc=0; for l in f16 q8_0 q4_k_m q3_k_m; do \
-     isolated $W/logs/bridge-\$l.log $PY -m artifact run configs/h200/\$l-gsm8k.toml $extra --results $W/results || rc=1; \
-     done; echo \$rc >$W/logs/bridge.rc" </dev/null >/dev/null 2>&1 &)
-  echo "batch started: ${#jobs[@]} protocol processes + the GSM8K bridges"
+  if [ $# -eq 0 ] || [[ $only == *" bridges "* ]]; then
+    (cd "$W/repo" && setsid nohup bash -c "$(declare -f isolated); W=$W; rc=0; for l in f16 q8_0 q4_k_m q3_k_m; do \
+       isolated $W/logs/bridge-\$l.log $PY -m artifact run configs/h200/\$l-gsm8k.toml $extra --results $W/results || rc=1; \
+       done; echo \$rc >$W/logs/bridge.rc" </dev/null >/dev/null 2>&1 &)
+    started=$((started + 1))
+  fi
+  echo "$started" >"$W/logs/expected"
+  echo "batch started: $started job(s)"
 }
 
 phase_collect() {
-  local deadline=$((SECONDS + ${WAIT_S:-540})) n
+  local deadline=$((SECONDS + ${WAIT_S:-540})) n want
+  want=$(cat "$W/logs/expected")
   while :; do
     n=$(ls "$W"/logs/*.rc 2>/dev/null | grep -vc build || true)
-    [ "$n" -ge 8 ] && break
+    [ "$n" -ge "$want" ] && break
     [ $SECONDS -ge $deadline ] && break
     sleep 10
   done
   for f in "$W"/logs/*.rc; do echo "$(basename "$f" .rc): exit $(cat "$f")"; done
   for f in "$W"/logs/*.log; do echo "== $(basename "$f")"; tail -2 "$f"; done 2>/dev/null | cut -c1-200
-  [ "$n" -ge 8 ] || { echo "batch still running ($n of 8 done)"; exit 3; }
+  [ "$n" -ge "$want" ] || { echo "batch still running ($n of $want done)"; exit 3; }
   local out=${OUT:?}
-  (cd "$W" && tar -cJf "$out/records.tar.xz" --exclude='*.gguf' results proof-alone proof-together)
+  local d have=()
+  for d in results proof-alone proof-together; do [ -d "$W/$d" ] && have+=("$d"); done
+  (cd "$W" && tar -cJf "$out/records.tar.xz" --exclude='*.gguf' "${have[@]}")
   (cd "$W" && tar -czf "$out/logs.tar.gz" logs gpu.csv nvcc.txt series.txt harness-alone.json)
   ls -la "$out"
 }
 
 case "${1:-}" in
   build) phase_build ;;
-  prepare) phase_prepare ;;
+  prepare) shift; phase_prepare "$@" ;;
   collect) phase_collect ;;
   *) echo "usage: scripts/gpu-native.sh build|prepare|collect" >&2; exit 2 ;;
 esac

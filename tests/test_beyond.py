@@ -7,6 +7,8 @@ distribution).
 
 from __future__ import annotations
 
+import math
+
 import itertools
 import json
 
@@ -224,6 +226,20 @@ def test_mitigation_verdicts_cost_and_recommendation(tmp_path):
     rec = " ".join(b.recommendation)
     assert "ubatch_size=1 (plan ub1)" in rec and "2.50x" in rec
     assert "flash_attn=off (plan fa-off) does not suffice" in rec
+
+
+def test_mitigation_cost_is_not_set_against_main_over_other_episodes(tmp_path):
+    # ub1 ran one episode, main two: per-run wall times are not comparable, so no ratio against main
+    agree = {"e0": [[1, 2], [3, 4]], "e1": [[5], [6]]}
+    _arms(tmp_path, "main", agree, agree, wall=(10.0, 20.0))
+    _arms(tmp_path, "ub1", {"e0": agree["e0"]}, {"e0": agree["e0"]}, overrides={"ubatch_size": 1}, wall=(5.0, 25.0))
+    b = analyse(find_runs(tmp_path))
+    row = b.tables["mitigation.csv"].set_index("plan").loc["ub1"]
+    assert math.isnan(row["on_wall_s_vs_main"]) and math.isnan(row["on_wall_vs_main_off"])
+    (v,) = [x for x in b.verdicts if x.id == "BEYOND-MITIGATION-ub1"]
+    assert v.evidence == ["cost not set against the main plan: this plan ran 1 episodes, main 2 (times are per "
+                          "run); ON wall 0.20x its own OFF wall"]
+    assert "0.20x its own OFF wall" in " ".join(b.recommendation)
 
 
 def test_max_logprob_gap_separates_token_identity_from_bit_identity(tmp_path):

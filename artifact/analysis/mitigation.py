@@ -94,8 +94,14 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
     arm_cost = costs.groupby(["config", "plan", "arm"])[["prompt_ms", "wall_s", "ttft_ms_mean"]].mean() \
         if not costs.empty else None
     rows = []
-    for (config, plan), by in by_plan(runs).items():
+    plans = by_plan(runs)
+    for (config, plan), by in plans.items():
         any_run = next(iter(by.values()))
+        # Wall and prompt times are per-run totals: a plan is set against main only over the same episodes.
+        base = plans.get((config, BASELINE_PLAN))
+        n_mine = len(any_run.manifest.get("episodes") or [])
+        n_base = len(next(iter(base.values())).manifest.get("episodes") or []) if base else 0
+        same_episodes = bool(base) and _episode_set(by) == _episode_set(base)
         row = {"config": config, "plan": plan, "lifecycle": "fresh" if is_fresh(any_run) else "shared",
                "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
                "cache_ram_mib": manifest_table(any_run, "plan_data").get("cache_ram_mib")}
@@ -111,11 +117,25 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
                 mine = _cost(arm_cost, config, plan, arm, what)
                 base = _cost(arm_cost, config, BASELINE_PLAN, arm, what)
                 row[f"{arm}_{what}"] = mine
-                row[f"{arm}_{what}_vs_main"] = mine / base if base and not np.isnan(mine) else float("nan")
+                row[f"{arm}_{what}_vs_main"] = mine / base if same_episodes and base and not np.isnan(mine) \
+                    else float("nan")
         base_off = _cost(arm_cost, config, BASELINE_PLAN, "off", "wall_s")
-        row["on_wall_vs_main_off"] = row["on_wall_s"] / base_off if base_off else float("nan")
+        row["on_wall_vs_main_off"] = row["on_wall_s"] / base_off if same_episodes and base_off else float("nan")
+        row["episodes"], row["main_episodes"] = n_mine, n_base
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _episode_set(by: dict) -> set:
+    return {str(e) for r in by.values() for e in (r.manifest.get("episodes") or [])}
+
+
+def _cost_text(r) -> str:
+    if np.isnan(r["on_wall_s_vs_main"]) and r["main_episodes"]:
+        within = r["on_wall_s"] / r["off_wall_s"] if r["off_wall_s"] else float("nan")
+        return (f"cost not set against the main plan: this plan ran {int(r['episodes'])} episodes, main "
+                f"{int(r['main_episodes'])} (times are per run); ON wall {_x(within)} its own OFF wall")
+    return f"ON wall {_x(r['on_wall_s_vs_main'])}, OFF wall {_x(r['off_wall_s_vs_main'])} the main plan's"
 
 
 def _cost(table, config, plan, arm, what) -> float:
@@ -160,7 +180,7 @@ def mitigation_verdicts(rows: pd.DataFrame) -> list[Verdict]:
             k, n = int(r["on_vs_off_diverged"]), int(r["on_vs_off_episodes"])
             gap = r["on_vs_off_max_logprob_gap"]
             exact = "bit-exact top-2 log-probabilities" if gap == 0 else f"max |log-prob difference| {gap:.3g}"
-            cost = f"ON wall {_x(r['on_wall_s_vs_main'])}, OFF wall {_x(r['off_wall_s_vs_main'])} the main plan's"
+            cost = _cost_text(r)
             out.append(Verdict(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, PASS if k == 0 else FAIL,
                                f"ON run k vs OFF run k diverged in {k}/{n} episode pairs; {exact}", [cost]))
     if not out:
@@ -187,11 +207,12 @@ def recommendation(rows: pd.DataFrame, fresh: list[Verdict]) -> list[str]:
         bad = g[(g["server_overrides"] != "") & (g["on_vs_off_diverged"] > 0)]
         if not ok.empty:
             best = ok.sort_values("on_wall_s").iloc[0]
+            cost = (f"its ON arm takes {_x(best['on_wall_s_vs_main'])} the wall time of default caching and "
+                    f"{_x(best['on_wall_vs_main_off'])} that of default recomputation"
+                    if not np.isnan(best["on_wall_s_vs_main"]) else _cost_text(best))
             lines.append(f"{config}: to make cached serving reproduce recomputation, set {best['server_overrides']} "
                          f"(plan {best['plan']}): ON == OFF in all {int(best['on_vs_off_episodes'])} episode pairs; "
-                         f"its ON arm "
-                         f"takes {_x(best['on_wall_s_vs_main'])} the wall time of default caching and "
-                         f"{_x(best['on_wall_vs_main_off'])} that of default recomputation.")
+                         f"{cost}.")
         for _, b in bad.iterrows():
             lines.append(f"{config}: {b['server_overrides']} (plan {b['plan']}) does not suffice: ON vs OFF diverged "
                          f"in {int(b['on_vs_off_diverged'])}/{int(b['on_vs_off_episodes'])} episode pairs.")
