@@ -112,34 +112,22 @@ def test_single_off_run_and_nothing_else_tested_exits_3(tmp_path):
 
 # --- runs are validated before anything is judged -------------------------------------------------------------
 
-def test_complete_run_missing_an_episodes_requests_is_invalid(tmp_path):
+@pytest.mark.parametrize("run, name, keep, claim, problem", [
+    (1, "requests.jsonl", lambda xs: [x for x in xs if '"episode_id": "e2"' not in x], "RQ1",
+     "off-run2 is marked complete but has no requests for episode e2"),
+    (2, "episodes.jsonl", lambda xs: xs[:-1], "RQ2",
+     "on-run1 is marked complete but has no episode record (verdict) for episode e3"),
+    (0, "requests.jsonl", lambda xs: xs[:-1], "RQ1",  # e3's last request gone, whole lines only
+     "holds a different number of requests than its episode record says for episode e3"),
+], ids=["episode-without-requests", "episode-without-verdict", "fewer-requests-than-the-verdict-says"])
+def test_complete_run_missing_records_is_invalid(tmp_path, run, name, keep, claim, problem):
     runs = main_plan(tmp_path, OFF, ON1, ON2)
-    req = runs[1].path / "requests.jsonl"  # OFF run 2: drop e2's requests
-    req.write_text("".join(x + "\n" for x in lines(req) if '"episode_id": "e2"' not in x))
+    f = runs[run].path / name
+    f.write_text("".join(x + "\n" for x in keep(lines(f))))
     code, claims, data = check(tmp_path)
-    assert code == 1 and claims["RQ1"]["status"] == INVALID
-    assert any("off-run2 is marked complete but has no requests for episode e2" in p for p in data["invalid"])
-    assert claims["RQ2"]["details"][0]["status"] == INVALID
-
-
-def test_complete_run_missing_an_episode_verdict_is_invalid(tmp_path):
-    runs = main_plan(tmp_path, OFF, ON1, ON2)
-    eps = runs[2].path / "episodes.jsonl"
-    eps.write_text("".join(x + "\n" for x in lines(eps)[:-1]))
-    code, claims, data = check(tmp_path)
-    assert code == 1 and claims["RQ2"]["status"] == INVALID
-    assert any("on-run1 is marked complete but has no episode record (verdict) for episode e3" in p
-               for p in data["invalid"])
-
-
-def test_complete_run_with_fewer_requests_than_its_episode_record_is_invalid(tmp_path):
-    runs = main_plan(tmp_path, OFF, ON1, ON2)
-    req = runs[0].path / "requests.jsonl"
-    req.write_text("".join(x + "\n" for x in lines(req)[:-1]))  # e3's last request gone, whole lines only
-    code, claims, data = check(tmp_path)
-    assert code == 1 and claims["RQ1"]["status"] == INVALID
-    assert any("holds a different number of requests than its episode record says for episode e3" in p
-               for p in data["invalid"])
+    assert code == 1 and claims[claim]["status"] == INVALID
+    assert claims["RQ2"]["details"][0]["status"] == INVALID  # the configuration-plan is not judged on it
+    assert any(problem in p for p in data["invalid"])
 
 
 def test_episode_listed_twice_is_invalid(tmp_path):

@@ -5,7 +5,6 @@ Three synthetic items, four servings each, short outputs; plus prompt/item check
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -17,13 +16,10 @@ from artifact.errors import ArtifactError
 from artifact.records.store import DISCARDED, MANIFEST, find_runs, load_run
 from artifact.workloads import gsm8k
 from artifact.workloads.gsm8k_data import synthetic_items
+from budget import with_workload
 
 N_ITEMS, N_PREDICT = 3, 48
 SERVING_ORDER = ["cold1", "cold2", "warm1", "warm2"]
-
-
-def small(cfg, **workload):
-    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **workload))
 
 
 # ---------------------------------------------------------------- no server
@@ -41,7 +37,7 @@ def test_prompt_is_one_chatml_user_turn_with_the_answer_format():
 
 
 def test_synthetic_items_are_labelled_synthetic():
-    cfg = small(load_config("demo-smollm2-cpu-gsm8k"), episodes=4)
+    cfg = with_workload(load_config("demo-smollm2-cpu-gsm8k"), episodes=4)
     items, prov = gsm8k.load_items(cfg)
     assert [i.item_id for i in items] == [f"synthetic_{k:04d}" for k in range(4)]
     assert prov["synthetic"] is True and prov["data"] == "synthetic" and prov["n_items"] == 4
@@ -60,7 +56,7 @@ def test_cache_check():
 def bridge(tmp_path_factory):
     from artifact.protocol.gsm8k_runner import execute_bridge
 
-    cfg = small(load_config("demo-smollm2-cpu-gsm8k"), episodes=N_ITEMS, n_predict=N_PREDICT)
+    cfg = with_workload(load_config("demo-smollm2-cpu-gsm8k"), episodes=N_ITEMS, n_predict=N_PREDICT)
     results = tmp_path_factory.mktemp("results")
     dirs = execute_bridge(cfg, load_plan("bridge"), results)
     return cfg, results, dirs
@@ -132,7 +128,7 @@ def test_complete_run_is_reused_and_incomplete_run_rerun_whole(bridge):
     assert execute_bridge(cfg, load_plan("bridge"), results) == dirs  # complete: reused, no server started
     assert (dirs[0] / "requests.jsonl").read_bytes() == before
 
-    one = small(cfg, episodes=1, n_predict=8)
+    one = with_workload(cfg, episodes=1, n_predict=8)
     res1 = results.parent / (results.name + "-resume")
     [d] = execute_bridge(one, load_plan("bridge"), res1)
     mf = json.loads((d / MANIFEST).read_text())

@@ -32,11 +32,11 @@ from artifact.protocol import sessions
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import RunWriter, find_runs, load_run
 from artifact.workloads import bfcl
+from budget import with_workload
 
 
 def small(cfg, **workload):
-    defaults = dict(episodes=1, max_turns=1, max_steps_per_turn=1, n_predict=24)
-    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **{**defaults, **workload}))
+    return with_workload(cfg, **{**dict(episodes=1, max_turns=1, max_steps_per_turn=1, n_predict=24), **workload})
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,13 @@ from artifact.engines.models import verified_weights
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import DISCARDED, find_runs, load_run
+from budget import with_workload
 
 pytestmark = pytest.mark.server
 
 
 def small(cfg, **workload):
-    defaults = dict(episodes=2, max_turns=1, max_steps_per_turn=2, n_predict=48)
-    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **{**defaults, **workload}))
+    return with_workload(cfg, **{**dict(episodes=2, max_turns=1, max_steps_per_turn=2, n_predict=48), **workload})
 
 
 @pytest.fixture(scope="module")

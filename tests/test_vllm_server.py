@@ -21,6 +21,7 @@ from artifact.engines.vllm_server import VllmServer
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import DISCARDED, find_runs
+from budget import with_workload
 
 pytestmark = pytest.mark.vllm
 
@@ -28,8 +29,7 @@ ARM_FLAG = {"on": "--enable-prefix-caching", "off": "--no-enable-prefix-caching"
 
 
 def small(cfg, **workload):
-    defaults = dict(episodes=1, max_turns=1, max_steps_per_turn=1, n_predict=12)
-    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **{**defaults, **workload}))
+    return with_workload(cfg, **{**dict(episodes=1, max_turns=1, max_steps_per_turn=1, n_predict=12), **workload})
 
 
 @pytest.fixture(scope="module")
