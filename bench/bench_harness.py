@@ -1,6 +1,8 @@
 """Where the protocol's wall time goes, per request: the server's own compute (prompt_ms + predicted_ms), the HTTP
 round trip around it (the server's tokenization, response building and transfer), and the harness's Python (BFCL's
-prompt builder, decoder and executor, record writing).
+prompt builder, decoder and executor, record writing). The client's part of the round trip (decoding the response
+JSON, reading the completion out of it) is timed on its own; the rest of it is the server's work outside its
+reported timings and the transfer.
 
     PYTHONPATH=. .venv/bin/python bench/bench_harness.py [CONFIG] [--episodes N] [--plan PLAN] [--results DIR]
 
@@ -18,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 from artifact.config import load_config, load_plan
 from artifact.engines import llama_server
@@ -46,6 +50,21 @@ def main() -> int:
         return done
 
     cls.complete = complete
+
+    # The client's share of the round trip: decoding the response JSON and reading the completion out of it.
+    client_ms: list[float] = []
+    real_json, real_parse = httpx.Response.json, llama_server.parse_completion
+
+    def timed(fn):
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                client_ms.append(1000 * (time.perf_counter() - t0))
+        return wrapper
+
+    httpx.Response.json, llama_server.parse_completion = timed(real_json), timed(real_parse)
     cfg = with_episodes(load_config(args.config), args.episodes)
     results = Path(args.results or tempfile.mkdtemp(prefix="bench-harness-"))
     t0 = time.perf_counter()
@@ -62,7 +81,8 @@ def main() -> int:
         "config": cfg.name, "plan": args.plan, "runs": len(runs), "requests": n, "wall_s": wall_ms / 1000,
         "server_compute_s": server / 1000, "per_request_ms": {
             "server_compute": server / n,
-            "completion_round_trip_minus_server_compute": http / n, "harness_python": python / n,
+            "completion_round_trip_minus_server_compute": http / n,
+            "of_which_client_json_and_parse": sum(client_ms) / n, "harness_python": python / n,
             "overhead_total": (wall_ms - server) / n,
         },
         "overhead_share_of_wall": (wall_ms - server) / wall_ms,
