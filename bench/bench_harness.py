@@ -42,9 +42,15 @@ def main() -> int:
     cls = llama_server.LlamaServer
     real_complete = cls.complete
 
+    inside = [False]  # the client timers below count only within a completion (not health or props calls)
+
     def complete(self, prompt, n_predict, cache_prompt):
         t0 = time.perf_counter()
-        done = real_complete(self, prompt, n_predict, cache_prompt)
+        inside[0] = True
+        try:
+            done = real_complete(self, prompt, n_predict, cache_prompt)
+        finally:
+            inside[0] = False
         rt = 1000 * (time.perf_counter() - t0)
         timings.append({"complete_rt_ms": rt, "server_ms": done.prompt_ms + done.predicted_ms})
         return done
@@ -61,7 +67,8 @@ def main() -> int:
             try:
                 return fn(*a, **kw)
             finally:
-                client_ms.append(1000 * (time.perf_counter() - t0))
+                if inside[0]:
+                    client_ms.append(1000 * (time.perf_counter() - t0))
         return wrapper
 
     httpx.Response.json, llama_server.parse_completion = timed(real_json), timed(real_parse)
