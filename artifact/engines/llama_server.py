@@ -19,7 +19,7 @@ from pathlib import Path
 
 from artifact.config import REPO, Config, Plan
 from artifact.engines.base import GREEDY, TOP_N, Completion, RequestError
-from artifact.engines.server_process import ServerProcess
+from artifact.engines.server_process import ServerProcess, ServerSession
 from artifact.errors import ArtifactError
 
 KIND = "llama.cpp"
@@ -189,7 +189,7 @@ def parse_completion(body: dict) -> Completion:
     )
 
 
-class LlamaServer:
+class LlamaServer(ServerSession):
     """One llama-server session (one arm's runs)."""
 
     kind = KIND
@@ -229,15 +229,6 @@ class LlamaServer:
             self.stop()
             raise ArtifactError(f"llama-server /props answered HTTP {r.status_code} without JSON") from None
         return self
-
-    def stop(self) -> None:
-        self.proc.stop()
-
-    def __enter__(self) -> "LlamaServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def provenance(self) -> dict:
         ident = binary_identity(self.binary)

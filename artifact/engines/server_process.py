@@ -143,3 +143,22 @@ class ServerProcess:
         if self.home is not None:
             shutil.rmtree(self.home, ignore_errors=True)
             self.home = None
+
+
+class ServerSession:
+    """The lifecycle every engine session shares: `start()` on entering a `with` block, `stop()` (of its
+    ServerProcess `proc`) on leaving it. Subclasses implement `start()`."""
+
+    proc: ServerProcess
+
+    def start(self):
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -33,7 +33,7 @@ from artifact.config import Config, Plan
 from artifact.engines import vllm_env
 from artifact.engines.base import GREEDY, TOP_N, Completion, RequestError
 from artifact.engines.models import verified_weights
-from artifact.engines.server_process import ANSI, ServerProcess
+from artifact.engines.server_process import ANSI, ServerProcess, ServerSession
 from artifact.errors import ArtifactError
 
 KIND = "vllm"
@@ -196,7 +196,7 @@ def parse_choice(body: dict) -> tuple[list[int], str, list, str | None, dict]:
     return tokens, _get(choice, "text", str, "the choice"), top, stop_type, usage
 
 
-class VllmServer:
+class VllmServer(ServerSession):
     """One `vllm serve` session: one arm's runs (the arm is the server's caching flag)."""
 
     kind = KIND
@@ -239,15 +239,6 @@ class VllmServer:
             self.stop()
             raise
         return self
-
-    def stop(self) -> None:
-        self.proc.stop()
-
-    def __enter__(self) -> "VllmServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def _json(self, method: str, path: str, **kwargs):
         r = self.proc.request(method, path, **kwargs)
