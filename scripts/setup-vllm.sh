@@ -70,7 +70,13 @@ if ! "$py" -c 'from importlib.metadata import version; version("vllm")' >/dev/nu
 fi
 
 "$py" - <<'PY'
+import sys
 import torch, transformers, vllm
+try:  # the CPU kernels; vLLM only warns when they do not load, and the server then fails at start-up
+    import vllm._C  # noqa: F401
+except ImportError as exc:
+    hint = " (Debian/Ubuntu: apt-get install libnuma1)" if "libnuma" in str(exc) else ""
+    sys.exit(f"error: vLLM's CPU kernels do not load: {exc}{hint}")
 from vllm.platforms import current_platform
 assert vllm.__version__ == "0.11.0", vllm.__version__
 assert current_platform.device_type == "cpu", f"vLLM platform {current_platform!r}, expected the CPU platform"
