@@ -77,6 +77,10 @@ try:  # the CPU kernels; vLLM only warns when they do not load, and the server t
 except ImportError as exc:
     hint = " (Debian/Ubuntu: apt-get install libnuma1)" if "libnuma" in str(exc) else ""
     sys.exit(f"error: vLLM's CPU kernels do not load: {exc}{hint}")
+import shutil
+if not (shutil.which("g++") or shutil.which("c++")):  # torch's inductor compiles the CPU model at server start
+    sys.exit("error: vLLM's CPU build compiles its model with a C++ compiler at start-up and none is on PATH "
+             "(Debian/Ubuntu: apt-get install g++ python3-dev)")
 from vllm.platforms import current_platform
 assert vllm.__version__ == "0.11.0", vllm.__version__
 assert current_platform.device_type == "cpu", f"vLLM platform {current_platform!r}, expected the CPU platform"
