@@ -98,3 +98,15 @@ def test_progress_follows_the_protocols_lines():
 def test_longest_first_schedule():
     assert schedule_hours([2.5, 1.0, 1.0, 0.5], 2) == 2.5
     assert schedule_hours([1, 1, 1], 1) == 3
+
+
+def test_build_context_leaves_out_environments_weights_and_results(tmp_path):
+    from artifact.orchestrate.images import context_files
+
+    for rel in ("run.sh", "artifact/cli.py", ".venv-vllm/lib/torch.so", ".venv/bin/python", "models/series/f16.gguf",
+                "results/cfg/main/off-run1/requests.jsonl", "weights/qwen/model.gguf", "tests/test_x.py",
+                "docker/build-inputs/ca.crt", "docker/build-inputs/ca-env.sh"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    assert sorted(p.as_posix() for p in context_files(tmp_path)) == [
+        "artifact/cli.py", "docker/build-inputs/ca-env.sh", "run.sh"]

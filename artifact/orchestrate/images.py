@@ -23,8 +23,9 @@ from pathlib import Path
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 
-EXCLUDE_DIRS = {".git", ".venv", "results", "weights", "build", "__pycache__", ".pytest_cache", ".whl", ".gl", "tests", "bench", ".ci",
-                ".device", "node_modules"}
+# Never in an image's build context: environments (.venv-vllm is ~8 GB), results, weights and models, tests.
+EXCLUDE_DIRS = {".git", ".venv", ".venv-vllm", "results", "weights", "models", "build", "__pycache__", ".pytest_cache",
+                ".whl", ".gl", "tests", "bench", ".ci", ".device", "node_modules"}
 BUILD_INPUTS = "docker/build-inputs"
 DEFAULT_CUDA_ARCHS = "89-real;90-real;90-virtual"
 CPU_BASE = "debian:bookworm-slim"
