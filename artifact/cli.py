@@ -66,33 +66,40 @@ def cmd_demo(args) -> int:
     return run_check(results)
 
 
-EVIDENCE_ARCHIVE = "records.tar.xz"  # committed evidence keeps its run records compressed (evidence/*/)
+EVIDENCE_ARCHIVES = "records*.tar.xz"  # committed evidence keeps its run records compressed (evidence/*/)
+
+
+def unpack_evidence(archive: Path, dest: str) -> None:
+    import tarfile
+
+    try:
+        with tarfile.open(archive) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")  # no absolute paths, no escapes, no device files
+            else:  # Python < 3.10.12 / 3.11.4: the same rule by hand
+                bad = [m.name for m in tar if not (m.isfile() or m.isdir()) or m.name.startswith("/")
+                       or ".." in Path(m.name).parts]
+                if bad:
+                    raise ArtifactError(f"{archive}: refusing to unpack unsafe member {bad[0]!r}")
+                tar.extractall(dest)
+    except (tarfile.TarError, OSError) as exc:
+        raise ArtifactError(f"{archive}: cannot unpack ({exc})") from None
 
 
 def cmd_check(args) -> int:
-    """Judge a results directory; an evidence folder holding `records.tar.xz` (and no unpacked runs) is unpacked
-    into a temporary directory first, and its report is re-rendered into the folder's check/ (or --out)."""
-    import tarfile
+    """Judge a results directory; an evidence folder holding `records*.tar.xz` (and no unpacked runs) has every
+    archive unpacked into one temporary directory first, and its report is re-rendered into the folder's check/
+    (or --out)."""
     import tempfile
 
     from artifact.check.run import run_check
 
     results = Path(args.results)
-    archive = results / EVIDENCE_ARCHIVE
-    if archive.is_file() and not any(results.rglob("manifest.json")):
+    archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
+    if archives and not any(results.rglob("manifest.json")):
         with tempfile.TemporaryDirectory(prefix="artifact-evidence-") as tmp:
-            try:
-                with tarfile.open(archive) as tar:
-                    if hasattr(tarfile, "data_filter"):
-                        tar.extractall(tmp, filter="data")  # no absolute paths, no escapes, no device files
-                    else:  # Python < 3.10.12 / 3.11.4: the same rule by hand
-                        bad = [m.name for m in tar if not (m.isfile() or m.isdir()) or m.name.startswith("/")
-                               or ".." in Path(m.name).parts]
-                        if bad:
-                            raise ArtifactError(f"{archive}: refusing to unpack unsafe member {bad[0]!r}")
-                        tar.extractall(tmp)
-            except (tarfile.TarError, OSError) as exc:
-                raise ArtifactError(f"{archive}: cannot unpack ({exc})") from None
+            for archive in archives:
+                unpack_evidence(archive, tmp)
             return run_check(Path(tmp) / "results", args.out or str(results / "check"))
     return run_check(results, args.out)
 

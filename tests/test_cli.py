@@ -42,3 +42,21 @@ def test_run_sh_help_needs_no_setup():
     assert r.returncode == 0 and "./run.sh demo" not in r.stderr and "demo" in r.stdout and "test" in r.stdout
     r = subprocess.run([str(REPO / "run.sh"), "frobnicate"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "unknown command" in r.stderr
+
+
+def test_check_unpacks_every_records_archive_of_an_evidence_folder(tmp_path):
+    import tarfile
+
+    from synthetic_runs import write_bfcl_run
+
+    runs = tmp_path / "runs"
+    for k in (1, 2):
+        write_bfcl_run(runs, "off", k, {"e0": [[1, 2]]}, config="synthetic", cache_n=0)
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    for i, run_dir in enumerate(sorted(p.parent for p in runs.rglob("manifest.json"))):
+        with tarfile.open(evidence / f"records-{i}.tar.xz", "w:xz") as tar:  # one run per archive
+            tar.add(run_dir, arcname=f"results/{run_dir.relative_to(runs)}")
+    r = cli("check", str(evidence))
+    assert "check: 2 runs" in r.stderr + r.stdout and (evidence / "check" / "check.json").is_file()
+    assert "RQ1 (hard)  PASS" in r.stdout
