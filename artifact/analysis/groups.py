@@ -29,6 +29,19 @@ def ok_requests(run: Run) -> list[dict]:
     return [r for r in run.requests if dict.get(r, "error") is None]  # dict.get: never decodes lazy fields
 
 
+def same_prompt_requests(a: Run, b: Run):
+    """(request of a, request of b), episode by episode, while both runs sent the same prompt without an error; an
+    episode ends after the first pair whose generated tokens differ (the next prompts hold different text)."""
+    eb = b.requests_by_episode()
+    for eid, reqs_a in a.requests_by_episode().items():
+        for qa, qb in zip(reqs_a, eb.get(eid, [])):
+            if dict.get(qa, "error") or dict.get(qb, "error") or qa["prompt_sha256"] != qb["prompt_sha256"]:
+                break
+            yield qa, qb
+            if qa["output_tokens"] != qb["output_tokens"]:
+                break
+
+
 def manifest_table(run: Run, key: str) -> dict:
     """A manifest field that should be a table (model, plan_data); {} when it is missing or is not one."""
     value = run.manifest.get(key)

@@ -28,7 +28,9 @@ import pandas as pd
 from scipy import stats
 
 from artifact.analysis.compare import first_difference
-from artifact.analysis.groups import by_plan, comparison, manifest_table, ok_requests, on_off_pairs
+from artifact.analysis.groups import (
+    by_plan, comparison, manifest_table, ok_requests, on_off_pairs, same_prompt_requests,
+)
 from artifact.analysis.stats import cochran_armitage, wilson_interval
 from artifact.analysis.tables import MIN_TREND_LEVELS, quant_level
 from artifact.records.store import Run
@@ -177,27 +179,22 @@ def flip_positions(on: Run, off: Run) -> tuple[np.ndarray, np.ndarray]:
     is left out, as are positions without two log-probabilities in the OFF record.
     """
     margins, flips = [], []
-    e_on, e_off = on.requests_by_episode(), off.requests_by_episode()
-    for eid, reqs_off in e_off.items():
-        for q_off, q_on in zip(reqs_off, e_on.get(eid, [])):
-            if dict.get(q_off, "error") or dict.get(q_on, "error") or q_off["prompt_sha256"] != q_on["prompt_sha256"]:
-                break
-            a, b = q_off["output_tokens"], q_on["output_tokens"]
-            diff = first_difference(a, b)
-            if diff is not None and diff >= min(len(a), len(b)):
-                diff = None  # one arm stopped where the other went on: not a token flip
-            if dict.get(q_on, "cache_n") != 0:  # a request served no cached tokens recomputes exactly as OFF does
-                m = request_margins(q_off, off)
-                n = min(len(a), len(b), m.size)
-                flipped = diff is not None and diff < n
-                upto = diff + 1 if flipped else n
-                f = np.zeros(upto, dtype=int)
-                if flipped:
-                    f[-1] = 1
-                margins.append(m[:upto])
-                flips.append(f)
-            if diff is not None or len(a) != len(b):
-                break
+    for q_off, q_on in same_prompt_requests(off, on):
+        if dict.get(q_on, "cache_n") == 0:  # a request served no cached tokens recomputes exactly as OFF does
+            continue
+        a, b = q_off["output_tokens"], q_on["output_tokens"]
+        diff = first_difference(a, b)
+        if diff is not None and diff >= min(len(a), len(b)):
+            diff = None  # one arm stopped where the other went on: not a token flip
+        m = request_margins(q_off, off)
+        n = min(len(a), len(b), m.size)
+        flipped = diff is not None and diff < n
+        upto = diff + 1 if flipped else n
+        f = np.zeros(upto, dtype=int)
+        if flipped:
+            f[-1] = 1
+        margins.append(m[:upto])
+        flips.append(f)
     m = np.concatenate(margins) if margins else np.empty(0)
     f = np.concatenate(flips) if flips else np.empty(0, dtype=int)
     keep = ~np.isnan(m)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.compare import first_difference
-from artifact.analysis.groups import by_plan, comparison, manifest_table, on_off_pairs
+from artifact.analysis.groups import by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run
@@ -58,23 +58,18 @@ def max_logprob_gap(a: Run, b: Run) -> float:
     compared. NaN when no position is comparable.
     """
     gap, seen = 0.0, False
-    ea, eb = a.requests_by_episode(), b.requests_by_episode()
-    for eid, reqs_a in ea.items():
-        for qa, qb in zip(reqs_a, eb.get(eid, [])):
-            if dict.get(qa, "error") or dict.get(qb, "error") or qa["prompt_sha256"] != qb["prompt_sha256"]:
-                break
-            ta, tb = qa["output_tokens"], qb["output_tokens"]
-            xa, xb = top2(a, qa), top2(b, qb)
-            if xa is not None and xb is not None:
-                diff = first_difference(ta, tb)
-                n = min(len(xa), len(xb), len(ta), len(tb), diff if diff is not None else len(ta))
-                xa, xb = xa[:n], xb[:n]
-                for i, j in ((0, 0), (0, 2), (2, 0), (2, 2)):  # the same token id in either place of the two
-                    same = xa[:, i] == xb[:, j]
-                    if same.any():
-                        gap, seen = max(gap, float(np.abs(xa[same, i + 1] - xb[same, j + 1]).max())), True
-            if ta != tb:
-                break
+    for qa, qb in same_prompt_requests(a, b):
+        ta, tb = qa["output_tokens"], qb["output_tokens"]
+        xa, xb = top2(a, qa), top2(b, qb)
+        if xa is None or xb is None:
+            continue
+        diff = first_difference(ta, tb)
+        n = min(len(xa), len(xb), len(ta), len(tb), diff if diff is not None else len(ta))
+        xa, xb = xa[:n], xb[:n]
+        for i, j in ((0, 0), (0, 2), (2, 0), (2, 2)):  # the same token id in either place of the two
+            same = xa[:, i] == xb[:, j]
+            if same.any():
+                gap, seen = max(gap, float(np.abs(xa[same, i + 1] - xb[same, j + 1]).max())), True
     return gap if seen else float("nan")
 
 
