@@ -93,10 +93,8 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
     for (config, plan), by in plans.items():
         any_run = next(iter(by.values()))
         # Wall and prompt times are per-run totals: a plan is set against main only over the same episodes.
-        base = plans.get((config, BASELINE_PLAN))
-        n_mine = len(any_run.manifest.get("episodes") or [])
-        n_base = len(next(iter(base.values())).manifest.get("episodes") or []) if base else 0
-        same_episodes = bool(base) and _episode_set(by) == _episode_set(base)
+        eps, main_eps = _episode_set(by), _episode_set(plans.get((config, BASELINE_PLAN), {}))
+        same_episodes = bool(main_eps) and eps == main_eps
         row = {"config": config, "plan": plan, "lifecycle": "fresh" if is_fresh(any_run) else "shared",
                "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
                "cache_ram_mib": manifest_table(any_run, "plan_data").get("cache_ram_mib")}
@@ -116,7 +114,7 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
                     else float("nan")
         base_off = _cost(arm_cost, config, BASELINE_PLAN, "off", "wall_s")
         row["on_wall_vs_main_off"] = row["on_wall_s"] / base_off if same_episodes and base_off else float("nan")
-        row["episodes"], row["main_episodes"] = n_mine, n_base
+        row["episodes"], row["main_episodes"] = len(eps), len(main_eps)
         rows.append(row)
     return pd.DataFrame(rows)
 

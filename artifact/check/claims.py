@@ -93,9 +93,10 @@ CLAIM_RULES: dict[str, dict] = {
                 "rates, as the paper makes it). FAIL if a rerun diverges in significantly more episodes than ON vs "
                 "OFF (exact McNemar over the paired episodes, p < 0.05), or if ON vs OFF is 0/n with n large "
                 "enough that its Wilson 95% upper bound lies below the smallest ON-vs-OFF rate the paper reports "
-                "(36.2%; n >= 7); a tie, a rerun not significantly above, or a smaller 0/n is INCONCLUSIVE. Applies to any configuration, the demo included, under "
-                "every plan that keeps the configuration's server settings (plans with server_overrides are "
-                "mitigation arms, judged in the beyond-the-paper section instead). "
+                "(36.2%; n >= 7); a tie, a rerun not significantly above, or a smaller 0/n is INCONCLUSIVE. "
+                "Applies to any configuration, the demo included, under every plan that keeps the configuration's "
+                "server settings (plans with server_overrides are mitigation arms, judged in the beyond-the-paper "
+                "section instead). "
                 "Magnitude: the value band (BAND_RULE) for each ON-vs-OFF and ON-rerun rate the paper reports for a "
                 "named configuration; NOT-RUN where that configuration did not run.",
         "minimum_evidence": "the three comparisons the rule compares (ON vs OFF, ON rerun, OFF rerun), each over "
@@ -143,7 +144,8 @@ CLAIM_RULES: dict[str, dict] = {
                 "divergence is > 0; FAIL if the OFF reruns diverge, or ON vs OFF is 0/n with n >= 7 (as in RQ2); "
                 "INCONCLUSIVE for a smaller 0/n; NOT-RUN if either comparison is missing, and NOT-RUN without vLLM "
                 "runs (`./run.sh demo --vllm` makes them on a CPU; `./run.sh all` on a GPU host). The paper's vLLM "
-                "values (8.8% and 27.5% ON reruns in two sessions, 62.5% ON vs OFF) are context, not a band: the summary does not name the model.",
+                "values (8.8% and 27.5% ON reruns in two sessions, 62.5% ON vs OFF) are context, not a band: the "
+                "summary does not name the model.",
         "minimum_evidence": "both comparisons over >= 1 episode in which both runs made a request without an error.",
     },
     "RQ5": {
