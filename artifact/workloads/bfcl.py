@@ -20,7 +20,7 @@ import importlib
 import os
 import tempfile
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -69,14 +69,38 @@ class EpisodeResult:
     n_requests: int
     n_turns: int
     error: str | None
+    steps: list = field(default_factory=list)  # `trajectory(...)`: per request, the calls and their results
 
 
-def load_episodes(n: int, max_turns: int = 0) -> list[Episode]:
-    """The first `n` multi_turn_base episodes in BFCL's numeric id order, optionally cut to `max_turns` turns."""
+def trajectory(inference_log) -> list[dict]:
+    """The agent trajectory from BFCL's own inference log, one entry per request (turn, step): the calls BFCL's
+    decoder read from the reply (None where it read none: free text, which ends the turn) and the results BFCL's
+    executor returned for them, which the next request's prompt shows the model."""
+    steps = []
+    if not isinstance(inference_log, list):
+        return steps
+    turns = [t for t in inference_log if isinstance(t, dict)]  # the state-log entries are lists (left out)
+    for turn, log in enumerate(turns):
+        for step in range(len(log)):
+            entries = log.get(f"step_{step}")
+            if entries is None:
+                break
+            decoded = next((e.get("model_response_decoded") for e in entries
+                            if e.get("role") == "handler_log" and "model_response_decoded" in e), None)
+            calls = [str(c) for c in decoded] if isinstance(decoded, list) and decoded else None
+            observations = [e["content"] if isinstance(e.get("content"), str) else repr(e.get("content"))
+                            for e in entries if e.get("role") == "tool"]
+            steps.append({"turn": turn, "step": step, "calls": calls, "observations": observations})
+    return steps
+
+
+def load_episodes(n: int, max_turns: int = 0, start: int = 0) -> list[Episode]:
+    """`n` multi_turn_base episodes in BFCL's numeric id order from position `start` (the protocol evaluates the
+    first N; the agent model trains on held-out ones), optionally cut to `max_turns` turns."""
     entries = sorted(load_dataset_entry(CATEGORY), key=sort_key)
     truth = {g["id"]: g["ground_truth"] for g in load_ground_truth_entry(CATEGORY)}
     episodes = []
-    for entry in entries[:n]:
+    for entry in entries[start:start + n]:
         gt = truth[entry["id"]]
         if max_turns:
             entry = {**entry, "question": entry["question"][:max_turns]}
@@ -163,6 +187,31 @@ def position(messages: list[dict]) -> tuple[int, int]:
 QueryFn = Callable[[str, int, int], tuple]
 
 
+# The reply that ends a turn in an oracle trajectory: any text BFCL's decoder reads as no call ends the turn.
+ORACLE_CLOSING_REPLY = "I have completed the requested operations."
+
+
+def oracle_call_text(calls: list[str]) -> str:
+    """A turn's ground-truth calls in the format BFCL's prompt asks for: `[f(a=1), g(b='x')]`."""
+    return "[" + ", ".join(calls) + "]"
+
+
+def oracle_query(episode: Episode, closing: str = ORACLE_CLOSING_REPLY, seen: list | None = None) -> QueryFn:
+    """A query function that answers like a perfect agent: the turn's ground-truth calls at step 0 (BFCL executes
+    them and shows their results), then `closing` to end the turn; a turn without ground-truth calls gets `closing`
+    at once. With `seen`, each (turn, step, prompt, reply) is appended: the exact prompts BFCL's own prompt builder
+    makes from its own executor's results (the agent model's training data, `artifact.agent.data`)."""
+
+    def query(prompt: str, turn: int, step: int):
+        calls = episode.ground_truth[turn]
+        reply = oracle_call_text(calls) if step == 0 and calls else closing
+        if seen is not None:
+            seen.append((turn, step, prompt, reply))
+        return reply, 0, 0
+
+    return query
+
+
 def _attach_transport(handler, query: QueryFn) -> None:
     def _query_prompting(self, inference_data: dict):
         prompt = self._format_prompt(inference_data["message"], inference_data["function"])
@@ -228,10 +277,10 @@ def run_episode(episode: Episode, handler_name: str, namespace: str, query: Quer
         return query(prompt, turn, step)
 
     _attach_transport(handler, counting_query)
-    error = None
+    error, metadata = None, {}
     try:
         with step_limit(max_steps_per_turn), contextlib.redirect_stdout(log):
-            model_result, _ = handler.inference(copy.deepcopy(episode.entry), False, True)
+            model_result, metadata = handler.inference(copy.deepcopy(episode.entry), False, True)
     except ArtifactError:  # the server is gone: fatal for the run, which stays incomplete
         purge_instances(namespace)
         raise
@@ -244,4 +293,5 @@ def run_episode(episode: Episode, handler_name: str, namespace: str, query: Quer
     finally:
         purge_instances(namespace)
     n_turns = len(model_result) if isinstance(model_result, list) else 0
-    return EpisodeResult(episode.id, verdict, n_requests, n_turns, error)
+    steps = trajectory(metadata.get("inference_log") if isinstance(metadata, dict) else None)
+    return EpisodeResult(episode.id, verdict, n_requests, n_turns, error, steps)
