@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import pandas as pd
 
+from artifact.analysis.agent import agent_row
 from artifact.analysis.compare import Comparison, paired_comparisons
 from artifact.analysis.tables import run_problems
 from artifact.analysis.tables import run_row as table_row
@@ -28,12 +29,13 @@ def comparison_row(name: str, c: Comparison) -> dict:
 
 
 def run_row(run: Run) -> dict:
-    """The terminal view of `tables.run_row` (one source for per-run numbers)."""
-    r = table_row(run)
+    """The terminal view of `tables.run_row` and `agent.agent_row` (one source for per-run numbers)."""
+    r, a = table_row(run), agent_row(run)
     return {
         "run": f"{r['arm'].upper()} run {r['run']}",
         "status": r["status"],
         "BFCL valid": f"{r['bfcl_valid']}/{len(run.episodes)}",
+        "episodes with a tool call": f"{a['episodes_with_tool_call']}/{a['episodes']}",
         "requests": r["requests"],
         "cached share": "-" if r["cached_share"] is None else f"{100 * r['cached_share']:.1f}%",
         "wall s": _fmt(r["wall_s"]),

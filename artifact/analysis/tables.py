@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from artifact.analysis.agent import agent_table
 from artifact.analysis.compare import (
     Comparison, Exposure, Paired, cache_exposure, cache_problem, plan_pairs, record_problems,
 )
@@ -431,6 +432,7 @@ class Tables:
     fig2_trend: pd.DataFrame
     problems: list[str]  # every run that cannot be used as evidence, and every pairing refused, with the reason
     warnings: dict[str, list[str]] = field(default_factory=dict)  # run label -> warnings (network isolation)
+    agent: pd.DataFrame = field(default_factory=pd.DataFrame)  # per BFCL run: tool calls, requests, verdicts
 
     @property
     def unisolated_runs(self) -> list[str]:
@@ -459,6 +461,7 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
         fig2_trend=pd.DataFrame(trend_rows(fig2)),
         problems=[p for r in runs for p in run_problems(r)] + refused,
         warnings={r.label: [w] for r in runs if (w := isolation_warning(r)) is not None},
+        agent=agent_table([r for r in runs if is_bfcl_run(r)]),
     )
 
 
@@ -495,43 +498,88 @@ def _token_window(tokens: list, at: int | None, width: int = 8) -> dict:
 EXAMPLE_ORDER = ("on_vs_off", "on_rerun", "off_rerun")
 
 
-def divergence_example(groups: list[PlanGroup]) -> dict | None:
-    """The first diverging request of one diverged episode, with both continuations and the top-2 margins.
+def _steps(run: Run, episode_id: str) -> list:
+    """The episode record's trajectory (`steps`: per request, the calls BFCL decoded and their results)."""
+    rec = next((e for e in run.episodes if isinstance(e, dict) and e.get("episode_id") == episode_id), {})
+    steps = rec.get("steps")
+    return steps if isinstance(steps, list) else []
 
-    Preference: a headline ON-vs-OFF comparison (then an ON rerun, then an OFF rerun), plan main first; within
-    it the first diverged episode whose divergence is a token (not only a different number of requests).
+
+def _step_at(steps: list, i: int | None) -> dict:
+    return steps[i] if i is not None and 0 <= i < len(steps) and isinstance(steps[i], dict) else {}
+
+
+def call_flip(pair: "Pair", d) -> str | None:
+    """What the episode's first divergence changed in the trajectory: "observation" where both replies decoded to
+    calls that differ and BFCL's executor returned different results for them (the next request showed the model
+    something else), "call" where the calls differ but happened to return the same results, else None."""
+    sa = _step_at(_steps(pair.a, d.episode_id), d.first_request)
+    sb = _step_at(_steps(pair.b, d.episode_id), d.first_request)
+    ca, cb = sa.get("calls"), sb.get("calls")
+    if not (isinstance(ca, list) and isinstance(cb, list) and ca != cb):
+        return None
+    return "observation" if sa.get("observations") != sb.get("observations") else "call"
+
+
+TRAJECTORY_STEPS = 4  # requests shown per side, from the first diverging one
+
+
+def _trajectory(run: Run, reqs: list, episode_id: str, start: int) -> list[dict]:
+    steps = _steps(run, episode_id)
+    out = []
+    for i in range(start, min(len(reqs), start + TRAJECTORY_STEPS)):
+        st = steps[i] if i < len(steps) and isinstance(steps[i], dict) else {}
+        out.append({"request": i + 1, "turn": reqs[i].get("turn"), "step": reqs[i].get("step"),
+                    "text": reqs[i].get("output_text") or "", "calls": st.get("calls"),
+                    "observations": st.get("observations") or []})
+    return out
+
+
+def divergence_example(groups: list[PlanGroup]) -> dict | None:
+    """The first diverging request of one diverged episode, with both continuations, the top-2 margins and the
+    trajectory from there (calls and their results, where the records hold them).
+
+    Preference: an episode whose first divergence changed a tool call and with it the result the model saw next
+    (`call_flip`), then one where it changed a call only, in a headline ON-vs-OFF comparison (then an ON rerun,
+    then an OFF rerun), plan main first; else the first diverged episode whose divergence is a token (not only a
+    different number of requests).
     """
     ordered = sorted(groups, key=lambda g: (g.plan != PAPER_PLAN, g.config, g.plan))
-    candidates = [(g, g.headline(kind)) for kind in EXAMPLE_ORDER for g in ordered]
-    for g, pair in candidates:
-        if pair is None or not pair.cmp.k:
-            continue
-        c = pair.cmp
-        d = sorted(c.diverged, key=lambda e: e.first_token is None)[0]
-        ra, rb = pair.a, pair.b
-        qa = ra.requests_by_episode().get(d.episode_id, [])
-        qb = rb.requests_by_episode().get(d.episode_id, [])
-        i = d.first_request
-        req_a = qa[i] if i is not None and i < len(qa) else None
-        req_b = qb[i] if i is not None and i < len(qb) else None
-        side = []
-        for run, req in ((ra, req_a), (rb, req_b)):
-            side.append({
-                "label": run.label, "arm": run.manifest["arm"].upper(), "present": req is not None,
-                "text": (req or {}).get("output_text") or "",
-                "tokens": _token_window((req or {}).get("output_tokens") or [], d.first_token),
-                "margin": top2_margin((req or {}).get("top_logprobs") or [], d.first_token),
-                "cache_n": (req or {}).get("cache_n"), "prompt_tokens": (req or {}).get("prompt_tokens"),
-                "prompt_sha256": (req or {}).get("prompt_sha256"),
-            })
-        common, rest_a, rest_b = _text_split(side[0]["text"], side[1]["text"])
-        side[0]["common"], side[0]["rest"] = common, rest_a
-        side[1]["common"], side[1]["rest"] = common, rest_b
-        return {
-            "config": g.config, "plan": g.plan, "episode_id": d.episode_id,
-            "first_request": d.first_request, "first_request_1based": None if i is None else i + 1,
-            "first_token": d.first_token, "n_requests": list(d.n_requests),
-            "same_prompt": bool(req_a and req_b and req_a.get("prompt_sha256") == req_b.get("prompt_sha256")),
-            "sides": side, "comparison": f"{c.a} vs {c.b}", "kind": pair.kind,
-        }
-    return None
+    candidates = [(g, pair) for kind in EXAMPLE_ORDER for g in ordered
+                  if (pair := g.headline(kind)) is not None and pair.cmp.k]
+    chosen = next(((g, pair, d) for want in ("observation", "call") for g, pair in candidates
+                   for d in pair.cmp.diverged if call_flip(pair, d) == want), None)
+    if chosen is None and candidates:
+        g, pair = candidates[0]
+        chosen = (g, pair, sorted(pair.cmp.diverged, key=lambda e: e.first_token is None)[0])
+    if chosen is None:
+        return None
+    g, pair, d = chosen
+    c = pair.cmp
+    ra, rb = pair.a, pair.b
+    qa = ra.requests_by_episode().get(d.episode_id, [])
+    qb = rb.requests_by_episode().get(d.episode_id, [])
+    i = d.first_request
+    req_a = qa[i] if i is not None and i < len(qa) else None
+    req_b = qb[i] if i is not None and i < len(qb) else None
+    side = []
+    for run, req, reqs in ((ra, req_a, qa), (rb, req_b, qb)):
+        side.append({
+            "label": run.label, "arm": run.manifest["arm"].upper(), "present": req is not None,
+            "text": (req or {}).get("output_text") or "",
+            "tokens": _token_window((req or {}).get("output_tokens") or [], d.first_token),
+            "margin": top2_margin((req or {}).get("top_logprobs") or [], d.first_token),
+            "cache_n": (req or {}).get("cache_n"), "prompt_tokens": (req or {}).get("prompt_tokens"),
+            "prompt_sha256": (req or {}).get("prompt_sha256"),
+            "trajectory": _trajectory(run, reqs, d.episode_id, i) if i is not None else [],
+        })
+    common, rest_a, rest_b = _text_split(side[0]["text"], side[1]["text"])
+    side[0]["common"], side[0]["rest"] = common, rest_a
+    side[1]["common"], side[1]["rest"] = common, rest_b
+    return {
+        "config": g.config, "plan": g.plan, "episode_id": d.episode_id,
+        "first_request": d.first_request, "first_request_1based": None if i is None else i + 1,
+        "first_token": d.first_token, "n_requests": list(d.n_requests),
+        "same_prompt": bool(req_a and req_b and req_a.get("prompt_sha256") == req_b.get("prompt_sha256")),
+        "sides": side, "comparison": f"{c.a} vs {c.b}", "kind": pair.kind, "call_flip": call_flip(pair, d),
+    }

@@ -150,7 +150,8 @@ def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
 def write_csvs(out: Path, tables: Tables, tab3: pd.DataFrame | None, claims: list[Claim]) -> list[str]:
     frames = {"tab2.csv": tables.tab2, "tab2_comparisons.csv": tables.comparisons, "runs.csv": tables.runs,
               "fig1.csv": tables.fig1, "fig2.csv": tables.fig2, "fig2_trend.csv": tables.fig2_trend,
-              "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
+              "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims),
+              "agent.csv": tables.agent}
     if tab3 is not None:
         frames["tab3.csv"] = tab3
     for name, df in frames.items():

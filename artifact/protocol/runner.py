@@ -47,7 +47,7 @@ class RunExecutor:
                 writer.episode({
                     "episode_id": result.id, "index": index, "verdict": result.verdict,
                     "valid": result.verdict == "valid", "n_requests": result.n_requests,
-                    "n_turns": result.n_turns, "error": result.error,
+                    "n_turns": result.n_turns, "error": result.error, "steps": result.steps,
                 })
                 say(f"  [{spec.arm} run {spec.run}] {index + 1}/{len(self.episodes)} {result.id}: "
                     f"{result.verdict} ({result.n_requests} requests)")

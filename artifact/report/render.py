@@ -289,6 +289,7 @@ def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataF
         "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),
         "figures": {name: _data_uri(p) for name, p in figures.items()},
         "provenance": provenance(runs, root), "example": divergence_example(tables.groups),
+        "agent": tables.agent.to_dict("records") if not tables.agent.empty else [],
         "quant_levels": [{"name": q.name, "rank": q.rank, "bpw": q.bpw, "ppl": num(q.ppl_increase, 4)}
                          for q in QUANT_LEVELS],
         "beyond": beyond.report_context(_data_uri) if beyond is not None else None,  # artifact.check.beyond
