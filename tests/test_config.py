@@ -33,7 +33,7 @@ def _write(tmp_path, text):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda s: s.replace("ctx_size = 8192", "ctx_size = 8192\nctx = 1"), "unknown key 'server.ctx'"),
-    (lambda s: s.replace("quant = \"Q4_1\"\n", ""), "missing key 'model.quant'"),
+    (lambda s: s.replace("quant = \"Q4_K_M\"\n", ""), "missing key 'model.quant'"),
     (lambda s: s.replace("ctx_size = 8192", "ctx_size = \"big\""), "server.ctx_size: expected int"),
     (lambda s: s.replace("flash_attn = \"on\"", "flash_attn = \"auto\""), "server.flash_attn = 'auto' is not one of"),
     (lambda s: s.replace("episodes = 2 ", "episodes = true "), "workload.episodes: expected int, got bool"),

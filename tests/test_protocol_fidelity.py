@@ -284,7 +284,7 @@ def test_a_full_disk_fails_the_run_not_the_episode(cfg, tmp_path, monkeypatch):
 # -- one writer per results directory ---------------------------------------------------------------------------
 
 def test_a_second_writer_on_the_same_plan_directory_is_refused(tmp_path):
-    pdir = tmp_path / "results" / "demo-smollm2-q4_1-cpu" / "main"
+    pdir = tmp_path / "results" / "demo-smollm2-agent-cpu" / "main"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from artifact.protocol.sessions import "
          "plan_lock\nwith plan_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(60)", str(pdir)],

@@ -177,7 +177,7 @@ def test_ctrl_c_leaves_the_run_incomplete_and_the_next_invocation_resumes(tmp_pa
            "--results", str(tmp_path / "results")]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    plan_dir = tmp_path / "results" / "demo-smollm2-q4_1-cpu" / "cram0"
+    plan_dir = tmp_path / "results" / "demo-smollm2-agent-cpu" / "cram0"
     requests = plan_dir / "on-run1" / "requests.jsonl"
     # interrupt after the first of two episodes has written its request: the second takes tens of seconds
     deadline = time.monotonic() + 300

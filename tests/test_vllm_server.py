@@ -65,7 +65,7 @@ def test_every_run_completes_on_its_own_arm_server_with_vllm_provenance(main_res
         assert cc["cache_config_info"]["enable_prefix_caching"] == str(arm == "on")
         assert cc["not_applicable"] == {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1, "pin_slot": False}
         files = m["model_files"]
-        assert files["weights"].startswith("dequantized from Q4_1") and files["source_sha256"] == vcfg.model.sha256
+        assert files["weights"].startswith("dequantized from F16") and files["source_sha256"] == vcfg.model.sha256
         assert files["files_sha256"] == m["pairing_inputs"]["engine"]["model_files_sha256"]
         assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(files["files_sha256"])
         assert m["attention_backend"] == "Torch SDPA" and cc["cache_config_info"]["block_size"] == "128"
