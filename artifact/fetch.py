@@ -6,8 +6,8 @@ downloaded the free disk space is checked against the bytes still missing. Every
 (configuration or lock file); a file without a pin (no public hash) gets the sha256 of its downloaded bytes recorded in
 `configs/weights.lock.json` after a cross-check against the Hub's own LFS id. A file whose hash does not match is moved
 aside (`<file>.sha256-mismatch`), never used. `HF_TOKEN` is read by huggingface_hub when set and asked for only when
-a repository turns out to be gated. Configurations with `workload.gsm8k_source = "hub"` also get the pinned GSM8K test
-file into the Hugging Face cache.
+a repository turns out to be gated. Each workload fetches the data its configurations need from the network (its
+`fetch`: e.g. a pinned test split into the Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from artifact import weights
+from artifact import workloads
+from artifact.models import hub as weights
 from artifact.config import Config, Model, is_hex, load_config
 from artifact.errors import ArtifactError
 
@@ -44,7 +45,7 @@ class Todo:
 
 
 def hf_models(configs: list[Config]) -> list[Model]:
-    """The distinct hf: models of the configurations (a GSM8K variant shares its base's weights)."""
+    """The distinct hf: models of the configurations (variants of one configuration share its weights)."""
     seen, out = set(), []
     for cfg in configs:
         m = cfg.model
@@ -179,12 +180,10 @@ def verify_or_record(t: Todo, path: Path, lock: dict, hub_sha: str) -> None:
     say(f"fetch: recorded {weights.lock_key(t.model)}/{t.pin.name} sha256 {digest[:16]}… in the lock file")
 
 
-def fetch_gsm8k(configs: list[Config]) -> None:
-    if any(c.workload.name == "gsm8k" and c.workload.gsm8k_source == "hub" for c in configs):
-        from artifact.workloads.gsm8k_data import load_gsm8k
-
-        items, prov = load_gsm8k(1)
-        say(f"fetch: GSM8K {prov.get('repo')}@{prov.get('revision', '')[:12]} cached (sha256 verified)")
+def fetch_workload_data(configs: list[Config]) -> None:
+    """The data each workload needs from the network (its own `fetch`)."""
+    for name in dict.fromkeys(c.workload.name for c in configs):
+        workloads.get(name).fetch([c for c in configs if c.workload.name == name])
 
 
 def fetch(configs: list[Config], root: Path | None = None, lock_path: Path | None = None) -> int:
@@ -206,7 +205,7 @@ def fetch(configs: list[Config], root: Path | None = None, lock_path: Path | Non
         verify_or_record(t, path, lock, t.hub_sha)
         if not t.pin.sha256:
             weights.write_lock(lock, lock_path)
-    fetch_gsm8k(configs)
+    fetch_workload_data(configs)
     say(f"fetch: done; every file verified under {root}")
     return 0
 

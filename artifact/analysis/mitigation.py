@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.compare import first_difference
-from artifact.analysis.groups import by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
+from artifact.analysis.groups import cache_condition, by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run
@@ -97,7 +97,7 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
         same_episodes = bool(main_eps) and eps == main_eps
         row = {"config": config, "plan": plan, "lifecycle": "fresh" if is_fresh(any_run) else "shared",
                "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
-               "cache_ram_mib": manifest_table(any_run, "plan_data").get("cache_ram_mib")}
+               "cache_ram_mib": cache_condition(any_run)["settings"].get("cache_ram_mib")}
         # The log-probability gap tells bit-exact from token-identical; it is read for mitigation plans only.
         d = _divergence([(on, off) for _, on, off in on_off_pairs(by)], gaps=bool(plan_overrides(any_run)))
         row.update({f"on_vs_off_{key}": v for key, v in d.items() if key != "detail"})

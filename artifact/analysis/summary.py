@@ -6,9 +6,10 @@ from collections import defaultdict
 
 import pandas as pd
 
-from artifact.analysis.agent import agent_row
+from artifact import workloads
 from artifact.analysis.compare import Comparison, paired_comparisons
-from artifact.analysis.tables import run_problems
+from artifact.analysis.groups import cache_condition
+from artifact.analysis.tables import is_paired_run, run_problems
 from artifact.analysis.tables import run_row as table_row
 from artifact.records.store import Run
 
@@ -29,13 +30,14 @@ def comparison_row(name: str, c: Comparison) -> dict:
 
 
 def run_row(run: Run) -> dict:
-    """The terminal view of `tables.run_row` and `agent.agent_row` (one source for per-run numbers)."""
-    r, a = table_row(run), agent_row(run)
+    """The terminal view of `tables.run_row` (one source for per-run numbers), with the workload's own columns."""
+    r = table_row(run)
+    workload = workloads.of_run(run)
     return {
         "run": f"{r['arm'].upper()} run {r['run']}",
         "status": r["status"],
-        "BFCL valid": f"{r['bfcl_valid']}/{len(run.episodes)}",
-        "episodes with a tool call": f"{a['episodes_with_tool_call']}/{a['episodes']}",
+        "valid": f"{r['valid']}/{len(run.episodes)}",
+        **(workload.run_columns(run) if workload is not None else {}),
         "requests": r["requests"],
         "cached share": "-" if r["cached_share"] is None else f"{100 * r['cached_share']:.1f}%",
         "wall s": _fmt(r["wall_s"]),
@@ -63,22 +65,18 @@ def render_comparison(c: Comparison) -> str:
 
 
 def render_results(runs: list[Run]) -> str:
-    from artifact.analysis.gsm8k_table import is_bridge_run, tab3
-
-    bridge = [r for r in runs if is_bridge_run(r)]
+    """The paired protocol's block per configuration and plan, then each workload's own blocks."""
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
-        if is_bridge_run(r):
-            continue
-        groups[(r.manifest["config"], r.manifest["plan"])].append(r)
+        if is_paired_run(r):
+            groups[(r.manifest["config"], r.manifest["plan"])].append(r)
     blocks = []
     for (config, plan), group in groups.items():
         head = group[0].manifest
-        cache = (f"--cache-ram {head['plan_data']['cache_ram_mib']}" if head.get("engine") in (None, "llama.cpp")
-                 else "prefix caching per arm's server")
+        cache = cache_condition(group[0])["description"]
+        variant = f", prompt variant {head['prompt_variant']}" if head.get("prompt_variant") else ""
         blocks.append(f"== {config} / plan {plan} ({head['lifecycle']} server, {cache}), "
-                      f"engine {head.get('engine_build')}, "
-                      f"{len(head['episodes'])} episodes, prompt variant {head['prompt_variant']}")
+                      f"engine {head.get('engine_build')}, {len(head['episodes'])} episodes{variant}")
         rows = [comparison_row(p.name, p.cmp) for p in paired_comparisons(group)]
         if rows:
             blocks.append(pd.DataFrame(rows).to_string(index=False))
@@ -86,14 +84,6 @@ def render_results(runs: list[Run]) -> str:
         problems = [p for r in group for p in run_problems(r)]
         blocks.extend(f"INVALID: {p}" for p in problems)
         blocks.append("")
-    if bridge:
-        table = tab3(bridge)
-        cols = [c for c in ("config", "data", "N", "identical_cold1_cold2", "identical_warm1_warm2",
-                            "identical_cold1_warm1",
-                            "acc_cold_numeric", "acc_warm_numeric", "flips_numeric", "mcnemar_p", "flagged_servings")
-                if c in table.columns]
-        blocks.append("== GSM8K bridge (Tab. 3): cold 1, cold 2 (cache_prompt=false), warm 1, warm 2 (cache hits); "
-                      "identical_X_Y: items whose servings X and Y generated the same token ids, of N")
-        blocks.append(table[cols].to_string(index=False))
-        blocks.append("")
+    for workload, wruns in workloads.by_workload(runs).values():
+        blocks.extend(workload.summary(wruns, workload.tables(wruns)))
     return "\n".join(blocks)

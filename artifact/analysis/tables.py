@@ -1,4 +1,4 @@
-"""The paper's BFCL tables from run records: Tab. 2, the Fig. 1 cause-isolation conditions and the Fig. 2 series.
+"""The paper's tables of the paired cache ON/OFF runs: Tab. 2, the Fig. 1 cause-isolation conditions and Fig. 2.
 
 Everything here is computed from the records (manifest.json, requests.jsonl, episodes.jsonl) by the existing
 comparison code (`compare.compare_runs` through `compare.plan_pairs`, `compare.cache_exposure`,
@@ -13,7 +13,7 @@ Conventions
     runs; run 1 vs run 2 is the headline. Only runs with equal pairing fingerprints and episode lists are paired.
   * The first diverging request is reported 1-based (the paper's "1st-4th of roughly 10"); the first diverging
     token is the 0-based index within that request's generated tokens (as `compare.py` reports it).
-  * BFCL accuracy per arm pools the complete runs of that arm: valid episodes / episodes.
+  * accuracy per arm pools the complete runs of that arm: episodes the workload judged valid / episodes.
   * Cache exposure is the share of prompt tokens the server says it served from cache (`cache_n`); an engine that
     does not report it (null `cache_n`, e.g. vLLM's completions endpoint) gives "not reported", never 0.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from artifact.analysis.agent import agent_table
+from artifact.analysis.groups import cache_condition
 from artifact.analysis.compare import (
     Comparison, Exposure, Paired, cache_exposure, cache_problem, plan_pairs, record_problems,
 )
@@ -35,7 +35,7 @@ from artifact.records.store import Run
 
 BOOTSTRAP = {"block_length": 5, "n_boot": 10_000, "seed": 42, "confidence": 0.95}
 CONFIDENCE = 0.95
-BFCL_ARMS = ("off", "on")
+PAIRED_ARMS = ("off", "on")  # the arms whose runs the paper compares with each other
 PAPER_PLAN = "main"  # the paper's Tab. 2 condition: one server per arm, host prompt cache at its default
 MIN_TREND_LEVELS = 3  # the trend test is run (and RQ3 judged) where at least this many quantization levels ran
 
@@ -99,8 +99,9 @@ def quant_levels_frame() -> pd.DataFrame:
 
 # --- per-run facts --------------------------------------------------------------------------------------------
 
-def is_bfcl_run(run: Run) -> bool:
-    return run.manifest.get("arm") in BFCL_ARMS and run.manifest.get("workload", "bfcl_multi_turn_base") != "gsm8k"
+def is_paired_run(run: Run) -> bool:
+    """A run of the paired protocol (an OFF or an ON arm); other workloads' arms (the GSM8K bridge) are not."""
+    return run.manifest.get("arm") in PAIRED_ARMS
 
 
 def as_dict(x) -> dict:
@@ -113,13 +114,14 @@ def run_meta(run: Run) -> dict:
     m = run.manifest
     cfg = as_dict(m.get("config_data"))
     model = as_dict(m.get("model")) or as_dict(cfg.get("model"))
-    plan_data = as_dict(m.get("plan_data"))
+    cache = cache_condition(run)
     return {
         "config": m["config"], "plan": m["plan"],
         "engine": m.get("engine") or as_dict(cfg.get("engine")).get("kind") or "unknown",
         "engine_build": m.get("engine_build"),
         "model_family": model.get("family"), "model_name": model.get("name"), "quant": model.get("quant"),
-        "lifecycle": m.get("lifecycle"), "cache_ram_mib": plan_data.get("cache_ram_mib"),
+        "lifecycle": m.get("lifecycle"), "cache_ram_mib": cache["settings"].get("cache_ram_mib"),
+        "cache_condition": cache["description"],
         "workload": m.get("workload"), "prompt_variant": m.get("prompt_variant"),
     }
 
@@ -258,7 +260,7 @@ class PlanGroup:
 def group_runs(runs: list[Run]) -> list[PlanGroup]:
     groups: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
-        if is_bfcl_run(r):
+        if is_paired_run(r):
             groups.setdefault((r.manifest["config"], r.manifest["plan"]), []).append(r)
     out = []
     for (config, plan), rs in groups.items():
@@ -301,7 +303,7 @@ def _flat(prefix: str, s: dict | None) -> dict:
 
 def tab2_row(g: PlanGroup) -> dict:
     row = {key: g.meta[key] for key in ("config", "plan", "engine", "model_family", "model_name", "quant",
-                                        "lifecycle", "cache_ram_mib", "prompt_variant")}
+                                        "lifecycle", "cache_ram_mib", "cache_condition", "prompt_variant")}
     row["episodes"] = max((len(r.manifest["episodes"]) for r in g.runs), default=0)
     for kind in ("off_rerun", "on_rerun", "on_vs_off"):
         row.update(_flat(kind, g.stats.get(kind)))
@@ -310,10 +312,10 @@ def tab2_row(g: PlanGroup) -> dict:
     head = g.stats.get("on_vs_off") or {}
     row["median_first_request"] = head.get("median_first_request")
     row["median_first_token"] = head.get("median_first_token")
-    for arm in BFCL_ARMS:
+    for arm in PAIRED_ARMS:
         valid, n = _arm_accuracy(g.runs, arm)
-        row[f"bfcl_valid_{arm}"], row[f"bfcl_episodes_{arm}"] = valid, n
-        row[f"bfcl_accuracy_{arm}"] = valid / n if n else None
+        row[f"valid_{arm}"], row[f"episodes_{arm}"] = valid, n
+        row[f"accuracy_{arm}"] = valid / n if n else None
         exp = _arm_exposure(g.runs, arm)
         row[f"cached_share_{arm}"] = None if exp is None or not exp[1] else exp[0] / exp[1]
         row[f"cache_reported_{arm}"] = exp is not None
@@ -341,7 +343,7 @@ def run_row(run: Run, root: Path | None = None) -> dict:
         "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "session": m.get("session"),
         "lifecycle": m.get("lifecycle"), "status": m.get("status"), "episodes": len(m["episodes"]),
         "requests": len(reqs), "errors": sum(1 for r in reqs if _get(r, "error") is not None),
-        "bfcl_valid": sum(bool(x.get("valid")) for x in eps) if is_bfcl_run(run) else None,
+        "valid": sum(bool(x.get("valid")) for x in eps) if is_paired_run(run) else None,
         "prompt_tokens": None if e is None else e.prompt_tokens,
         "cached_tokens": None if e is None else e.cached_tokens,
         "cached_share": None if e is None else e.share,
@@ -432,7 +434,6 @@ class Tables:
     fig2_trend: pd.DataFrame
     problems: list[str]  # every run that cannot be used as evidence, and every pairing refused, with the reason
     warnings: dict[str, list[str]] = field(default_factory=dict)  # run label -> warnings (network isolation)
-    agent: pd.DataFrame = field(default_factory=pd.DataFrame)  # per BFCL run: tool calls, requests, verdicts
 
     @property
     def unisolated_runs(self) -> list[str]:
@@ -461,7 +462,6 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
         fig2_trend=pd.DataFrame(trend_rows(fig2)),
         problems=[p for r in runs for p in run_problems(r)] + refused,
         warnings={r.label: [w] for r in runs if (w := isolation_warning(r)) is not None},
-        agent=agent_table([r for r in runs if is_bfcl_run(r)]),
     )
 
 

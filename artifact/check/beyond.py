@@ -142,9 +142,9 @@ def flip_margin_figure(curve: pd.DataFrame, path: Path) -> Path | None:
     ran = curve[curve["positions"] > 0] if not curve.empty else curve
     if ran.empty:
         return None
-    from artifact.report.render import _new_figure  # noqa: PLC0415  (matplotlib: slow import)
+    from artifact.report.figure import new_figure  # noqa: PLC0415  (matplotlib: slow import)
 
-    fig = _new_figure(10.0, 4.2)
+    fig = new_figure(10.0, 4.2)
     ax, ax2 = fig.subplots(1, 2)
     labels = [str(b) for b in curve.drop_duplicates("bin").sort_values("bin")["margin_bin"]]
     for (config, plan), g in ran.groupby(["config", "plan"], sort=True):
@@ -179,9 +179,9 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
     df = df[(df["on_vs_off_episodes"] > 0) & df["x"].notna()]
     if df.empty:
         return None
-    from artifact.report.render import _new_figure  # noqa: PLC0415
+    from artifact.report.figure import new_figure  # noqa: PLC0415
 
-    fig = _new_figure(6.5, 4.4)
+    fig = new_figure(6.5, 4.4)
     ax = fig.add_subplot()
     for i, (_, r) in enumerate(df.iterrows()):
         rate = float(r["on_vs_off_rate"])

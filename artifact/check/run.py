@@ -3,8 +3,8 @@
 Writes into `<results_dir>/check/` (or `out_dir`):
   check.json          per claim: status, observed, expected, band, evidence, and the per-scope verdicts;
                       plus the invalid runs and the files written
-  tab2.csv, tab2_comparisons.csv, runs.csv, fig1.csv, fig2.csv, fig2_trend.csv, quant_levels.csv, verdicts.csv,
-  tab3.csv            (when GSM8K bridge runs exist)
+  tab2.csv, tab2_comparisons.csv, runs.csv, fig1.csv, fig2.csv, fig2_trend.csv, quant_levels.csv, verdicts.csv
+  <workload>.csv      each workload's own tables of its runs (agent.csv, tab3.csv, ...: artifact.workloads)
   fig1.png, fig2.png  (when the runs allow them)
   margins.csv, flip_by_margin.csv, benefit_*.csv, mitigation.csv, beyond_verdicts.csv, ..., flip_margin.png,
   price.png           results beyond the paper (artifact.check.beyond); the "beyond" section of check.json
@@ -25,15 +25,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from artifact.analysis.gsm8k_table import is_bridge_run, tab3
+from artifact import workloads
 from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
 from artifact.check.beyond import write_beyond
 from artifact.check.claims import (
     CLAIM_RULES, EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT, TESTED, Claim, annotate_with_paper,
     evaluate_claims,
 )
-from artifact.config import ARMS
+from artifact.config import arms
 from artifact.errors import ArtifactError
+from artifact.records.schema import MANIFEST, REQUEST, UNIT
 from artifact.records.store import Run, find_runs
 
 CHECK_DIR = "check"
@@ -41,57 +42,22 @@ CHECK_DIR = "check"
 
 # --- validating the records ---------------------------------------------------------------------------------
 
-def _is(v, kinds) -> bool:
-    return isinstance(v, kinds) and not isinstance(v, bool)
-
-
-MANIFEST_TYPES = {"config": str, "plan": str, "arm": str, "run": int, "episodes": list}
-REQUEST_TYPES = {"episode_id": str, "request_index": int, "output_tokens": list, "prompt_sha256": str}
-OK_REQUEST_TYPES = {"prompt_tokens": int, "cache_n": (int, type(None))}  # only for requests without an error
-ALL_REQUEST_TYPES = {**REQUEST_TYPES, **OK_REQUEST_TYPES}
-
-
-def _fast_ok(r) -> bool:
-    """The common case of check_records' request test, with plain lookups (no error: every field present)."""
-    try:
-        if type(r["episode_id"]) is not str or type(r["request_index"]) is not int or \
-                type(r["output_tokens"]) is not list or type(r["prompt_sha256"]) is not str:
-            return False
-        if dict.get(r, "error") is not None:
-            return True
-        cache_n = r["cache_n"]
-        return type(r["prompt_tokens"]) is int and (cache_n is None or type(cache_n) is int)
-    except (KeyError, TypeError):
-        return False
-
-
 def check_records(run: Run) -> None:
-    """Raise ArtifactError (one line, naming the file) if a record lacks a field the check reads."""
+    """Raise ArtifactError (one line, naming file, line and field) where a record breaks the records' schema
+    (artifact.records.schema: the one the writer enforces), or a manifest names an arm the artifact does not have."""
     m = run.manifest
-    for key, kind in MANIFEST_TYPES.items():
-        if not _is(m.get(key), kind):
-            raise ArtifactError(f"{run.path / 'manifest.json'}: field '{key}' is missing or not a {kind.__name__}")
-    if m["arm"] not in ARMS:
+    problem = MANIFEST.problem(m)
+    if problem:
+        raise ArtifactError(f"{run.path / 'manifest.json'}: {problem}")
+    if m["arm"] not in arms():
         raise ArtifactError(f"{run.path / 'manifest.json'}: arm {m['arm']!r} is not one of the artifact's arms "
-                            f"({', '.join(ARMS)}; labels are lower-case)")
-    if not all(type(e) is str for e in m["episodes"]):
-        raise ArtifactError(f"{run.path / 'manifest.json'}: field 'episodes' must list episode ids (strings)")
-    if all(_fast_ok(r) for r in run.requests):
-        reqs = []
-    else:
-        reqs = run.requests
-    for i, r in enumerate(reqs, 1):  # only when something is wrong: find the first bad record and say what
-        if not isinstance(r, dict):
-            raise ArtifactError(f"{run.path / 'requests.jsonl'}:{i}: a request record must be a JSON object")
-        get = dict.get  # the plain dict lookup: LazyRecord.get is Python-level, and top_logprobs is not checked
-        checks = REQUEST_TYPES if get(r, "error") is not None else ALL_REQUEST_TYPES
-        for key, kind in checks.items():
-            if not _is(get(r, key), kind):
-                raise ArtifactError(f"{run.path / 'requests.jsonl'}:{i}: field '{key}' is missing or has the "
-                                    f"wrong type")
-    for i, e in enumerate(run.episodes, 1):
-        if not isinstance(e, dict) or not isinstance(e.get("episode_id"), str):
-            raise ArtifactError(f"{run.path / 'episodes.jsonl'}:{i}: field 'episode_id' is missing or not a str")
+                            f"({', '.join(arms())}; labels are lower-case)")
+    for schema, records in ((REQUEST, run.requests), (UNIT, run.episodes)):
+        valid = schema.valid
+        if all(valid(r) for r in records):  # the common case: one compiled test per record
+            continue
+        i, record = next((i, r) for i, r in enumerate(records, 1) if not valid(r))
+        raise ArtifactError(f"{run.path / schema.file}:{i}: {schema.problem(record)}")
 
 
 def load_results(results_dir: Path) -> list[Run]:
@@ -114,16 +80,16 @@ def load_results(results_dir: Path) -> list[Run]:
     return runs
 
 
-def gsm8k_table(runs: list[Run]) -> pd.DataFrame | None:
-    """Tab. 3 from the GSM8K bridge runs, or None when there are none."""
-    bridge = [r for r in runs if is_bridge_run(r)]
-    if not bridge:
-        return None
-    try:
-        return tab3(runs)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ArtifactError(f"GSM8K bridge records under {bridge[0].path.parent} are malformed "
-                            f"({type(exc).__name__}: {exc})") from None
+def workload_tables(runs: list[Run]) -> dict[str, dict[str, pd.DataFrame]]:
+    """Each workload's own tables of its runs: workload name -> {file name: table}."""
+    out = {}
+    for name, (workload, wruns) in workloads.by_workload(runs).items():
+        try:
+            out[name] = workload.tables(wruns)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ArtifactError(f"{name} records under {wruns[0].path.parent} are malformed "
+                                f"({type(exc).__name__}: {exc})") from None
+    return out
 
 
 # --- outputs --------------------------------------------------------------------------------------------------
@@ -147,13 +113,12 @@ def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["claim", "scope", "kind", "status", "observed", "expected", "band", "evidence"])
 
 
-def write_csvs(out: Path, tables: Tables, tab3: pd.DataFrame | None, claims: list[Claim]) -> list[str]:
+def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) -> list[str]:
     frames = {"tab2.csv": tables.tab2, "tab2_comparisons.csv": tables.comparisons, "runs.csv": tables.runs,
               "fig1.csv": tables.fig1, "fig2.csv": tables.fig2, "fig2_trend.csv": tables.fig2_trend,
-              "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims),
-              "agent.csv": tables.agent}
-    if tab3 is not None:
-        frames["tab3.csv"] = tab3
+              "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
+    for own in wtables.values():
+        frames.update(own)
     for name, df in frames.items():
         df.to_csv(out / name, index=False)
     return list(frames)
@@ -214,9 +179,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     runs = load_results(root)
     lap("load+validate")
     tables = build_tables(runs, root)
-    tab3 = gsm8k_table(runs)
+    wtables = workload_tables(runs)
     lap("tables")
-    claims = evaluate_claims(tables, tab3, root=root, expected_path=expected_path)
+    claims = evaluate_claims(tables, wtables, root=root, expected_path=expected_path)
     annotate_with_paper(tables, expected_path)
     lap("claims")
     problems = tables.problems
@@ -227,7 +192,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ArtifactError(f"cannot write the check outputs to {out} ({exc.strerror})") from None
-    files = write_csvs(out, tables, tab3, claims)
+    files = write_csvs(out, tables, wtables, claims)
     lap("csv")
     from artifact.report.render import render_figures, write_report  # noqa: PLC0415  (matplotlib: slow import)
 
@@ -238,7 +203,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     files += beyond.files
     lap("beyond")
 
-    report = write_report(out / "report.html", root=root, runs=runs, tables=tables, tab3=tab3,
+    report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
                           claims=claims, problems=problems, exit_code=code, figures=figures,
                           warnings=tables.warnings, beyond=beyond)
     files.append(report.name)
@@ -255,9 +220,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     lap("json")
     run_check.last_timings = dict(timings)  # read by bench/bench_check.py
     if not quiet:
-        groups = len(tables.groups)
-        print(f"check: {len(runs)} runs ({groups} BFCL configuration-plan(s)"
-              f"{', GSM8K bridge' if tab3 is not None else ''}) under {root}")
+        names = ", ".join(workloads.by_workload(runs))
+        print(f"check: {len(runs)} runs ({len(tables.groups)} configuration-plan(s) with paired ON/OFF runs; "
+              f"workloads: {names or 'none known'}) under {root}")
         print(verdict_table(claims))
         for c in claims:
             for d in c.details:

@@ -1,42 +1,51 @@
-"""Serving engines behind one interface (`base.EngineSession`); configurations pick one with `engine.kind`.
+"""Serving engines as plug-ins: one package per engine under artifact/engines/, one line in REGISTRY.
 
-Each adapter module provides `KIND`, `identity(cfg, plan)` (what produces the tokens, known before start) and a
-session class built from (cfg, plan, arm, model_path, log_path). The protocol calls only `identity` and
-`open_session`.
+Each package exposes `ENGINE`, an `artifact.engines.base.Engine`: what the engine can do (`capabilities`), its
+settings (validated from a configuration's `[engine.settings]` and a plan's table named after it), what produces its
+tokens (`identity`, known before start), each arm's cache condition in words (`describe_cache`) and its sessions
+(`open_session`). The protocol calls only the functions below; it never asks which engine runs. Adding an engine
+(SGLang, a newer vLLM) means adding its package and a line here.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from types import ModuleType
 
-from artifact.config import Config, Plan
 from artifact.errors import ArtifactError
 
-
-def adapter(kind: str) -> ModuleType:
-    """The adapter module of an implemented engine kind; any other kind is refused before anything runs."""
-    if kind == "llama.cpp":
-        from artifact.engines import llama_server
-
-        return llama_server
-    if kind == "vllm":
-        from artifact.engines import vllm_server
-
-        return vllm_server
-    raise ArtifactError(f"engine.kind = {kind!r} is not implemented in this version of the artifact "
-                        "(implemented: llama.cpp, vllm)")
+REGISTRY = {
+    "llama.cpp": "artifact.engines.llama_cpp",
+    "vllm": "artifact.engines.vllm",
+}
 
 
-def identity(cfg: Config, plan: Plan) -> dict:
-    return adapter(cfg.engine.kind).identity(cfg, plan)
+def get(kind: str):
+    """The adapter of an implemented engine kind; any other kind is refused before anything runs."""
+    if kind not in REGISTRY:
+        raise ArtifactError(f"engine.kind = {kind!r} is not implemented in this version of the artifact "
+                            f"(implemented: {', '.join(REGISTRY)})")
+    return importlib.import_module(REGISTRY[kind]).ENGINE
 
 
-def describe_cache(cfg: Config, plan: Plan, arm: str) -> str:
-    """The cache condition an arm's server session runs under, in words."""
-    return adapter(cfg.engine.kind).describe_cache(plan, arm)
+def identity(cfg, plan) -> dict:
+    return get(cfg.engine.kind).identity(cfg, plan)
 
 
-def open_session(cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path):
+def describe_cache(cfg, plan, arm: str) -> str:
+    """The cache condition an arm's server session runs under, in words (the adapter's own)."""
+    return get(cfg.engine.kind).describe_cache(cfg, plan, arm)
+
+
+def open_session(cfg, plan, arm: str, model_path: Path, log_path: Path):
     """A not yet started server session for one arm's runs (use it as a context manager)."""
-    return adapter(cfg.engine.kind).open_session(cfg, plan, arm, model_path, log_path)
+    return get(cfg.engine.kind).open_session(cfg, plan, arm, model_path, log_path)
+
+
+def check_needs(cfg, plan, needs: dict, who: str) -> None:
+    """Refuse, in one line and before anything starts, a workload whose needs the engine lacks."""
+    engine = get(cfg.engine.kind)
+    missing = engine.capabilities.missing({"arms": tuple(plan.arms), **needs})
+    if missing:
+        raise ArtifactError(f"{cfg.name}: {who} needs {', '.join(missing)}, which engine {engine.kind} does not "
+                            f"have (plan '{plan.name}'); run it on an engine that does")

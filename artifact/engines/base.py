@@ -1,21 +1,29 @@
 """The one small interface every serving engine satisfies; the protocol never asks which engine runs.
 
+An engine adapter (`Engine`, one package under `artifact/engines/`, registered in `artifact.engines.REGISTRY`)
+declares what it can do (`Capabilities`), validates its own settings (`[engine.settings]` of a configuration, and
+the plan's table named after it, e.g. `llama_cpp = {...}` in configs/plans.toml), says what produces its tokens
+before anything starts (`identity`), describes each arm's cache condition in words, and opens sessions.
+
 An engine session is one server process for one arm's runs (the protocol's unit of server lifecycle). It starts
 bound to 127.0.0.1 with a clean environment, records its full command line and log, answers one greedy completion
-at a time, and reports its provenance. `open_session` (in `artifact.engines`) picks the adapter by `engine.kind`.
+at a time, and reports its provenance.
 
 Failure kinds, kept apart because they are scored differently:
   RequestError   the request itself cannot be served (a prompt that does not fit the context): recorded in the
-                 request's `error` and, for BFCL, ends the episode as BFCL's own inference error;
+                 request's `error`; the workload decides what it means for its unit (an agent episode ends);
   ArtifactError  anything else (the server died or stopped answering, HTTP 5xx, a malformed response, a full disk):
                  fatal for the run, which stays incomplete and is re-run whole on resume.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from artifact.errors import ArtifactError
 
 # Greedy decoding stated explicitly (the same values on every engine; each adapter sends its own field names).
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0, "seed": 42}
@@ -67,3 +75,87 @@ class EngineSession(Protocol):
     def provenance(self) -> dict:
         """What the running server reports about itself (build, version, props), for the run manifest."""
         ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do, declared by its adapter; the protocol checks a workload's needs against it before
+    anything starts."""
+
+    per_request_cache_switch: bool  # the cache can be used or not per request (else per server: one per arm)
+    cache_tiers: tuple[str, ...]  # where a request's cached prefix can come from, as its records name them
+    metrics_endpoint: str | None  # the server's Prometheus endpoint, if it has one
+    image: str | None  # the Dockerfile `./run.sh all` builds this engine's image from
+    # the arms its sessions serve; None: any arm (the cache is switched per request, so the arm is the workload's)
+    arms: tuple[str, ...] | None = ("off", "on")
+    packages: tuple[str, ...] = ()  # distributions whose versions every manifest lists first
+
+    def missing(self, needs: dict) -> list[str]:
+        """The needs (capability name -> required value, or for `arms` the arms needed) this engine lacks."""
+        out = []
+        for name, want in needs.items():
+            have = getattr(self, name)
+            if name == "arms":
+                out += [f"arm {a!r}" for a in want if have is not None and a not in have]
+            elif have != want:
+                out.append(name.replace("_", " "))
+        return out
+
+
+class Engine:
+    """An engine adapter: a subclass per engine package sets the class attributes and implements the methods."""
+
+    kind: str  # configs' engine.kind, e.g. "llama.cpp"
+    capabilities: Capabilities
+    settings_type: type | None = None  # a dataclass: the engine's own settings (None: it has none)
+    cache_keys: tuple[str, ...] = ()  # settings a plan may set as its cache condition (not "overrides")
+
+    @property
+    def settings_key(self) -> str:
+        """The name of this engine's table inside a plan (`llama_cpp = {...}`)."""
+        return self.kind.replace(".", "_")
+
+    def settings(self, cfg, plan=None, where: str = "") -> Any:
+        """The effective settings: the configuration's `[engine.settings]`, then the plan's table over it,
+        validated into `settings_type` (an unknown key, a missing one or a wrong type is a one-line error)."""
+        table = dict(cfg.engine.settings)
+        if plan is not None:
+            table.update(plan.engine_settings.get(self.settings_key, {}))
+        if self.settings_type is None:
+            if table:
+                raise ArtifactError(f"{where or cfg.path}: engine {self.kind} takes no settings "
+                                    f"(got {', '.join(sorted(table))})")
+            return None
+        from artifact.config import build_table
+
+        settings = build_table(self.settings_type, table, where or cfg.path, "engine.settings.")
+        for problem in self.problems(cfg, settings):
+            raise ArtifactError(f"{where or cfg.path}: {problem}")
+        return settings
+
+    def check_plan_table(self, table: dict, where: str) -> None:
+        """A plan's table for this engine: only this engine's settings, each of the right type."""
+        if self.settings_type is None:
+            raise ArtifactError(f"{where}: engine {self.kind} takes no settings")
+        known = {f.name: f for f in dataclasses.fields(self.settings_type)}
+        unknown = sorted(set(table) - set(known))
+        if unknown:
+            raise ArtifactError(f"{where}: unknown key '{unknown[0]}' (allowed here: {', '.join(known)})")
+
+    def overrides(self, plan) -> dict:
+        """The settings a plan changes beyond its cache condition (a mitigation plan's server settings)."""
+        table = plan.engine_settings.get(self.settings_key, {})
+        return {k: v for k, v in table.items() if k not in self.cache_keys}
+
+    def problems(self, cfg, settings) -> list[str]:
+        return []
+
+    # The rest is the engine's own.
+    def identity(self, cfg, plan) -> dict:
+        raise NotImplementedError
+
+    def describe_cache(self, cfg, plan, arm: str) -> str:
+        raise NotImplementedError
+
+    def open_session(self, cfg, plan, arm: str, model_path: Path, log_path: Path) -> "EngineSession":
+        raise NotImplementedError

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from artifact import weights
+from artifact.models import hub as weights
 from artifact.errors import ArtifactError
 from artifact.orchestrate import host, images
 from artifact.orchestrate.fanout import DONE, FAILED, INTERRUPTED, SKIPPED, TOO_BIG, Fanout, Outcome, Slot, hms

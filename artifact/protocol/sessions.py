@@ -1,6 +1,6 @@
-"""Sessions, the unit of execution and of resume, shared by every workload's protocol.
+"""Sessions, the unit of execution and of resume, for every workload.
 
-A plan's runs are grouped into server sessions. With lifecycle "shared" every run of an arm shares one llama-server
+A plan's runs are grouped into server sessions. With lifecycle "shared" every run of an arm shares one server
 process (cache state carries over from run to run: the paper's default condition); with "fresh" each run is its own
 session. If any run of a session is not complete, the whole session runs again (half a session would start from a
 different cache state) and the old run directories are moved to `discarded/`, never deleted. Complete sessions
@@ -22,8 +22,9 @@ from typing import Callable, Iterator, Protocol
 from artifact import engines, provenance
 from artifact.config import Config, Plan
 from artifact.engines.base import GREEDY, TOP_N, EngineSession
-from artifact.engines.models import verified_weights
+from artifact.models import verified_weights
 from artifact.errors import ArtifactError
+from artifact.records.events import EventLog
 from artifact.records.store import DISCARDED, MANIFEST, RunWriter, load_run, now_iso
 
 PROTOCOL = {"decoding": "greedy", **GREEDY, "n_probs": TOP_N, "batch": 1, "serial": True}
@@ -113,8 +114,8 @@ def fingerprints(cfg: Config, plan: Plan, unit_ids: list[str], workload_identity
 
 
 def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerprints) -> dict:
-    """The manifest fields every run of a plan shares (BFCL and the GSM8K bridge alike). Also removes secrets from
-    this process's environment: the protocol eval()s model output (BFCL)."""
+    """The manifest fields every run of a plan shares, whatever its workload. Also removes secrets from this
+    process's environment: the protocol executes what the model writes (an agent workload's tool calls)."""
     isolation = provenance.isolation(provenance.scrub_secrets())
     if isolation["network"] != "loopback-only":
         say("warning: this protocol run can reach the network (run it through ./run.sh for isolation); "
@@ -123,12 +124,15 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
         "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
         "engine": cfg.engine.kind,
         "model": model_record(cfg),
-        "lifecycle": plan.lifecycle, "plan": plan.name, "plan_data": plan.as_dict(),
+        "lifecycle": plan.lifecycle, "plan": plan.name,
+        # server_overrides: what the plan changes beyond its cache condition, in the engine's own terms (readers
+        # tell a mitigation plan by it); the cache condition itself is recorded by the engine (`cache_condition`)
+        "plan_data": {**plan.as_dict(), "server_overrides": engines.get(cfg.engine.kind).overrides(plan)},
         "workload": cfg.workload.name, "workload_settings": dataclasses.asdict(cfg.workload),
-        "prompt_variant": cfg.workload.prompt_variant, "episodes": episode_ids,
+        "episodes": episode_ids,
         "protocol": PROTOCOL, "fingerprint": fps.resume,
         "pairing_fingerprint": fps.pairing, "pairing_inputs": fps.pairing_inputs,
-        "host": provenance.host(), "packages": provenance.packages(), "isolation": isolation,
+        "host": provenance.host(), "packages": provenance.packages(cfg), "isolation": isolation,
     }
 
 
@@ -138,7 +142,7 @@ def model_record(cfg: Config) -> dict:
     m = cfg.model
     record = {"family": m.family, "name": m.name, "quant": m.quant, "sha256": m.sha256, "source": m.source}
     if m.source.startswith("derived:"):
-        from artifact.agent import derive
+        from artifact.models import derive
 
         record["derivation"] = derive.describe(m.source)
     return record
@@ -178,17 +182,20 @@ def plan_lock(pdir: Path) -> Iterator[None]:
         fh.close()
 
 
-def run_sessions(cfg: Config, plan: Plan, results: Path, fp: str, units: str,
-                 make_executor: Callable[[EngineSession], Executor]) -> list[Path]:
+def run_sessions(cfg: Config, plan: Plan, results: Path, fp: str, units: str, n_units: int,
+                 make_executor: Callable[[EngineSession, EventLog], Executor]) -> list[Path]:
     """Run (or resume) every session of `plan`, one server per session; returns run dirs in plan order."""
     pdir = plan_dir(results, cfg, plan)
     run_dirs = []
     with plan_lock(pdir):
+        events = EventLog(pdir)
         for session in sessions(plan):
             name = session[0].session
+            runs = [[s.arm, s.run] for s in session]
             state = session_state(pdir, session, fp)
             if state == "complete":
                 say(f"[{cfg.name}/{plan.name}] session {name}: complete, reusing")
+                events.emit("session_reused", session=name, runs=runs)
                 run_dirs += [pdir / s.dirname for s in session]
                 continue
             if state == "partial":
@@ -197,8 +204,9 @@ def run_sessions(cfg: Config, plan: Plan, results: Path, fp: str, units: str,
             log_path = pdir / "logs" / f"server-{name}-{now_iso().replace(':', '')}.log"
             say(f"[{cfg.name}/{plan.name}] session {name}: starting {cfg.engine.kind} "
                 f"({engines.describe_cache(cfg, plan, session[0].arm)}), {units} x {len(session)} runs")
+            events.emit("session_started", session=name, runs=runs, units=n_units)
             with engines.open_session(cfg, plan, session[0].arm, model_path, log_path) as server:
-                executor = make_executor(server)
+                executor = make_executor(server, events)
                 for spec in session:
                     run_dirs.append(executor.execute(spec, pdir / spec.dirname))
     return run_dirs

@@ -4,8 +4,10 @@ A run directory holds:
   manifest.json   written at start (status "incomplete") and finalised at the end (status "complete"),
                   always replaced atomically;
   requests.jsonl  one line per request, appended and flushed as it happens;
-  episodes.jsonl  one line per episode (BFCL verdict, number of requests, error).
-Readers find runs by their manifests under a results directory, never by directory names.
+  episodes.jsonl  one line per unit (an episode, an item): the workload's verdict, number of requests, error.
+Readers find runs by their manifests under a results directory, never by directory names. Every field of the three
+record kinds is typed in `schema` (MANIFEST, REQUEST, UNIT): the writer refuses a record that breaks it, and the
+readers validate what they load through the same schema.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from artifact.errors import ArtifactError
+from artifact.records.schema import MANIFEST as MANIFEST_SCHEMA
+from artifact.records.schema import REQUEST, UNIT, Schema
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
 EPISODES = "episodes.jsonl"
 DISCARDED = "discarded"  # incomplete runs are moved here, never deleted
-REQUIRED_MANIFEST_KEYS = ("config", "arm", "run", "plan", "status", "episodes")
 
 
 def now_iso() -> str:
@@ -41,15 +44,24 @@ def write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def _valid(schema: Schema, record: dict, where: Path) -> dict:
+    """The writer's side of the schema: a record that breaks it is a bug of the artifact, never written."""
+    if not schema.valid(record):
+        raise ArtifactError(f"refusing to write a {schema.kind} record to {where}: {schema.problem(record)} "
+                            "(a bug of the artifact: please report it)")
+    return record
+
+
 class RunWriter:
     """Writes one run; `finish()` marks it complete. A run never finished stays 'incomplete' on disk."""
 
     def __init__(self, run_dir: Path, manifest: dict):
         if (run_dir / MANIFEST).exists():
             raise ArtifactError(f"{run_dir} already holds a run; refusing to overwrite it")
-        run_dir.mkdir(parents=True, exist_ok=True)
         self.dir = run_dir
-        self.manifest = {**manifest, "status": "incomplete", "started_at": now_iso(), "finished_at": None}
+        self.manifest = _valid(MANIFEST_SCHEMA, {**manifest, "status": "incomplete", "started_at": now_iso(),
+                                                 "finished_at": None}, run_dir / MANIFEST)
+        run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_dir / MANIFEST, self.manifest)
         self._requests = open(run_dir / REQUESTS, "a", encoding="utf-8")
         self._episodes = open(run_dir / EPISODES, "a", encoding="utf-8")
@@ -60,14 +72,14 @@ class RunWriter:
         fh.flush()
 
     def request(self, record: dict) -> None:
-        self._append(self._requests, record)
+        self._append(self._requests, _valid(REQUEST, record, self.dir / REQUESTS))
 
     def episode(self, record: dict) -> None:
-        self._append(self._episodes, record)
+        self._append(self._episodes, _valid(UNIT, record, self.dir / EPISODES))
 
     def update(self, **fields) -> None:
         self.manifest.update(fields)
-        write_json_atomic(self.dir / MANIFEST, self.manifest)
+        write_json_atomic(self.dir / MANIFEST, _valid(MANIFEST_SCHEMA, self.manifest, self.dir / MANIFEST))
 
     def finish(self, **fields) -> None:
         self.close()
@@ -275,9 +287,8 @@ def load_run(path: Path) -> Run:
         manifest = json.loads(mf.read_text())
     except json.JSONDecodeError:
         raise ArtifactError(f"{mf}: not valid JSON; the record is corrupt") from None
-    missing = [k for k in REQUIRED_MANIFEST_KEYS if k not in manifest]
-    if missing:
-        raise ArtifactError(f"{mf}: missing field '{missing[0]}'")
+    if not MANIFEST_SCHEMA.valid(manifest):
+        raise ArtifactError(f"{mf}: {MANIFEST_SCHEMA.problem(manifest)}")
     return Run(path, manifest)
 
 

@@ -17,24 +17,20 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from artifact import workloads
+from artifact.analysis.groups import cache_condition
+from artifact.report.figure import new_figure
+from artifact.report.fmt import missing, num, pct, rate_cell, records
 from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example, relative
 from artifact.check.claims import BAND_RULE, EXIT_CODES, STATUSES, Claim
 from artifact.records.store import Run
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+WORKLOAD_TEMPLATES = Path(__file__).resolve().parents[1] / "workloads"
 TEMPLATE = "report.html.j2"
 
 
 # --- figures --------------------------------------------------------------------------------------------------
-
-def _new_figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
 
 def _yerr(df: pd.DataFrame, prefix: str):
     rate = df[f"{prefix}_rate"].astype(float)
@@ -49,7 +45,7 @@ def fig1_figure(fig1: pd.DataFrame, path: Path) -> Path | None:
         return None
     configs = list(dict.fromkeys(ran["config"]))
     conds = [c for c in FIG1_CONDITIONS if ((ran["comparison"] == c[0]) & (ran["plan"] == c[1])).any()]
-    fig = _new_figure(min(14.0, max(6.5, 1.2 * len(configs) * len(conds) / 2 + 2.5)), 4.8)
+    fig = new_figure(min(14.0, max(6.5, 1.2 * len(configs) * len(conds) / 2 + 2.5)), 4.8)
     ax = fig.add_subplot()
     width = 0.8 / len(conds)
     colors = ["#4c72b0", "#55a868", "#8172b2", "#dd8452", "#c44e52"]
@@ -86,7 +82,7 @@ def fig2_figure(fig2: pd.DataFrame, trend: pd.DataFrame, path: Path) -> Path | N
     ranks = sorted(set(known["rank"].astype(int)))
     names = {q.rank: q.name for q in reversed(QUANT_LEVELS)}  # F16 over BF16 for a shared rank
     pos = {r: i for i, r in enumerate(ranks)}
-    fig = _new_figure(max(6.0, 1.1 * len(ranks) + 3), 4.8)
+    fig = new_figure(max(6.0, 1.1 * len(ranks) + 3), 4.8)
     ax = fig.add_subplot()
     tr = trend.set_index("series") if not trend.empty else None
     for series, df in known.groupby("series", sort=True):
@@ -118,55 +114,21 @@ def render_figures(tables: Tables, out: Path) -> dict[str, Path]:
     return {name: p for name, p in figs.items() if p is not None}
 
 
-# --- display helpers ------------------------------------------------------------------------------------------
-
-def _missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
-def pct(x, digits: int = 1) -> str:
-    return "-" if _missing(x) else f"{100 * float(x):.{digits}f}%"
-
-
-def num(x, digits: int = 2) -> str:
-    if _missing(x):
-        return "-"
-    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
-
-
-def rate_cell(row, prefix: str) -> dict:
-    """{'main': 'k/n (r%)', 'sub': 'Wilson a-b, bootstrap c-d'} for the rate columns `<prefix>_*` of a row."""
-    n = row.get(f"{prefix}_n")
-    if _missing(n) or not n:
-        return {"main": "not run", "sub": ""}
-    k = int(row[f"{prefix}_k"])
-    sub = f"W {pct(row[f'{prefix}_wilson_lo'])}-{pct(row[f'{prefix}_wilson_hi'])}"
-    if not _missing(row.get(f"{prefix}_boot_lo")):
-        sub += f", B {pct(row[f'{prefix}_boot_lo'])}-{pct(row[f'{prefix}_boot_hi'])}"
-    return {"main": f"{k}/{int(n)} ({pct(row[f'{prefix}_rate'])})", "sub": sub}
-
-
-def _records(df: pd.DataFrame | None) -> list[dict]:
-    if df is None or df.empty:
-        return []
-    return [{k: (None if _missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
-
-
 def tab2_rows(tables: Tables) -> list[dict]:
     out = []
-    for r in _records(tables.tab2):
+    for r in records(tables.tab2):
         mr, mt = r.get("median_first_request"), r.get("median_first_token")
         out.append({
             "config": r["config"], "plan": r["plan"],
-            "plan_detail": f"{r.get('lifecycle') or '?'} server, --cache-ram {num(r.get('cache_ram_mib'))}",
+            "plan_detail": f"{r.get('lifecycle') or '?'} server, {r.get('cache_condition') or 'cache condition not recorded'}",
             "model": f"{r.get('model_name') or r.get('model_family') or '?'} {r.get('quant') or ''} on "
                      f"{r.get('engine')}",
             "episodes": r.get("episodes"),
             "off_rerun": rate_cell(r, "off_rerun"), "on_rerun": rate_cell(r, "on_rerun"),
             "on_vs_off": rate_cell(r, "on_vs_off"), "all_pairs": r.get("on_vs_off_all_pairs") or "-",
             "first": f"{num(mr)} / {num(mt)}" if mr is not None else "-",
-            "acc_off": f"{r['bfcl_valid_off']}/{r['bfcl_episodes_off']}" if r.get("bfcl_episodes_off") else "-",
-            "acc_on": f"{r['bfcl_valid_on']}/{r['bfcl_episodes_on']}" if r.get("bfcl_episodes_on") else "-",
+            "acc_off": f"{r['valid_off']}/{r['episodes_off']}" if r.get("episodes_off") else "-",
+            "acc_on": f"{r['valid_on']}/{r['episodes_on']}" if r.get("episodes_on") else "-",
             "cached_on": pct(r.get("cached_share_on")) if r.get("cache_reported_on") else "not reported",
             "cached_off": pct(r.get("cached_share_off")) if r.get("cache_reported_off") else "not reported",
             "paper": pct(r.get("paper_on_vs_off")), "paper_config": r.get("paper_config") or "-",
@@ -178,40 +140,18 @@ def tab2_rows(tables: Tables) -> list[dict]:
 def fig1_rows(tables: Tables) -> list[dict]:
     return [{"config": r["config"], "condition": r["condition"], "plan": r["plan"], "ran": r["ran"],
              "rate": rate_cell(r, "div"), "paper": pct(r.get("paper_value")), "source": r.get("paper_source") or ""}
-            for r in _records(tables.fig1)]
+            for r in records(tables.fig1)]
 
 
 def fig2_rows(tables: Tables) -> list[dict]:
     return [{"series": r["series"], "config": r["config"], "quant": r.get("quant"), "level": r.get("level") or "unknown",
              "bpw": num(r.get("bpw"), 3), "rate": rate_cell(r, "div"), "paper": pct(r.get("paper_value"))}
-            for r in _records(tables.fig2)]
+            for r in records(tables.fig2)]
 
 
 def trend_rows(tables: Tables) -> list[dict]:
     return [{"series": r["series"], "levels": r["levels"], "k": r["k"], "n": r["n"], "z": num(r.get("z"), 3),
-             "p": num(r.get("p"), 2), "unknown": r.get("unknown_levels") or ""} for r in _records(tables.fig2_trend)]
-
-
-TAB3_DISPLAY = (  # (column, heading, kind)
-    ("config", "Configuration", "text"), ("quant", "Quant", "text"), ("data", "Data", "text"), ("N", "N", "text"),
-    ("identical_cold1_cold2", "Identical: cold 1 = cold 2", "text"),
-    ("identical_warm1_warm2", "Identical: warm 1 = warm 2", "text"),
-    ("identical_cold1_warm1", "Identical: cold 1 = warm 1", "text"),
-    ("divergence_cold1_warm1", "Diverged: cold 1 vs warm 1", "pct"),
-    ("acc_cold_numeric", "Accuracy recompute", "pct"), ("acc_warm_numeric", "Accuracy cache", "pct"),
-    ("flips_numeric_cache", "Flips to cache", "text"), ("flips_numeric_recompute", "Flips to recompute", "text"),
-    ("mcnemar_p", "McNemar p", "num"), ("power_1pp", "Power (1 pp)", "num"),
-    ("flips_strict", "Flips (strict scorer)", "text"), ("flagged_servings", "Flagged servings", "text"),
-)
-
-
-def tab3_view(tab3: pd.DataFrame | None) -> dict:
-    if tab3 is None or tab3.empty:
-        return {"head": [], "rows": []}
-    cols = [c for c in TAB3_DISPLAY if c[0] in tab3.columns]
-    fmt = {"pct": pct, "num": num, "text": lambda v: "-" if _missing(v) else str(v)}
-    return {"head": [h for _, h, _ in cols],
-            "rows": [[fmt[kind](r.get(c)) for c, _, kind in cols] for r in _records(tab3)]}
+             "p": num(r.get("p"), 2), "unknown": r.get("unknown_levels") or ""} for r in records(tables.fig2_trend)]
 
 
 def _gpus(host: dict) -> str:
@@ -251,7 +191,7 @@ def provenance(runs: list[Run], root: Path) -> list[dict]:
             }
         pd_ = as_dict(m.get("plan_data"))
         plan = cfg["plans"].setdefault(m["plan"], {
-            "plan": m["plan"], "lifecycle": m.get("lifecycle") or "-", "cache_ram_mib": pd_.get("cache_ram_mib"),
+            "plan": m["plan"], "lifecycle": m.get("lifecycle") or "-", "cache": cache_condition(run)["description"],
             "description": pd_.get("description") or "", "runs": []})
         plan["runs"].append({
             "label": f"{m['arm']} run {m['run']}", "session": m.get("session") or "-", "status": m.get("status"),
@@ -270,11 +210,22 @@ def _data_uri(path: Path) -> str:
 
 
 def environment() -> Environment:
-    return Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
-                       trim_blocks=True, lstrip_blocks=True)
+    """The report's templates, and the workloads' own sections (`<workload package>/<file>.j2`)."""
+    return Environment(loader=FileSystemLoader([str(TEMPLATES), str(WORKLOAD_TEMPLATES)]), autoescape=True,
+                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataFrame | None,
+def workload_sections(runs: list[Run], workload_tables: dict) -> list[dict]:
+    """Each workload's section of the report (its template and context), in registry order."""
+    out = []
+    for name, (workload, wruns) in workloads.by_workload(runs).items():
+        section = workload.report_section(wruns, workload_tables.get(name, {}))
+        if section is not None:
+            out.append(section)
+    return out
+
+
+def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_tables: dict,
                   claims: list[Claim], problems: list[str], exit_code: int,
                   figures: dict[str, Path], warnings: dict[str, list[str]] | None = None, beyond=None) -> str:
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
@@ -285,11 +236,10 @@ def render_report(*, root: Path, runs: list[Run], tables: Tables, tab3: pd.DataF
         "exit_meaning": EXIT_CODES.get(exit_code, ""), "warnings": warnings or {},
         "unisolated": [label for label, ws in (warnings or {}).items() if ws],
         "claims": claims, "problems": problems, "band_rule": BAND_RULE,
-        "tab2": tab2_rows(tables), "tab3": tab3_view(tab3),
+        "tab2": tab2_rows(tables), "workload_sections": workload_sections(runs, workload_tables),
         "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),
         "figures": {name: _data_uri(p) for name, p in figures.items()},
         "provenance": provenance(runs, root), "example": divergence_example(tables.groups),
-        "agent": tables.agent.to_dict("records") if not tables.agent.empty else [],
         "quant_levels": [{"name": q.name, "rank": q.rank, "bpw": q.bpw, "ppl": num(q.ppl_increase, 4)}
                          for q in QUANT_LEVELS],
         "beyond": beyond.report_context(_data_uri) if beyond is not None else None,  # artifact.check.beyond

@@ -1,4 +1,4 @@
-"""BFCL multi_turn_base through the real, unmodified `bfcl_eval` package.
+"""BFCL multi_turn_base through the real, unmodified `bfcl_eval` package: the episode loop and its scoring.
 
 The episode loop is BFCL's own `BaseHandler.inference_multi_turn_prompting` (step limit, turn-ending rules, message
 history, tool execution), driven by BFCL's handler for the model's chat format. Only the transport is ours: the
@@ -200,7 +200,7 @@ def oracle_query(episode: Episode, closing: str = ORACLE_CLOSING_REPLY, seen: li
     """A query function that answers like a perfect agent: the turn's ground-truth calls at step 0 (BFCL executes
     them and shows their results), then `closing` to end the turn; a turn without ground-truth calls gets `closing`
     at once. With `seen`, each (turn, step, prompt, reply) is appended: the exact prompts BFCL's own prompt builder
-    makes from its own executor's results (the agent model's training data, `artifact.agent.data`)."""
+    makes from its own executor's results (the agent model's training data, `oracle.py`)."""
 
     def query(prompt: str, turn: int, step: int):
         calls = episode.ground_truth[turn]

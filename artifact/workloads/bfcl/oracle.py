@@ -4,13 +4,13 @@ The protocol evaluates the first 80 episodes by numeric id (`multi_turn_base_0` 
 evaluated and are the only data the adapter sees. The other multi-turn categories (miss_func, miss_param,
 long_context, composite) are derived from the same conversations and are never read.
 
-Each episode runs through BFCL's own episode loop (`workloads.bfcl.run_episode`: BFCL's prompt builder for the
+Each episode runs through BFCL's own episode loop (`driver.run_episode`: BFCL's prompt builder for the
 configured chat format and prompt variant, its decoder and its executor) with an oracle transport that answers each
 turn with the ground-truth calls and then a closing reply (`bfcl.oracle_query`). Every (prompt, reply) the loop
 produces is one training pair: the prompt is exactly the text the served model would receive at that step, tool
-results included; the loss is on the reply only (`artifact.agent.train`).
+results included; the loss is on the reply only (`artifact.models.train`).
 
-    python -m artifact.agent.data OUT.jsonl      # writes the pairs and OUT.jsonl.json (provenance)
+    python -m artifact.workloads.bfcl.oracle OUT.jsonl      # writes the pairs and OUT.jsonl.json (provenance)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from artifact.workloads import bfcl
+from artifact.workloads.bfcl import driver as bfcl
 
 EVALUATED = 80  # the protocol's episodes: the first 80 by numeric id, never trained on
 TOTAL = 200  # multi_turn_base holds 200 episodes
@@ -67,14 +67,14 @@ def write(out: Path) -> dict:
         "oracle_valid": sum(v == "valid" for v in verdicts.values()),
         "oracle_not_valid": {k: v for k, v in verdicts.items() if v != "valid"},
         "how": "BFCL's own episode loop, prompt builder, decoder and executor with the ground-truth calls as the "
-               "model's reply at step 0 of each turn and the closing reply at step 1 (artifact.agent.data)",
+               "model's reply at step 0 of each turn and the closing reply at step 1 (artifact.workloads.bfcl.oracle)",
     }
     Path(f"{out}.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m artifact.agent.data", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m artifact.workloads.bfcl.oracle", description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path, help="output JSONL file")
     record = write(p.parse_args(argv).out)
     print(f"{record['pairs']} pairs, sha256 {record['sha256']}", file=sys.stderr)

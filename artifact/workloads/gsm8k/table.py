@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from artifact.analysis.gsm8k_scoring import answer_flips, score_numeric, score_strict
+from artifact.workloads.gsm8k.scoring import answer_flips, score_numeric, score_strict
 from artifact.analysis.stats import mcnemar_exact, mcnemar_power
 from artifact.records.store import Run
-from artifact.workloads.gsm8k import SERVINGS, cache_check
+from artifact.report.fmt import missing, num, pct, records
+from artifact.workloads.gsm8k.prompts import SERVINGS, cache_check
 
 NET_SHIFT = 0.01  # the net accuracy shift the power is computed for (1 pp)
 COUNT_KEYS = (
@@ -166,3 +167,29 @@ def tab3(runs: list[Run]) -> pd.DataFrame:
     if not df.empty:
         df["run"] = df["run"].astype("Int64")  # the pooled row has none
     return df
+
+
+# --- its section of report.html (tab3.html.j2) ----------------------------------------------------------------
+
+TAB3_DISPLAY = (  # (column, heading, kind)
+    ("config", "Configuration", "text"), ("quant", "Quant", "text"), ("data", "Data", "text"), ("N", "N", "text"),
+    ("identical_cold1_cold2", "Identical: cold 1 = cold 2", "text"),
+    ("identical_warm1_warm2", "Identical: warm 1 = warm 2", "text"),
+    ("identical_cold1_warm1", "Identical: cold 1 = warm 1", "text"),
+    ("divergence_cold1_warm1", "Diverged: cold 1 vs warm 1", "pct"),
+    ("acc_cold_numeric", "Accuracy recompute", "pct"), ("acc_warm_numeric", "Accuracy cache", "pct"),
+    ("flips_numeric_cache", "Flips to cache", "text"), ("flips_numeric_recompute", "Flips to recompute", "text"),
+    ("mcnemar_p", "McNemar p", "num"), ("power_1pp", "Power (1 pp)", "num"),
+    ("flips_strict", "Flips (strict scorer)", "text"), ("flagged_servings", "Flagged servings", "text"),
+)
+
+
+def report_rows(tab3: pd.DataFrame | None) -> dict:
+    if tab3 is None or tab3.empty:
+        return {"head": [], "rows": []}
+    cols = [c for c in TAB3_DISPLAY if c[0] in tab3.columns]
+    fmt = {"pct": pct, "num": num, "text": lambda v: "-" if missing(v) else str(v)}
+    return {"head": [h for _, h, _ in cols],
+            "rows": [[fmt[kind](r.get(c)) for c, _, kind in cols] for r in records(tab3)]}
+
+

@@ -26,11 +26,11 @@ import sys
 from pathlib import Path
 
 from artifact.config import REPO
-from artifact.engines.models import sha256_file
+from artifact.models.hub import sha256_file
 from artifact.errors import ArtifactError
 
 VENV_SPEC = "vllm-venv"
-PROBE = Path(__file__).with_name("vllm_probe.py")
+PROBE = Path(__file__).with_name("probe.py")
 CONVERT = REPO / "scripts" / "vllm-convert-gguf.py"
 CONVERSION_RECORD = "conversion.json"
 CONVERT_DTYPE = "float32"  # dequantized weights stored without a second rounding; the serving dtype is a flag

@@ -1,11 +1,12 @@
-"""Train the agent adapter: a LoRA for SmolLM2-135M-Instruct on BFCL's held-out oracle trajectories.
+"""Train an adapter: a LoRA for SmolLM2-135M-Instruct on (prompt, reply) pairs (the agent model: BFCL's held-out
+oracle trajectories).
 
 Runs on a GPU machine with torch, transformers and peft (not part of the artifact's own environment; the committed
 adapter is what set-up uses, so nobody needs to train). Deterministic by construction: fixed seeds, one sequence
 per step in a seeded order, no dropout, `torch.use_deterministic_algorithms(True)` (cuBLAS workspace pinned); the
 attention kernel is PyTorch's SDPA unless deterministic mode refuses it, then the math kernel.
 
-    python -m artifact.agent.train --data train.jsonl --base HF_DIR --out ADAPTER_DIR
+    python -m artifact.models.train --data train.jsonl --base HF_DIR --out ADAPTER_DIR
 
 HF_DIR is the base model in Hugging Face format (scripts/vllm-convert-gguf.py makes it from the shipped Q4_1 GGUF:
 the weights the served model has, dequantized). The loss is the mean cross-entropy over the reply tokens and the
@@ -30,8 +31,9 @@ END = "<|im_end|>"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m artifact.agent.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, required=True, help="training pairs (python -m artifact.agent.data)")
+    p = argparse.ArgumentParser(prog="python -m artifact.models.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, required=True,
+                   help="training pairs: JSON lines with prompt and reply (python -m artifact.workloads.bfcl.oracle)")
     p.add_argument("--base", type=Path, required=True, help="base model directory (Hugging Face format)")
     p.add_argument("--out", type=Path, required=True, help="adapter output directory")
     p.add_argument("--rank", type=int, default=8)

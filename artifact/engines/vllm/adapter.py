@@ -15,9 +15,9 @@ request (requests are serial, so the delta is that request's). `cache_n` is the 
 with a hit in either source is invalid exactly as on llama.cpp; both values and whether they agree are in
 `engine_extra`.
 
-The plan's cache condition (`cache_ram_mib`, `slot_prompt_similarity`, `pin_slot`) is llama.cpp's host prompt cache
-and slot choice: vLLM has neither, and the manifest records them as not applicable. The GSM8K bridge (cold and warm
-servings of one item on one server) needs a per-request cache switch, which vLLM does not have: refused.
+A plan's tables for other engines (llama.cpp's host prompt cache and slot choice) do not apply: vLLM has neither, and
+the manifest records them as not applicable. vLLM declares no per-request cache switch (`Capabilities`), so a
+workload that needs one (cold and warm servings of one item on one server) is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from artifact.config import Config, Plan
-from artifact.engines import vllm_env
-from artifact.engines.base import GREEDY, TOP_N, Completion, RequestError
-from artifact.engines.models import verified_weights
+from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
+from artifact.models import verified_weights
 from artifact.engines.server_process import ANSI, ServerProcess, ServerSession
+from artifact.engines.vllm import env as vllm_env
 from artifact.errors import ArtifactError
 
 KIND = "vllm"
@@ -51,17 +51,10 @@ METRICS = {"queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_ca
            "prefill_s": "vllm:request_prefill_time_seconds_sum", "prefill_n": "vllm:request_prefill_time_seconds_count",
            "decode_s": "vllm:request_decode_time_seconds_sum", "decode_n": "vllm:request_decode_time_seconds_count"}
 CONTEXT_ERRORS = ("maximum context length", "max_model_len", "context length")
-NOT_APPLICABLE = ("cache_ram_mib", "slot_prompt_similarity", "pin_slot")
 BACKEND = re.compile(r"Using (.+?) backend")
 TOKEN_ID = re.compile(r"token_id:(-?\d+)$")
 LOG_FACTS = re.compile(r"(attention backend|Using [A-Za-z0-9_ ]+ backend|block_size|chunked prefill|"
                        r"Maximum concurrency|KV cache)", re.IGNORECASE)
-
-
-def refuse_bridge(cfg: Config, plan: Plan) -> None:
-    if "bridge" in plan.arms:
-        raise ArtifactError(f"{cfg.name}: the GSM8K bridge serves each item cold and warm on one server, but vLLM "
-                            "switches prefix caching per server, not per request: run the bridge on llama.cpp")
 
 
 def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
@@ -98,11 +91,12 @@ def server_env(build: str) -> dict:
 
 
 def not_applicable(plan: Plan) -> dict:
-    return {k: getattr(plan, k) for k in NOT_APPLICABLE}
+    """The plan's settings for other engines (vLLM has no host prompt cache or slot choice)."""
+    return {k: v for k, v in plan.engine_settings.items() if k != ENGINE.settings_key}
 
 
 def describe_cache(plan: Plan, arm: str) -> str:
-    """The arm's cache condition in words, for progress lines (vLLM has no host prompt cache layer)."""
+    """The arm's cache condition in words (vLLM has no host prompt cache layer)."""
     return f"automatic prefix caching {arm} ({ARM_FLAGS[arm]})"
 
 
@@ -110,7 +104,6 @@ def identity(cfg: Config, plan: Plan) -> dict:
     """What produces the tokens, known before start (pairing fingerprint): vLLM and torch versions and build, the
     model files' sha256, the serve arguments (port, model path and the arm's own caching flag as placeholders),
     the fixed environment, the request fields and the CPU count."""
-    refuse_bridge(cfg, plan)
     exe = vllm_env.resolve_executable(cfg.engine.binary)
     info = vllm_env.probe(str(exe))
     _, model = vllm_env.model_dir(verified_weights(cfg.model), cfg.model.sha256, cfg.model.quant, exe)
@@ -202,7 +195,6 @@ class VllmServer(ServerSession):
     kind = KIND
 
     def __init__(self, cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path):
-        refuse_bridge(cfg, plan)
         if arm not in ARM_FLAGS:
             raise ArtifactError(f"vLLM has no arm {arm!r} (arms: {', '.join(ARM_FLAGS)})")
         self.cfg, self.plan, self.arm, self.log_path = cfg, plan, arm, log_path
@@ -273,6 +265,7 @@ class VllmServer(ServerSession):
             "vllm": self.info, "server_cmd": self.cmd, "server_env": self.proc.env,
             "server_version": self.version, "startup_s": self.startup_s,
             "cache_condition": {
+                "description": describe_cache(self.plan, self.arm),
                 "arm_flag": ARM_FLAGS[self.arm],
                 "cache_config_info": self.cache_info,  # block_size, cache_dtype, enable_prefix_caching as served
                 "not_applicable": not_applicable(self.plan),
@@ -285,10 +278,7 @@ class VllmServer(ServerSession):
                                         "whose uncached prompt exceeded it"},
             "attention_backend": next((m.group(1) for line in facts if (m := BACKEND.search(line))), None),
             "server_log_facts": facts,
-            "not_applicable_server_settings": {"ubatch_size": self.cfg.server.ubatch_size,
-                                               "flash_attn": self.cfg.server.flash_attn,
-                                               "threads": self.cfg.server.threads,
-                                               "gpu_layers": self.cfg.server.gpu_layers},
+            "not_applicable_server_settings": {"threads": self.cfg.server.threads},
         }
 
     def count_tokens(self, prompt: str) -> int:
@@ -354,7 +344,22 @@ class VllmServer(ServerSession):
         )
 
 
-def open_session(cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path) -> VllmServer:
-    """vLLM switches prefix caching per server: each arm is its own server (`--enable-prefix-caching` for "on",
-    `--no-enable-prefix-caching` for "off")."""
-    return VllmServer(cfg, plan, arm, model_path, log_path)
+class Vllm(Engine):
+    kind = KIND
+    capabilities = Capabilities(per_request_cache_switch=False, cache_tiers=(), metrics_endpoint="/metrics",
+                                image="Dockerfile.vllm", arms=tuple(ARM_FLAGS), packages=())  # vLLM lives in its own environment: `vllm` in the manifest
+    settings_type = None
+
+    def identity(self, cfg: Config, plan: Plan) -> dict:
+        return identity(cfg, plan)
+
+    def describe_cache(self, cfg: Config, plan: Plan, arm: str) -> str:
+        return describe_cache(plan, arm)
+
+    def open_session(self, cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path) -> VllmServer:
+        """vLLM switches prefix caching per server: each arm is its own server (`--enable-prefix-caching` for
+        "on", `--no-enable-prefix-caching` for "off")."""
+        return VllmServer(cfg, plan, arm, model_path, log_path)
+
+
+ENGINE = Vllm()

@@ -1,0 +1,93 @@
+"""RQ1: With the cache off, reruns are bit-identical (0 diverging episodes) and OFF runs are served no cached
+tokens, in every configuration run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from artifact.analysis.compare import record_problems
+from artifact.analysis.tables import Tables
+from artifact.check.core import (
+    FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, TESTED, Claim, Context, fmt_rate, make_claim, off_exposure,
+    pair_evidence, Paper, scope_of, Verdict,
+)
+
+ID = "RQ1"
+RULE = {
+    "statement": "With the cache off, reruns are bit-identical (0 diverging episodes) and OFF runs are served "
+                 "no cached tokens, in every configuration run.",
+    "hard": True,
+    "rule": "Every configuration-plan with cache-OFF runs: every pair of its OFF runs (run i vs run j, i < j) "
+            "diverges in 0 episodes (an episode diverges when any generated token id or the number of requests "
+            "differs), and no OFF run of any plan was served a cached prompt token: cache_n = 0 on every "
+            "request that reports it, failed requests included. A null cache_n means 'not reported' and is "
+            "shown so; it never hides a non-zero count on another request. No tolerance: bit-identity is "
+            "exact, and one diverging episode means a source of nondeterminism escaped the protocol's control "
+            "(paper: 0/800). FAIL on any divergence or cached token; INVALID where an OFF run or an OFF pairing "
+            "is invalid; NOT-RUN with a single OFF run.",
+    "minimum_evidence": "per configuration-plan, at least one episode compared in every OFF pair in which both "
+                        "runs made a request without an error; below it INCONCLUSIVE (e.g. runs whose requests "
+                        "all failed).",
+}
+
+
+def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
+    details, k_tot, n_tot = [], 0, 0
+    for g in tables.groups:
+        offs = [r for r in g.runs if r.manifest["arm"] == "off"]
+        if not offs:
+            continue
+        pairs = g.pairs("off_rerun")
+        cached, hits, unreported = off_exposure(offs, root)
+        diverged: dict = {}  # episode -> (the first pair it diverges in, its diff)
+        for p in pairs:
+            for d in p.cmp.diverged:
+                diverged.setdefault(d.episode_id, (p, d))
+        compared = {d.episode_id for p in pairs for d in p.cmp.episodes}
+        evidence = min((p.cmp.n_evidence for p in pairs), default=0)
+        invalid = [x for r in offs for x in record_problems(r)] + [why for kind, why in g.refused if kind == "off_rerun"]
+        k_tot, n_tot = k_tot + len(diverged), n_tot + len(compared)
+        head = g.headline("off_rerun")
+        if diverged or hits:
+            status, why = FAIL, []
+        elif invalid:
+            status, why = INVALID, invalid
+        elif not pairs:
+            status, why = NOT_RUN, ["only one OFF run: no rerun to compare"]
+        elif not evidence:
+            status, why = INCONCLUSIVE, ["no compared episode in which both OFF runs made a request without an "
+                                         "error (runs without requests, or whose requests all failed)"]
+        else:
+            status, why = PASS, []
+        obs = (f"OFF reruns {fmt_rate(head.stats)}" if head else "no OFF pair compared")
+        if len(pairs) > 1:
+            obs += f"; {len(diverged)}/{len(compared)} episodes diverge in any of the {len(pairs)} OFF pairs"
+        obs += f"; cached prompt tokens in OFF runs: {cached}"
+        if unreported:
+            obs += f" (cache use not reported for {', '.join(unreported)})"
+        ev = why + pair_evidence(g, "off_rerun", root, every=True) + [f"OFF run served cached tokens: {h}" for h in hits]
+        mism = sorted({e for p in pairs for e in p.cmp.prompt_mismatches})
+        if mism:
+            ev.append(f"warning: identical outputs but different prompts in {len(mism)} episode(s) "
+                      f"({', '.join(mism[:5])}): a nondeterministic harness")
+        ev += [f"diverged: {eid} (request {d.first_request}, token {d.first_token}) in {p.name}"
+               for eid, (p, d) in list(diverged.items())[:5]]
+        details.append(Verdict(ID, scope_of(g), "hard", status, obs, "0 diverging episodes, 0 cached tokens",
+                               "exact (no tolerance)", ev))
+    v = paper.value("off_rerun_divergence_all")
+    expected = (f"{v['k']}/{v['n']} diverging episodes over 10 configurations ({v['source']}); "
+                "0 cached tokens in OFF runs") if v else "0 diverging episodes"
+    n_cfg = sum(d.status in TESTED for d in details)
+    observed = (f"{k_tot}/{n_tot} diverging episodes over {n_cfg} configuration-plan(s) with OFF reruns"
+                if n_cfg else "no configuration-plan with two valid OFF runs that made requests")
+    others = [d for d in details if d.status not in TESTED]
+    if others:
+        observed += "; " + ", ".join(f"{d.scope}: {d.status}" for d in others)
+    failing = [d.scope for d in details if d.status == FAIL]
+    ev = [f"FAIL in: {', '.join(failing)}"] if failing else [f"{d.scope}: {d.status}" for d in details]
+    return make_claim(ID, RULE, details, observed, expected, "exact: 0 diverging episodes, 0 cached tokens (no tolerance)",
+                  ev)
+
+
+def judge(ctx: Context) -> Claim:
+    return rq1(ctx.tables, ctx.paper, ctx.root)

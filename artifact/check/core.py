@@ -1,0 +1,292 @@
+"""The checker's shared core: verdicts and claims, their statuses, the paper's values, the value band, and the helpers
+every claim module (artifact/check/claims/) uses.
+
+A claim's status (and that of each of its scopes) is one of
+  PASS          the claim holds on these results, on at least the evidence its rule names as its minimum;
+  FAIL          the results contradict it (evidence against the paper, not merely too little evidence for it);
+  OUT-OF-BAND   the direction holds but a rate differs from the paper's value for the same configuration by more
+                than sampling error allows (`BAND_RULE`); a statement about magnitude, never a failure;
+  INCONCLUSIVE  the runs the claim needs are there and valid, but hold less evidence than the claim's minimum
+                (each claim module's RULE["minimum_evidence"]): too few episodes or items, requests that all failed, too
+                many flagged servings, too little power; neither for nor against the paper;
+  INVALID       the runs the claim needs are there but cannot be used as evidence (incomplete, not whole, made
+                without a pairing fingerprint, a pairing refused, an OFF run served cached tokens);
+  NOT-RUN       the runs the claim needs are not in the results (hardware, models, plans or data not run).
+A claim that needs runs which did not happen is NOT-RUN, never PASS. A claim's status is the most severe of its
+scopes' in the order FAIL, INVALID, INCONCLUSIVE, OUT-OF-BAND, PASS, NOT-RUN. RQ1 is the only hard claim.
+`BAND_RULE` here, each claim module's `RULE` (collected in `artifact.check.claims.CLAIM_RULES`) and
+`artifact.check.exit_codes.EXIT_CODES` are the text ARTIFACT.md quotes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+import math
+from pathlib import Path
+import re
+
+from artifact.analysis.stats import wilson_interval
+from artifact.analysis.tables import exposure, Pair, PlanGroup, quant_level, relative, Tables, widest_interval
+
+
+PASS, FAIL, OUT, NOT_RUN = "PASS", "FAIL", "OUT-OF-BAND", "NOT-RUN"
+
+
+INCONCLUSIVE, INVALID = "INCONCLUSIVE", "INVALID"
+
+
+STATUSES = (PASS, FAIL, OUT, INCONCLUSIVE, INVALID, NOT_RUN)
+
+
+SEVERITY = (FAIL, INVALID, INCONCLUSIVE, OUT, PASS, NOT_RUN)  # a claim takes the first of its scopes' statuses
+
+
+TESTED = (PASS, FAIL, OUT)  # statuses of a claim that was tested (judged on enough valid evidence)
+
+
+ALPHA = 0.05
+
+
+ROUNDING = 0.0005  # the paper prints percentages to one decimal: 0.05 percentage points
+
+
+MIN_POWER = 0.80  # power a "no effect" result needs before it counts (the paper's GSM8K power is 0.81)
+
+
+BAND_RULE = (
+    "Value band (RQ2, RQ2b; only where the paper reports a rate for the same configuration). Same configuration: "
+    "same engine, same model (the paper's model name, e.g. Qwen2.5-7B, appears as consecutive words of the run's "
+    "model name or family) and same quantization level, run under the paper's plan (main: one server per arm, host "
+    "prompt cache at its 8192 MiB default; cram0 for the 79/80 value). Observed interval [L, U]: the wider of the "
+    "Wilson and the circular block bootstrap 95% intervals of the observed rate r = k/n. The paper's value p0 is itself "
+    "an estimate from n = 80 episodes (k = round(p0 n) unless the paper states k), with Wilson 95% interval [l, u]. "
+    "Band: the observed interval widened by the paper's sampling error in quadrature, plus 0.05 percentage points "
+    "for the paper's one-decimal rounding: [r - sqrt((r - L)^2 + (u - p0)^2) - 0.0005, "
+    "r + sqrt((U - r)^2 + (p0 - l)^2) + 0.0005]. The paper's value outside the band is OUT-OF-BAND; equivalently, "
+    "Newcombe's (1998, Stat. Med. 17:873, method 10) hybrid-score 95% interval for observed minus paper excludes 0. "
+    "Why: the observed interval alone treats the paper's number as exact and would flag about 17% of exact "
+    "reproductions (two equal-size samples: |Z| > 1.96/sqrt(2)); combining both sampling errors keeps that near 5%, "
+    "whereas asking only that the two intervals overlap would accept differences significant at p = 0.006. The band "
+    "covers sampling and rounding only: another GPU, driver or engine build (the paper: RTX 4090, CUDA 12.6, "
+    "llama.cpp b10434) changes floating-point kernels and can move the rate legitimately, so OUT-OF-BAND says the "
+    "magnitude did not transfer to this setup; it is not a FAIL and does not change the exit code. No band for "
+    "values the paper gives only as ranges over unnamed configurations (36.2-91.2%, 8.8-77.5%), for unnamed models "
+    "(vLLM 16-bit), for a different experiment (Fig. 1's 81.2% ON vs OFF within one run), or for configurations the "
+    "paper did not measure (the SmolLM2 demo)."
+)
+
+
+@dataclass
+class Verdict:
+    """One verdict row: a claim on one scope (a configuration-plan, a model series, a paper value, or 'all')."""
+
+    claim: str
+    scope: str
+    kind: str  # direction | band | hard | trend | pooled
+    status: str
+    observed: str
+    expected: str
+    band: str
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Claim:
+    id: str
+    statement: str
+    hard: bool
+    rule: str
+    status: str
+    observed: str
+    expected: str
+    band: str
+    evidence: list[str]
+    details: list[Verdict]
+    minimum_evidence: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
+
+
+def fmt_rate(s: dict | None) -> str:
+    if not s or not s.get("n"):
+        return "not run"
+    out = f"{s['k']}/{s['n']} = {pct(s['rate'])}"
+    if s.get("wilson_lo") is not None:
+        out += f" (Wilson {pct(s['wilson_lo'])}-{pct(s['wilson_hi'])}"
+        if s.get("boot_lo") is not None:
+            out += f", bootstrap {pct(s['boot_lo'])}-{pct(s['boot_hi'])}"
+        out += ")"
+    return out
+
+
+def fmt_p(p: float | None) -> str:
+    return "-" if p is None or (isinstance(p, float) and math.isnan(p)) else f"{p:.2g}"
+
+
+def word_list(s: str | None) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9.]+", (s or "").lower()) if w]
+
+
+def model_matches(paper_model: str | None, family: str | None, name: str | None) -> bool:
+    """The paper's model name appears as consecutive words of the run's model name or family."""
+    want = word_list(paper_model)
+    if not want:
+        return False  # the paper does not name the model: no run can be shown to be that configuration
+    for cand in (name, family):
+        words = word_list(cand)
+        if any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1)):
+            return True
+    return False
+
+
+def paper_configs_for(meta: dict, configs: list[dict], *, with_quant: bool = True) -> list[str]:
+    """Ids of the paper's [[config]] entries this run's engine, model (and quantization level) match."""
+    out = []
+    level = quant_level(meta.get("quant"))
+    for c in configs:
+        if str(c["engine"]).lower() != str(meta.get("engine") or "").lower():
+            continue
+        if not model_matches(c.get("model"), meta.get("model_family"), meta.get("model_name")):
+            continue
+        if with_quant and (level is None or quant_level(c["quant"]) is not level):
+            continue
+        out.append(c["id"])
+    return out
+
+
+# comparison in expected/paper.toml -> (comparison kind in the tables, plan)
+PAPER_COMPARISONS = {"off_rerun": ("off_rerun", "main"), "on_rerun": ("on_rerun", "main"),
+                     "on_vs_off": ("on_vs_off", "main"), "on_rerun_cram0": ("on_rerun", "cram0")}
+
+
+class Paper:
+    """expected/paper.toml, indexed for the checker."""
+
+    def __init__(self, doc: dict):
+        self.meta, self.configs, self.values = doc["meta"], doc["config"], doc["value"]
+        self.config_ids = {c["id"] for c in self.configs}
+        self.by_slot: dict[tuple[str, str, str], list[dict]] = {}
+        for v in self.values.values():
+            if v["reported"] and v.get("config") in self.config_ids and v.get("comparison") in PAPER_COMPARISONS:
+                kind, plan = PAPER_COMPARISONS[v["comparison"]]
+                self.by_slot.setdefault((v["config"], kind, plan), []).append(v)
+
+    def value(self, key: str) -> dict | None:
+        v = self.values.get(key)
+        return v if v and v["reported"] else None
+
+    def for_group(self, g: PlanGroup, kind: str) -> list[dict]:
+        return [v for cid in paper_configs_for(g.meta, self.configs)
+                for v in self.by_slot.get((cid, kind, g.plan), [])]
+
+    def n_of(self, v: dict) -> int:
+        return int(v.get("n") or self.meta["episodes"])
+
+    def k_of(self, v: dict) -> int:
+        return int(v["k"]) if "k" in v else int(round(v["value"] * self.n_of(v)))
+
+
+def value_band(r: float, lo: float, hi: float, p0: float, p_lo: float, p_hi: float) -> tuple[float, float]:
+    """BAND_RULE: the observed interval [lo, hi] around r widened by the paper's interval [p_lo, p_hi] around p0
+    in quadrature (Newcombe 1998, method 10), plus the rounding tolerance."""
+    return (r - math.hypot(r - lo, p_hi - p0) - ROUNDING, r + math.hypot(hi - r, p0 - p_lo) + ROUNDING)
+
+
+def band_verdict(claim: str, s: dict | None, v: dict, paper: Paper, scope: str, evidence: list[str]) -> Verdict:
+    n0, k0 = paper.n_of(v), paper.k_of(v)
+    p0 = v["value"]
+    p_lo, p_hi = wilson_interval(k0, n0)
+    expected = f"{pct(p0)} ({v['source']}; paper Wilson 95% {pct(p_lo)}-{pct(p_hi)} at n = {n0})"
+    if not s or not s.get("n"):
+        return Verdict(claim, scope, "band", NOT_RUN, "not run", expected, "not applicable: not run",
+                       evidence or [f"no run of {v['config']} under the plan this value needs"])
+    lo, hi = widest_interval(s)
+    b_lo, b_hi = value_band(s["rate"], lo, hi, p0, p_lo, p_hi)
+    status = PASS if b_lo <= p0 <= b_hi else OUT
+    band = f"{pct(max(0.0, b_lo))}-{pct(min(1.0, b_hi))} (observed {pct(lo)}-{pct(hi)} widened by the paper's error)"
+    return Verdict(claim, scope, "band", status, fmt_rate(s), expected, band, evidence)
+
+
+def pair_evidence(g: PlanGroup | None, kind: str, root: Path | None, every: bool = False) -> list[str]:
+    """'<name>: <run a> vs <run b>' for the headline comparison of a kind (every one of that kind if asked)."""
+    if g is None:
+        return []
+    pairs = g.pairs(kind) if every else [p for p in [g.headline(kind)] if p is not None]
+    return [f"{p.name}: {relative(p.a.path, root)} vs {relative(p.b.path, root)}" for p in pairs]
+
+
+def scope_of(g: PlanGroup) -> str:
+    return f"{g.config} / {g.plan}"
+
+
+def rollup(details: list[Verdict]) -> str:
+    statuses = {d.status for d in details}
+    return next((s for s in SEVERITY if s in statuses), NOT_RUN)
+
+
+def make_claim(cid: str, rule: dict, details: list[Verdict], observed: str, expected: str, band: str,
+               evidence: list[str], status: str | None = None) -> Claim:
+    """A claim module's verdict from its rule (the module's ID and RULE), its details and their most severe status."""
+    return Claim(cid, rule["statement"], rule["hard"], rule["rule"], status or rollup(details), observed, expected,
+                 band, evidence, details, rule["minimum_evidence"])
+
+
+def group_problems(g: PlanGroup | None) -> list[str]:
+    """Why a configuration-plan cannot be used as evidence (its runs' problems and refused pairings)."""
+    return [] if g is None else list(g.problems)
+
+
+def without_evidence(s: dict | None) -> bool:
+    """A comparison that did not run, or compared no episode in which both runs made a request without an error."""
+    return s is None or not s.get("n") or not s.get("n_evidence")
+
+
+def zero_contradicts(n: int, paper: Paper) -> bool:
+    """Whether 0 of n diverging contradicts the smallest ON-vs-OFF rate the paper reports (Wilson upper bound
+    below it), i.e. is evidence against 'enabling the cache changes trajectories' rather than too few episodes."""
+    v = paper.value("on_vs_off_divergence_min")
+    return bool(n) and v is not None and wilson_interval(0, n)[1] < v["value"]
+
+
+def power_note(power: float | None) -> str:
+    return "power not computable" if power is None else f"power {power:.2f}"
+
+
+def off_exposure(offs: list, root: Path | None) -> tuple[int, list[str], list[str]]:
+    """Cached tokens served to OFF runs, the runs that were served any (with counts), and unreported requests."""
+    cached, hits, unreported = 0, [], []
+    for r in offs:
+        e = exposure(r)
+        if e is None:
+            unreported.append(f"{r.label} (all {len(r.requests)} requests)")
+            continue
+        if e.unreported:
+            unreported.append(f"{r.label} ({e.unreported} of {e.requests} requests)")
+        if e.cached_tokens or e.requests_with_cache:
+            cached += e.cached_tokens
+            hits.append(f"{relative(r.path, root)}: {e.requests_with_cache} requests, {e.cached_tokens} cached tokens")
+    return cached, hits, unreported
+
+
+def paired_flags(x: Pair, y: Pair) -> tuple[int, int, int]:
+    """Over the episodes both comparisons compared: (n, b, c), b = diverged in x only, c = diverged in y only."""
+    fx = {d.episode_id: d.diverged for d in x.cmp.episodes}
+    fy = {d.episode_id: d.diverged for d in y.cmp.episodes}
+    common = [e for e in fx if e in fy]
+    return (len(common), sum(fx[e] and not fy[e] for e in common), sum(fy[e] and not fx[e] for e in common))
+
+
+@dataclass
+class Context:
+    """What every claim module judges: the tables of the paired runs, each workload's own tables, the paper's
+    values and the results directory (evidence paths are given relative to it)."""
+
+    tables: Tables
+    workload_tables: dict
+    paper: Paper
+    root: Path | None = None

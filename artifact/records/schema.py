@@ -1,0 +1,192 @@
+"""The one schema of the run records: every field of the manifest, request and unit (episode) records, typed.
+
+The writer (`store.RunWriter`) refuses a record that breaks it before writing it, and every reader (`check`, the
+analyses, `summary`, `compare`) validates the records it loads through the same `Schema` objects, so writer and
+readers cannot drift apart. A field not listed is allowed (engines and workloads add their own: `engine_extra`,
+BFCL's `steps`, the GSM8K bridge's `servings`); a listed one must have its type. A request that failed (its
+`error` is set) carries no output, so the fields only a served request has are required only when `error` is null
+(and type-checked whenever present).
+
+    MANIFEST, REQUEST, UNIT    the three record kinds
+    Schema.problem(record)     the first broken field as "field 'x' ...", or None
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+NoneType = type(None)
+Number = (int, float)
+
+
+def _is(value: Any, kinds: tuple) -> bool:
+    """isinstance without bool passing for int (JSON true is not a count)."""
+    if isinstance(value, bool):
+        return bool in kinds
+    return isinstance(value, kinds)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kinds: tuple  # accepted Python types of the decoded JSON value (NoneType for null)
+    doc: str
+    required: bool = True  # must be present (with one of `kinds`); a present field is always type-checked
+    served: bool = False  # requests: required only when the request did not fail (error is null)
+    check: Callable[[Any], str | None] | None = None  # a further rule: a reason, or None
+
+    def problem(self, record: dict, served: bool = True) -> str | None:
+        if self.name not in record:
+            return f"field '{self.name}' is missing" if self.required and (served or not self.served) else None
+        value = record[self.name]
+        if not _is(value, self.kinds):
+            names = "/".join("null" if k is NoneType else k.__name__ for k in self.kinds)
+            return f"field '{self.name}' must be {names}, not {type(value).__name__}"
+        if self.check is not None and value is not None:
+            why = self.check(value)
+            if why:
+                return f"field '{self.name}' {why}"
+        return None
+
+
+@dataclass(frozen=True)
+class Schema:
+    kind: str  # "manifest", "request", "unit"
+    file: str
+    fields: tuple[Field, ...]
+    names: dict = field(init=False, repr=False, compare=False)
+    valid: Callable = field(init=False, repr=False, compare=False)  # record -> bool, the fast path of problem()
+
+    def __post_init__(self):
+        object.__setattr__(self, "names", {f.name: f for f in self.fields})
+        object.__setattr__(self, "valid", _compile(self.fields))
+
+    def problem(self, record: Any) -> str | None:
+        """The first field this record breaks, or None."""
+        if not isinstance(record, dict):
+            return f"a {self.kind} record must be a JSON object, not {type(record).__name__}"
+        served = dict.get(record, "error") is None  # plain lookup: readers may hand a lazily decoding dict
+        for f in self.fields:
+            why = f.problem(record, served)
+            if why:
+                return why
+        return None
+
+    def describe(self) -> list[dict]:
+        """The schema as data (ARTIFACT.md §4 and tests read it)."""
+        return [{"field": f.name, "type": "/".join("null" if k is NoneType else k.__name__ for k in f.kinds),
+                 "required": f.required and not f.served, "doc": f.doc} for f in self.fields]
+
+
+_MISSING = object()
+
+
+def _compile(fields: tuple) -> Callable[[dict], bool]:
+    """One function that tells whether a record satisfies every field, with no per-field call: readers run it on
+    every request of every run (32,000 at paper scale), and `problem` says why only when it answers False."""
+    lines = ["def valid(r):", " if not isinstance(r, dict): return False", " served = _get(r, 'error') is None"]
+    env: dict = {"_get": dict.get, "_MISSING": _MISSING}
+    for i, f in enumerate(fields):
+        env[f"k{i}"] = frozenset(f.kinds)
+        lines.append(f" v = _get(r, {f.name!r}, _MISSING)")
+        if f.required:
+            lines.append(f" if v is _MISSING{' and served' if f.served else ''}: return False")
+        lines.append(f" if v is not _MISSING and type(v) not in k{i}: return False")
+        if f.check is not None:
+            env[f"c{i}"] = f.check
+            lines.append(f" if v is not _MISSING and v is not None and c{i}(v): return False")
+    lines.append(" return True")
+    exec("\n".join(lines), env)  # noqa: S102 (our own field table, not input)
+    return env["valid"]
+
+
+def _nonneg(v) -> str | None:
+    return "must be >= 0" if v < 0 else None
+
+
+def _positive(v) -> str | None:
+    return "must be >= 1" if v < 1 else None
+
+
+_HEX64 = re.compile("[0-9a-f]{64}")
+
+
+def _hex64(v: str) -> str | None:
+    return None if _HEX64.fullmatch(v) else "must be 64 lower-case hex digits"
+
+
+def _ints(v: list) -> str | None:
+    return None if all(type(t) is int for t in v) else "must list integer token ids"
+
+
+def _strs(v: list) -> str | None:
+    return None if all(type(t) is str for t in v) else "must list unit ids (strings)"
+
+
+def _status(v: str) -> str | None:
+    return None if v in ("incomplete", "complete") else "must be 'incomplete' or 'complete'"
+
+
+MANIFEST = Schema("manifest", "manifest.json", (
+    Field("config", (str,), "the configuration's name"),
+    Field("plan", (str,), "the plan's name (configs/plans.toml)"),
+    Field("arm", (str,), "off, on, or a workload's own arm (bridge)"),
+    Field("run", (int,), "the run's number within its arm", check=_positive),
+    Field("episodes", (list,), "the units of the run, in order (episode or item ids)", check=_strs),
+    Field("status", (str,), "incomplete until the run finished, then complete", check=_status),
+    Field("started_at", (str,), "UTC, ISO 8601", required=False),
+    Field("finished_at", (str, NoneType), "UTC, ISO 8601; null while incomplete", required=False),
+    Field("wall_s", Number, "the run's wall time", required=False, check=_nonneg),
+    Field("workload", (str,), "the workload (artifact.workloads.REGISTRY)", required=False),
+    Field("engine", (str,), "the engine kind (artifact.engines.REGISTRY)", required=False),
+    Field("engine_build", (str, NoneType), "the engine's own build string", required=False),
+    Field("model", (dict,), "family, name, quant, sha256, source (and a derived model's derivation)", required=False),
+    Field("session", (str,), "the server session the run belongs to", required=False),
+    Field("lifecycle", (str,), "shared or fresh", required=False),
+    Field("plan_data", (dict,), "the plan as run", required=False),
+    Field("cache_condition", (dict,), "the engine's own description of the cache condition", required=False),
+    Field("pairing_inputs", (dict,), "what produced the tokens (engine, model, workload, protocol)", required=False),
+    Field("pairing_fingerprint", (str, NoneType), "digest of pairing_inputs: runs are compared only if equal "
+          "(missing or null: made by an older version, INVALID for comparisons)", required=False),
+    Field("fingerprint", (str,), "resume identity (configuration and plan as written)", required=False),
+    Field("host", (dict,), "CPU, GPUs, driver, OS, Python, CUDA MPS", required=False),
+    Field("packages", (dict,), "installed distributions", required=False),
+    Field("isolation", (dict,), "network namespace and scrubbed environment", required=False),
+    Field("server_cmd", (list,), "the server's full command line", required=False),
+))
+
+REQUEST = Schema("request", "requests.jsonl", (
+    Field("episode_id", (str,), "the unit the request belongs to"),
+    Field("request_index", (int,), "0, 1, ... within the unit, in the order sent", check=_nonneg),
+    Field("turn", (int,), "the unit's turn", required=False, check=_nonneg),
+    Field("step", (int,), "the step within the turn", required=False, check=_nonneg),
+    Field("prompt_sha256", (str,), "sha256 of the prompt text", check=_hex64),
+    Field("output_tokens", (list,), "generated token ids", check=_ints),
+    Field("output_text", (str,), "generated text", required=False),
+    Field("top_logprobs", (list,), "per generated position: [[token id, logprob], ...] best first, or null",
+          required=False),
+    Field("prompt_tokens", (int, NoneType), "prompt length as the engine tokenized it", served=True,
+          check=_nonneg),
+    Field("cache_n", (int, NoneType), "prompt tokens served from cache; null = not reported, never 0",
+          served=True, check=_nonneg),
+    Field("prompt_n", (int, NoneType), "prompt tokens computed", required=False, check=_nonneg),
+    Field("prompt_ms", (int, float, NoneType), "the engine's prompt time", required=False, check=_nonneg),
+    Field("predicted_ms", (int, float, NoneType), "the engine's generation time", required=False, check=_nonneg),
+    Field("stop_type", (str, NoneType), "why generation stopped", required=False),
+    Field("n_predict", (int,), "the per-request cap", required=False, check=_nonneg),
+    Field("error", (str, NoneType), "why the engine could not serve it (null when served)", required=False),
+    Field("engine_extra", (dict,), "engine-specific evidence", required=False),
+))
+
+UNIT = Schema("unit", "episodes.jsonl", (
+    Field("episode_id", (str,), "the unit's id (an episode or an item)"),
+    Field("n_requests", (int,), "requests the unit made", required=False, check=_nonneg),
+    Field("verdict", (str,), "the workload's verdict", required=False),
+    Field("valid", (bool,), "whether the workload judged the unit correct", required=False),
+    Field("error", (str, NoneType), "why the unit ended early", required=False),
+    Field("steps", (list,), "an agent trajectory: per request, calls and their results", required=False),
+))
+
+SCHEMAS = {s.kind: s for s in (MANIFEST, REQUEST, UNIT)}

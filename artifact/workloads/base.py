@@ -1,0 +1,104 @@
+"""The small interface every workload satisfies; the protocol runs any of them with one loop.
+
+A workload (one package under `artifact/workloads/`, registered in `artifact.workloads.REGISTRY`) owns its data, its
+prompts, the execution of one unit (a BFCL episode, a GSM8K item), its scoring and its tables. The protocol owns the
+arms, runs, sessions, resume and records (`artifact.protocol`): for every unit of every run it calls `run_unit` with
+a `Query`, the one way to send a request, which records it (`requests.jsonl`) as it happens; `run_unit` returns the
+unit's record (`episodes.jsonl`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from artifact.errors import ArtifactError
+
+
+@dataclass
+class Prepared:
+    """What a workload hands the protocol for one configuration: its units, in order, and what identifies them."""
+
+    units: list  # the workload's own unit objects
+    ids: list[str]  # one id per unit (manifests list them; records name them)
+    identity: dict  # what produces the prompts (data version and hash, ...): part of the pairing fingerprint
+    label: str  # e.g. "80 episodes", for progress lines
+    manifest: dict = field(default_factory=dict)  # extra manifest fields every run of it carries
+
+
+class Query(Protocol):
+    """Sends one greedy request, records it, returns its record (raises RequestError once recorded if the engine
+    cannot serve it; anything else that fails is fatal for the run)."""
+
+    def __call__(self, prompt: str, *, turn: int = 0, step: int = 0, cache_prompt: bool | None = None,
+                 tags: dict | None = None, annotate: Callable[[dict], None] | None = None) -> dict: ...
+
+
+class Workload:
+    """A workload: subclasses set the attributes and implement the methods."""
+
+    name: str  # configs' workload.name
+    unit: str = "episode"  # what one unit is called in messages
+    settings_type: type | None = None  # a dataclass: its own [workload] keys (beyond name, episodes, n_predict)
+    arms: tuple[str, ...] = ("off", "on")  # the arms its plans may have
+    needs: dict = {}  # engine capabilities it needs (artifact.engines.base.Capabilities field -> value)
+    default_plan: str = "main"
+    packages: tuple[str, ...] = ()  # distributions whose versions every manifest lists first
+
+    def settings(self, cfg) -> Any:
+        """Its settings, validated from the configuration's [workload] table (one-line errors)."""
+        from artifact.config import build_table
+
+        if self.settings_type is None:
+            if cfg.workload.settings:
+                raise ArtifactError(f"{cfg.path}: workload {self.name} takes no key "
+                                    f"'workload.{sorted(cfg.workload.settings)[0]}'")
+            return None
+        return build_table(self.settings_type, dict(cfg.workload.settings), cfg.path or cfg.name, "workload.")
+
+    def check(self, cfg, plan) -> None:
+        """Refuse, in one line and before anything starts, what this workload cannot run."""
+        bad = [a for a in plan.arms if a not in self.arms]
+        if bad:
+            raise ArtifactError(f"plan '{plan.name}' has arm {bad[0]!r}; workload {self.name} runs plans whose arms "
+                                f"are among {', '.join(self.arms)} (e.g. plan '{self.default_plan}')")
+
+    def prepare(self, cfg) -> Prepared:
+        raise NotImplementedError
+
+    def run_unit(self, cfg, prepared: Prepared, index: int, arm: str, query: Query, log) -> dict:
+        """Execute one unit on the session's server through `query`; return its record (episodes.jsonl)."""
+        raise NotImplementedError
+
+    def progress(self, record: dict) -> str:
+        """What a progress line says about a finished unit."""
+        return str(record.get("verdict", ""))
+
+    def finish(self, records: list[dict]) -> dict:
+        """Extra manifest fields of a finished run, from its unit records."""
+        return {}
+
+    # -- reading results (check, summary, report) --------------------------------------------------------------
+
+    def tables(self, runs: list) -> dict:
+        """Its own tables of these runs (file name -> DataFrame), written by `./run.sh check`."""
+        return {}
+
+    def summary(self, runs: list, tables: dict) -> list[str]:
+        """Its blocks of the terminal summary."""
+        return []
+
+    def report_section(self, runs: list, tables: dict) -> dict | None:
+        """Its section of report.html: {"template": "<package>/<file>.j2", ...context}, or None."""
+        return None
+
+    def fetch(self, cfgs: list) -> None:
+        """Download and verify the data these configurations need (`./run.sh fetch`), if any."""
+
+
+def replace_settings(cfg, **changes):
+    """The configuration with workload settings changed (tests and budgets: e.g. max_turns=1)."""
+    common = {k: changes.pop(k) for k in list(changes) if k in ("episodes", "n_predict")}
+    workload = dataclasses.replace(cfg.workload, settings={**cfg.workload.settings, **changes}, **common)
+    return dataclasses.replace(cfg, workload=workload)
