@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
+from artifact.workloads.base import replace_settings
 
 
 def with_workload(cfg, **workload):
-    return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, **workload))
+    return replace_settings(cfg, **workload)

@@ -79,3 +79,44 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
     else:
         w.close()
     return load_run(d)
+
+
+SHA = "ab" * 32  # a well-formed prompt_sha256 for hand-written records
+
+
+def write_raw_run(run_dir: Path, manifest: dict, requests: list, episodes: list | None = None,
+                  complete: bool = True) -> Path:
+    """A run written as files, bypassing RunWriter (whose schema refuses malformed records): for tests of what the
+    readers do with records the artifact itself would never write."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    m = {"status": "complete" if complete else "incomplete", **manifest}
+    (run_dir / "manifest.json").write_text(json.dumps(m))
+    (run_dir / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
+    (run_dir / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes or []))
+    return run_dir
+
+
+# --- a plan's four runs and a quantization series, shared by the tests of tables, claims, report and evidence --
+
+def main_plan(root: Path, off: dict, on1: dict, on2: dict, **kw) -> list:
+    return [write_bfcl_run(root, "off", 1, off, **kw), write_bfcl_run(root, "off", 2, off, **kw),
+            write_bfcl_run(root, "on", 1, on1, **kw), write_bfcl_run(root, "on", 2, on2, **kw)]
+
+
+OFF = {f"e{i}": [[1, 2, 3, 4, 5], [6, 7, 8]] for i in range(4)}
+# ON run 1: e0 diverges at request 1, token 2; e2 at request 0, token 4.  ON run 2: as ON run 1, and e3 at (0, 0).
+ON1 = {**OFF, "e0": [[1, 2, 3, 4, 5], [6, 7, 9]], "e2": [[1, 2, 3, 4, 0], [6, 7, 8]]}
+ON2 = {**ON1, "e3": [[9, 2, 3, 4, 5], [6, 7, 8]]}
+
+
+def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, engine: str = "llama.cpp"):
+    """For each quant: OFF run 1 and ON run 1 with the first k of n one-request episodes diverging."""
+    runs = []
+    for quant, k in ks.items():
+        m = {**(model or MODEL), "quant": quant}
+        off = {f"e{i}": [[1, 2]] for i in range(n)}
+        on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
+        cfg = f"t-{quant}"
+        runs += [write_bfcl_run(root, "off", 1, off, config=cfg, model=m, engine=engine),
+                 write_bfcl_run(root, "on", 1, on, config=cfg, model=m, engine=engine)]
+    return runs

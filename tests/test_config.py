@@ -9,16 +9,18 @@ DEMO = "demo-smollm2-cpu"
 def test_demo_config_loads_with_pinned_model():
     cfg = load_config(DEMO)
     assert cfg.engine.kind == "llama.cpp"
-    assert cfg.model.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert cfg.model.sha256 == "a2de4d0f8d38aaa2a6481dbc73f2c0b3665bcb739d7f05c4481076fe0709388c"
+    assert cfg.model.source == "derived:smollm2-135m-bfcl-agent/Q4_K_M"
     assert cfg.chat.handler == "qwen"
-    assert cfg.workload.prompt_variant == "python"
+    assert cfg.workload.settings["prompt_variant"] == "python"
 
 
 def test_plans_follow_the_paper():
     plans = load_plans()
     main = plans["main"]
-    assert (main.arms, main.runs, main.lifecycle, main.cache_ram_mib) == (("off", "on"), 2, "shared", 8192)
-    assert plans["cram0"].cache_ram_mib == 0
+    assert (main.arms, main.runs, main.lifecycle) == (("off", "on"), 2, "shared")
+    assert main.engine_settings["llama_cpp"]["cache_ram_mib"] == 8192
+    assert plans["cram0"].engine_settings["llama_cpp"]["cache_ram_mib"] == 0
     assert plans["fresh"].lifecycle == "fresh"
     with pytest.raises(ArtifactError, match="unknown plan 'nope'"):
         load_plan("nope")
@@ -35,9 +37,13 @@ def _write(tmp_path, text):
     (lambda s: s.replace("ctx_size = 8192", "ctx_size = 8192\nctx = 1"), "unknown key 'server.ctx'"),
     (lambda s: s.replace("quant = \"Q4_K_M\"\n", ""), "missing key 'model.quant'"),
     (lambda s: s.replace("ctx_size = 8192", "ctx_size = \"big\""), "server.ctx_size: expected int"),
-    (lambda s: s.replace("flash_attn = \"on\"", "flash_attn = \"auto\""), "server.flash_attn = 'auto' is not one of"),
+    (lambda s: s.replace("flash_attn = \"on\"", "flash_attn = \"auto\""),
+     "engine.settings.flash_attn = 'auto' is not one of"),
+    (lambda s: s.replace("ubatch_size = 512", "ubatch_size = 512\nmicro = 1"), "unknown key 'engine.settings.micro'"),
+    (lambda s: s.replace("ubatch_size = 512", "ubatch_size = 4096"), "ubatch_size must not exceed server.batch_size"),
+    (lambda s: s.replace('kind = "llama.cpp"', 'kind = "sglang"'), "engine.kind = 'sglang' is not implemented"),
     (lambda s: s.replace("episodes = 2 ", "episodes = true "), "workload.episodes: expected int, got bool"),
-    (lambda s: s.replace("b179c9", "zzzzzz"), "sha256 must be 64 lower-case hex"),
+    (lambda s: s.replace("a2de4d", "zzzzzz"), "sha256 must be 64 lower-case hex"),
     (lambda s: s + "\nsurprise = 1\n", "unknown key"),
     (lambda s: s.replace("[model]", "[model\n"), "not valid TOML"),
 ])

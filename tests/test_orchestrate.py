@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from artifact import workloads
+
 from artifact.config import REPO, load_plan
 from artifact.errors import ArtifactError
 from artifact.orchestrate import host
@@ -31,11 +33,11 @@ def test_matrix_holds_the_ten_configurations_and_the_papers_plans():
     bridge = sorted(j.cfg.model.quant for j in jobs if j.plan == "bridge")
     assert bridge == ["F16", "Q3_K_M", "Q4_K_M", "Q8_0"]
     for j in jobs:  # the paper's settings
-        w = j.cfg.workload
+        w, s = j.cfg.workload, workloads.get(j.cfg.workload.name).settings(j.cfg)
         if w.name == "bfcl_multi_turn_base":
-            assert (w.episodes, w.max_turns, w.max_steps_per_turn, w.prompt_variant) == (80, 0, 20, "default")
+            assert (w.episodes, s.max_turns, s.max_steps_per_turn, s.prompt_variant) == (80, 0, 20, "default")
         else:
-            assert (w.episodes, w.gsm8k_source) == (200, "hub")
+            assert (w.episodes, s.gsm8k_source) == (200, "hub")
 
 
 def test_dry_run_lists_jobs_images_weights_and_gpu_time_without_docker():

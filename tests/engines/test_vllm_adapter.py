@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from artifact.config import load_config, load_plan
-from artifact.engines import vllm_env
-from artifact.engines.vllm_server import VllmServer, parse_choice, parse_metrics, serve_args
+from artifact.engines.vllm import env as vllm_env
+from artifact.engines.vllm.adapter import VllmServer, parse_choice, parse_metrics, serve_args
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 
@@ -98,11 +98,15 @@ def test_vllm_that_is_not_installed_is_a_one_line_error_before_anything_runs(vcf
         vllm_env.resolve_executable(other.engine.binary)
 
 
-def test_the_gsm8k_bridge_is_refused_on_vllm(vcfg, tmp_path):
-    from artifact.engines import identity
+def test_the_gsm8k_bridge_is_refused_on_vllm_before_anything_starts(vcfg, tmp_path):
+    from artifact.cli import execute
 
-    with pytest.raises(ArtifactError, match="per server, not per request: run the bridge on llama.cpp"):
-        identity(vcfg, load_plan("bridge"))
+    cfg = tmp_path / "vllm-gsm8k.toml"
+    cfg.write_text(f'extends = "{vcfg.path}"\nname = "vllm-gsm8k"\n[workload]\nname = "gsm8k"\nepisodes = 2\n')
+    with pytest.raises(ArtifactError, match="needs arm 'bridge', per request cache switch, which engine vllm does "
+                                            "not have"):
+        execute(str(cfg), "bridge", None, tmp_path / "results")
+    assert not (tmp_path / "results").exists()
 
 
 def test_flags_the_adapter_owns_cannot_be_overridden(vcfg):

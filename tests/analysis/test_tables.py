@@ -15,18 +15,7 @@ from artifact.analysis.tables import (
     QUANT_LEVELS, build_tables, divergence_example, exposure, quant_level, run_problems, top2_margin,
 )
 from artifact.records.store import RunWriter, load_run
-from synthetic_runs import MODEL, write_bfcl_run  # noqa: F401  (re-exported to test_claims/test_report)
-
-def main_plan(root: Path, off: dict, on1: dict, on2: dict, **kw) -> list:
-    return [write_bfcl_run(root, "off", 1, off, **kw), write_bfcl_run(root, "off", 2, off, **kw),
-            write_bfcl_run(root, "on", 1, on1, **kw), write_bfcl_run(root, "on", 2, on2, **kw)]
-
-
-OFF = {f"e{i}": [[1, 2, 3, 4, 5], [6, 7, 8]] for i in range(4)}
-# ON run 1: e0 diverges at request 1, token 2; e2 at request 0, token 4.  ON run 2: as ON run 1, and e3 at (0, 0).
-ON1 = {**OFF, "e0": [[1, 2, 3, 4, 5], [6, 7, 9]], "e2": [[1, 2, 3, 4, 0], [6, 7, 8]]}
-ON2 = {**ON1, "e3": [[9, 2, 3, 4, 5], [6, 7, 8]]}
-
+from synthetic_runs import MODEL, OFF, ON1, ON2, main_plan, trend_runs, write_bfcl_run
 
 def test_tab2_rates_intervals_medians_accuracy_exposure(tmp_path):
     runs = main_plan(tmp_path, OFF, ON1, ON2, valid={"e0", "e1"})
@@ -48,8 +37,8 @@ def test_tab2_rates_intervals_medians_accuracy_exposure(tmp_path):
     # diverged (request, token), 0-based: e0 (1, 2), e2 (0, 4): request 1-based median (2 + 1)/2, token (2 + 4)/2
     assert row["median_first_request"] == 1.5 and row["median_first_token"] == 3.0
     # BFCL valid: e0, e1 in each of 2 runs per arm
-    assert (row["bfcl_valid_off"], row["bfcl_episodes_off"]) == (4, 8)
-    assert row["bfcl_accuracy_on"] == 0.5
+    assert (row["valid_off"], row["episodes_off"]) == (4, 8)
+    assert row["accuracy_on"] == 0.5
     # ON: per episode request 0 none cached, request 1 60 of 100 -> 60/200 = 0.3; OFF 0
     assert row["cached_share_on"] == pytest.approx(0.3) and row["cached_share_off"] == 0.0
     assert row["invalid"] is None and t.problems == []
@@ -81,19 +70,6 @@ def test_quantization_order_is_explicit():
     assert quant_level("Q8_0").bpw == pytest.approx(7.96 * 2**30 * 8 / 8.03e9, abs=0.01)
     ppl = [q.ppl_increase for q in QUANT_LEVELS if q.ppl_increase is not None]
     assert ppl == sorted(ppl)  # the rank order is the order of llama.cpp's documented perplexity increase
-
-
-def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, engine: str = "llama.cpp"):
-    """For each quant: OFF run 1 and ON run 1 with the first k of n one-request episodes diverging."""
-    runs = []
-    for quant, k in ks.items():
-        m = {**(model or MODEL), "quant": quant}
-        off = {f"e{i}": [[1, 2]] for i in range(n)}
-        on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
-        cfg = f"t-{quant}"
-        runs += [write_bfcl_run(root, "off", 1, off, config=cfg, model=m, engine=engine),
-                 write_bfcl_run(root, "on", 1, on, config=cfg, model=m, engine=engine)]
-    return runs
 
 
 def test_fig2_series_and_trend_hand_computed(tmp_path):

@@ -4,14 +4,19 @@ import pytest
 
 from artifact.errors import ArtifactError
 from artifact.records.store import DISCARDED, REQUESTS, RunWriter, _read_jsonl, find_runs, load_run, read_requests
+from synthetic_runs import SHA, write_raw_run
+
+
+REQ = {"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "output_tokens": [1], "prompt_tokens": 5,
+       "cache_n": 0, "error": None}
 
 
 def test_manifest_is_incomplete_until_finished_and_lines_are_flushed_as_written(tmp_path):
     w = RunWriter(tmp_path / "r", {"config": "c", "plan": "p", "arm": "off", "run": 1, "episodes": ["e0"]})
     assert json.loads((tmp_path / "r/manifest.json").read_text())["status"] == "incomplete"
-    w.request({"episode_id": "e0", "request_index": 0})
+    w.request(REQ)
     # readable before the run ends: a crash loses nothing already written
-    assert load_run(tmp_path / "r").requests == [{"episode_id": "e0", "request_index": 0}]
+    assert load_run(tmp_path / "r").requests == [REQ]
     w.finish(wall_s=2.5)
     m = load_run(tmp_path / "r").manifest
     assert m["status"] == "complete" and m["wall_s"] == 2.5 and m["finished_at"] and m["started_at"]
@@ -60,7 +65,7 @@ def test_load_run_errors_are_one_line(tmp_path):
     with pytest.raises(ArtifactError, match="not a run directory"):
         load_run(tmp_path)
     (tmp_path / "manifest.json").write_text('{"config": "c"}')
-    with pytest.raises(ArtifactError, match="missing field"):
+    with pytest.raises(ArtifactError, match="manifest.json: field 'plan' is missing"):
         load_run(tmp_path)
     with pytest.raises(ArtifactError, match="does not exist"):
         find_runs(tmp_path / "nowhere")
@@ -68,7 +73,6 @@ def test_load_run_errors_are_one_line(tmp_path):
 
 def test_lazy_reader_returns_the_store_records(tmp_path):
     d = tmp_path / "r"
-    w = RunWriter(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]})
     records = [
         {"episode_id": "e0", "output_text": 'says "top_logprobs": [[1]] here', "top_logprobs": [[[1, -0.5], [2, -1e-9]]],
          "cache_n": 3},
@@ -76,9 +80,7 @@ def test_lazy_reader_returns_the_store_records(tmp_path):
         {"episode_id": "e0", "top_logprobs": [], "cache_n": 0, "output_tokens": [4, 5]},
         {"episode_id": "e0", "cache_n": 1},  # no top_logprobs at all
     ]
-    for r in records:
-        w.request(r)
-    w.finish()
+    write_raw_run(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]}, records)
     with open(d / REQUESTS, "a") as fh:
         fh.write('{"episode_id": "e0", "top_log')  # a cut-short last line is dropped by both readers
     lazy, plain = read_requests(d / REQUESTS), _read_jsonl(d / REQUESTS)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from artifact.errors import ArtifactError
-from artifact.workloads import gsm8k_data
-from artifact.workloads.gsm8k_data import (
+from artifact.workloads.gsm8k import data as gsm8k_data
+from artifact.workloads.gsm8k.data import (
     GSM8K_FILENAME,
     GSM8K_REVISION,
     GSM8KItem,
@@ -22,9 +22,9 @@ from artifact.workloads.gsm8k_data import (
     synthetic_items,
 )
 
-FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_sample.jsonl"
+FIXTURE = Path(__file__).parent / "gsm8k_sample.jsonl"
 FIXTURE_ANSWERS = ["5", "1234", "25", "24", "165", "1000"]
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def write_parquet(path: Path) -> Path:
@@ -200,7 +200,7 @@ def test_hub_loader_offline_in_fresh_process_with_empty_hf_home(tmp_path):
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH=str(REPO_ROOT))
     code = (
         "from artifact.errors import ArtifactError\n"
-        "from artifact.workloads.gsm8k_data import load_gsm8k\n"
+        "from artifact.workloads.gsm8k.data import load_gsm8k\n"
         "try:\n    load_gsm8k(5)\nexcept ArtifactError as exc:\n    print(exc)\n"
         "else:\n    print('NO ERROR')\n"
     )

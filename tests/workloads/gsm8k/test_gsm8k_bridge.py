@@ -9,13 +9,13 @@ import json
 
 import pytest
 
-from artifact.analysis.gsm8k_scoring import ANSWER_INSTRUCTION
-from artifact.analysis.gsm8k_table import tab3, tab3_row
+from artifact.workloads.gsm8k.scoring import ANSWER_INSTRUCTION
+from artifact.workloads.gsm8k.table import tab3, tab3_row
 from artifact.config import load_config, load_plan
 from artifact.errors import ArtifactError
 from artifact.records.store import DISCARDED, MANIFEST, find_runs, load_run
-from artifact.workloads import gsm8k
-from artifact.workloads.gsm8k_data import synthetic_items
+from artifact.workloads.gsm8k import prompts as gsm8k
+from artifact.workloads.gsm8k.data import synthetic_items
 from budget import with_workload
 
 N_ITEMS, N_PREDICT = 3, 48
@@ -38,7 +38,7 @@ def test_prompt_is_one_chatml_user_turn_with_the_answer_format():
 
 def test_synthetic_items_are_labelled_synthetic():
     cfg = with_workload(load_config("demo-smollm2-cpu-gsm8k"), episodes=4)
-    items, prov = gsm8k.load_items(cfg)
+    items, prov = gsm8k.load_items(cfg.workload.episodes, "synthetic")
     assert [i.item_id for i in items] == [f"synthetic_{k:04d}" for k in range(4)]
     assert prov["synthetic"] is True and prov["data"] == "synthetic" and prov["n_items"] == 4
     assert prov["items_sha256"] == gsm8k.items_sha256(synthetic_items(4))
@@ -54,7 +54,7 @@ def test_cache_check():
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
-    from artifact.protocol.gsm8k_runner import execute_bridge
+    from artifact.protocol.runner import execute_plan as execute_bridge
 
     cfg = with_workload(load_config("demo-smollm2-cpu-gsm8k"), episodes=N_ITEMS, n_predict=N_PREDICT)
     results = tmp_path_factory.mktemp("results")
@@ -121,7 +121,7 @@ def test_tab3_row_from_the_run(bridge):
 
 @pytest.mark.server
 def test_complete_run_is_reused_and_incomplete_run_rerun_whole(bridge):
-    from artifact.protocol.gsm8k_runner import execute_bridge
+    from artifact.protocol.runner import execute_plan as execute_bridge
 
     cfg, results, dirs = bridge
     before = (dirs[0] / "requests.jsonl").read_bytes()

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from artifact.workloads import bfcl
+from artifact.workloads.bfcl import driver as bfcl
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 
 

@@ -9,15 +9,16 @@ import pandas as pd
 import pytest
 
 from artifact.analysis.tables import build_tables
-from artifact.check.claims import (
-    BAND_RULE, CLAIM_RULES, INCONCLUSIVE, NOT_RUN, OUT, PASS, FAIL, Paper, model_matches, paper_configs_for, rq5,
-    value_band,
+from artifact.check.claims import CLAIM_RULES
+from artifact.check.claims.rq5 import rq5
+from artifact.check.core import (
+    BAND_RULE, FAIL, INCONCLUSIVE, NOT_RUN, OUT, PASS, Paper, model_matches, paper_configs_for, value_band,
 )
 from artifact.check.expected import load_document
-from artifact.check.run import gsm8k_table, run_check
+from artifact.check.run import run_check, workload_tables
 from artifact.errors import ArtifactError
 from artifact.records.store import REQUESTS, RunWriter
-from test_tables import OFF, ON1, ON2, main_plan, trend_runs, write_bfcl_run
+from synthetic_runs import OFF, ON1, ON2, SHA, main_plan, trend_runs, write_bfcl_run, write_raw_run
 
 QWEN7_Q4KM = {"family": "qwen2.5", "name": "Qwen2.5-7B-Instruct", "quant": "Q4_K_M", "sha256": "cd" * 32,
               "source": "path:qwen.gguf"}
@@ -291,7 +292,7 @@ def test_rq5_failures():
 
 def test_rq5_without_bridge_runs(tmp_path):
     assert rq5(None, PAPER).status == NOT_RUN
-    assert gsm8k_table(main_plan(tmp_path, OFF, ON1, ON2)) is None  # BFCL runs only: no Tab. 3
+    assert "tab3.csv" not in workload_tables(main_plan(tmp_path, OFF, ON1, ON2)).get("gsm8k", {})  # no Tab. 3
 
 
 # --- inputs that are not results ------------------------------------------------------------------------------
@@ -313,12 +314,17 @@ def test_no_runs_or_missing_dir_is_a_one_line_error(tmp_path):
 
 def test_malformed_records_are_one_line_errors(tmp_path):
     d = tmp_path / "c" / "main" / "off-run1"
-    w = RunWriter(d, {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]})
-    w.request({"episode_id": "e0", "request_index": 0, "prompt_sha256": "x", "prompt_tokens": 5, "cache_n": 0})
-    w.finish()
+    write_raw_run(d, {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]},
+                  [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5, "cache_n": 0}])
     with pytest.raises(ArtifactError) as e:
         run_check(tmp_path)
-    assert "requests.jsonl:1: field 'output_tokens'" in one_line_error(e)
+    assert "requests.jsonl:1: field 'output_tokens' is missing" in one_line_error(e)
+    write_raw_run(d, {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]},
+                  [{"episode_id": "e0", "request_index": 0, "prompt_sha256": "x", "prompt_tokens": 5, "cache_n": 0,
+                    "output_tokens": [1]}])
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    assert "requests.jsonl:1: field 'prompt_sha256' must be 64 lower-case hex digits" in one_line_error(e)
     (d / REQUESTS).write_text('{"episode_id": \n{"a": 1}\n')  # corrupt line in the middle
     with pytest.raises(ArtifactError) as e:
         run_check(tmp_path)
@@ -344,16 +350,28 @@ def test_tables_alone_do_not_need_expected(tmp_path):
     assert "paper_value" not in t.fig2.columns  # paper values are joined by the checker, not the tables
 
 
-def test_odd_manifest_tables_do_not_crash(tmp_path):
+def test_odd_manifest_tables_are_one_line_errors_naming_the_field(tmp_path):
     for k in (1, 2):
-        d = tmp_path / "c" / "main" / f"off-run{k}"
-        w = RunWriter(d, {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"],
-                          "model": ["not", "a", "table"], "plan_data": "x", "host": 3, "packages": None,
-                          "pairing_fingerprint": "f0", "pairing_inputs": "not a table", "isolation": "x"})
-        w.request({"episode_id": "e0", "request_index": 0, "prompt_sha256": "x", "prompt_tokens": 5, "cache_n": 0,
-                   "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]})
-        w.episode({"episode_id": "e0", "n_requests": 1})
-        w.finish()
+        write_raw_run(tmp_path / "c" / "main" / f"off-run{k}",
+                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"],
+                       "model": ["not", "a", "table"], "plan_data": "x", "host": 3, "packages": None,
+                       "pairing_fingerprint": "f0", "pairing_inputs": "not a table", "isolation": "x"},
+                      [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5,
+                        "cache_n": 0, "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]}],
+                      [{"episode_id": "e0", "n_requests": 1}])
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    assert "manifest.json: field 'model' must be dict, not list" in one_line_error(e)
+
+
+def test_odd_log_probabilities_do_not_crash(tmp_path):
+    for k in (1, 2):
+        write_raw_run(tmp_path / "c" / "main" / f"off-run{k}",
+                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"],
+                       "pairing_fingerprint": "f0"},
+                      [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5,
+                        "cache_n": 0, "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]}],
+                      [{"episode_id": "e0", "n_requests": 1}])
     code, claims, _ = check(tmp_path)
     assert code == 1 and claims["RQ1"]["status"] == FAIL  # the OFF reruns differ at token 1
     assert "Top-2 log-probabilities at the flip: not available" in (tmp_path / "check" / "report.html").read_text()

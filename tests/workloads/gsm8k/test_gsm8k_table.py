@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from artifact.analysis.gsm8k_table import counts, serving_problem, tab3, tab3_row
+from artifact.workloads.gsm8k.table import counts, serving_problem, tab3, tab3_row
 from artifact.records.store import RunWriter, load_run
-from artifact.workloads.gsm8k import SERVINGS, cache_check
+from artifact.workloads.gsm8k.prompts import SERVINGS, cache_check
 
 PROMPT_TOKENS = 50
 OK_10 = "10 - 3 = 7 so ...\nAnswer: 10"  # strict and numeric correct for reference 10

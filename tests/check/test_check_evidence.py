@@ -13,8 +13,7 @@ import pytest
 
 from artifact.check.claims import EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS
 from artifact.cli import main
-from synthetic_runs import fingerprint_of, pairing_inputs, write_bfcl_run
-from test_tables import MODEL, OFF, ON1, ON2, main_plan
+from synthetic_runs import MODEL, OFF, ON1, ON2, fingerprint_of, main_plan, pairing_inputs, write_bfcl_run
 
 QWEN7_Q4KM = {"family": "qwen2.5", "name": "Qwen2.5-7B-Instruct", "quant": "Q4_K_M", "sha256": "cd" * 32,
               "source": "path:qwen.gguf"}

@@ -10,7 +10,7 @@ import pytest
 
 from artifact.check.run import run_check
 from artifact.report.render import TEMPLATE, environment
-from test_tables import OFF, ON1, write_bfcl_run
+from synthetic_runs import OFF, ON1, write_bfcl_run
 
 TITLE = "Prefix caching and serving reproducibility: check report"
 PAYLOAD = ("<script>document.title='pwned';document.body.insertAdjacentHTML('beforeend','<p id=\"pwned\">x</p>')"
@@ -37,8 +37,8 @@ def test_report_is_self_contained_and_ordered(report):
     refs = re.findall(r'\b(?:src|href)\s*=\s*"([^"]*)"', html)
     assert refs and all(r.startswith(("data:image/png;base64,", "#")) for r in refs)
     assert "<link" not in html and "@import" not in html and "url(" not in html
-    order = [html.index(f'id="{i}"') for i in ("verdict-table", "tab2", "tab3", "fig1", "fig2", "example",
-                                               "provenance")]
+    order = [html.index(f'id="{i}"') for i in ("verdict-table", "tab2", "agent", "fig1", "fig2", "example",
+                                               "provenance")]  # agent: the BFCL workload's own section
     assert order == sorted(order)
     assert html.count('<tr class="') >= 6 and 'data-claim="RQ1"' in html
 
@@ -113,7 +113,7 @@ def write_bridge_run(root, data: str):
                                                          ("warm2", warm))):
             cache_n = 49 if serving.startswith("warm") else 0
             w.request({"episode_id": item, "item_id": item, "serving": serving, "turn": 0, "step": 0,
-                       "request_index": index, "prompt_sha256": "x", "prompt_tokens": 50, "output_tokens": toks,
+                       "request_index": index, "prompt_sha256": "ab" * 32, "prompt_tokens": 50, "output_tokens": toks,
                        "output_text": text, "top_logprobs": [], "cache_n": cache_n, "prompt_n": 50 - cache_n,
                        "prompt_ms": 1.0, "predicted_ms": 1.0, "stop_type": "eos", "error": None,
                        "cache_check": "ok"})
@@ -123,7 +123,7 @@ def write_bridge_run(root, data: str):
 
 @pytest.mark.parametrize("data, status", [("synthetic", "NOT-RUN"), ("gsm8k", "INCONCLUSIVE")])
 def test_gsm8k_bridge_in_report_and_rq5(tmp_path, data, status):
-    pytest.importorskip("artifact.analysis.gsm8k_table")
+    pytest.importorskip("artifact.workloads.gsm8k.table")
     import json
 
     for k in (1, 2):

@@ -16,8 +16,8 @@ import pytest
 from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
 from artifact.config import load_config, load_plan
 from artifact.engines.base import RequestError
-from artifact.engines.models import verified_weights
-from artifact.engines.vllm_server import VllmServer
+from artifact.models import verified_weights
+from artifact.engines.vllm.adapter import VllmServer
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import DISCARDED, find_runs
@@ -63,7 +63,9 @@ def test_every_run_completes_on_its_own_arm_server_with_vllm_provenance(main_res
         assert ARM_FLAG["on" if arm == "off" else "off"] not in cmd
         cc = m["cache_condition"]
         assert cc["cache_config_info"]["enable_prefix_caching"] == str(arm == "on")
-        assert cc["not_applicable"] == {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1, "pin_slot": False}
+        assert cc["not_applicable"] == {"llama_cpp": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1,
+                                                      "pin_slot": False}}  # another engine's table of the plan
+        assert cc["description"] == f"automatic prefix caching {arm} ({ARM_FLAG[arm]})"
         files = m["model_files"]
         assert files["weights"].startswith("dequantized from F16") and files["source_sha256"] == vcfg.model.sha256
         assert files["files_sha256"] == m["pairing_inputs"]["engine"]["model_files_sha256"]

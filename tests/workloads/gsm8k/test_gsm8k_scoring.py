@@ -2,7 +2,7 @@
 
 import pytest
 
-from artifact.analysis.gsm8k_scoring import (
+from artifact.workloads.gsm8k.scoring import (
     ANSWER_INSTRUCTION,
     ANSWER_LINE_RE,
     answer_flips,

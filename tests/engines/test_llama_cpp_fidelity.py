@@ -24,14 +24,14 @@ import pytest
 
 from artifact import engines
 from artifact.config import REPO, load_config, load_plan
-from artifact.engines import llama_server
-from artifact.engines.llama_server import LlamaServer, resolve_binary
-from artifact.engines.models import verified_weights
+from artifact.engines.llama_cpp import adapter as llama_server
+from artifact.engines.llama_cpp.adapter import LlamaServer, resolve_binary
+from artifact.models import verified_weights
 from artifact.errors import ArtifactError
 from artifact.protocol import sessions
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import RunWriter, find_runs, load_run
-from artifact.workloads import bfcl
+from artifact.workloads.bfcl import driver as bfcl
 from budget import with_workload
 
 
@@ -67,16 +67,20 @@ def test_host_prompt_cache_serves_a_returning_prompt_in_main_and_not_in_cram0(cf
     assert cached < 16, (cached, total)  # recomputed: only the shared first tokens
     # A pinned slot with similarity selection off bypasses the host cache even at 8192 MiB: the condition the
     # artifact used to run by mistake (id_slot 0, -sps 0).
-    pinned = dataclasses.replace(main, name="pinned", pin_slot=True, slot_prompt_similarity=0.0)
+    pinned = dataclasses.replace(main, name="pinned", engine_settings={"llama_cpp": {
+        **main.engine_settings["llama_cpp"], "pin_slot": True, "slot_prompt_similarity": 0.0}})
     cached, _ = a_b_a(cfg, pinned, tmp_path)
     assert cached < 16
 
 
-def test_plans_carry_their_cache_condition_as_data():
+def test_plans_carry_their_cache_condition_as_data(cfg):
     plans = {name: load_plan(name) for name in ("main", "cram0", "fresh", "bridge")}
-    conditions = {n: llama_server.cache_condition(p) for n, p in plans.items()}
+    conditions = {n: llama_server.cache_condition(llama_server.ENGINE.settings(cfg, p)) for n, p in plans.items()}
     assert conditions["main"] == {"server_args": ["--cache-ram", "8192", "-sps", "0.1", "--cache-idle-slots"],
-                                  "request": {"id_slot": -1}}
+                                  "request": {"id_slot": -1},
+                                  "description": "host prompt cache 8192 MiB (--cache-ram), slot chosen by the server",
+                                  "settings": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1,
+                                               "pin_slot": False}}
     assert conditions["cram0"]["server_args"][:2] == ["--cache-ram", "0"]
     assert conditions["fresh"] == conditions["main"] and plans["fresh"].lifecycle == "fresh"
 
@@ -109,6 +113,7 @@ def test_a_server_that_says_it_used_a_config_file_is_refused(cfg, tmp_path):
         LlamaServer(wrapped, load_plan("main"), verified_weights(cfg.model), tmp_path / "s.log").start()
 
 
+@pytest.mark.server  # needs the built llama-server (its binary is hashed or started)
 def test_a_system_config_file_is_refused_before_start(cfg, tmp_path, monkeypatch):
     system = tmp_path / "config.ini"
     system.write_text("temp = 1.0\n")
@@ -130,6 +135,7 @@ def test_llama_arg_and_other_variables_never_reach_the_server(tmp_path, monkeypa
 
 # -- the pairing fingerprint ------------------------------------------------------------------------------------
 
+@pytest.mark.server  # needs the built llama-server (its binary is hashed or started)
 def test_engine_identity_covers_binary_args_requests_and_threads(cfg, tmp_path):
     main = load_plan("main")
     ident = engines.identity(cfg, main)
@@ -151,6 +157,7 @@ def test_engine_identity_covers_binary_args_requests_and_threads(cfg, tmp_path):
     assert engines.identity(other, main)["binary_sha256"] != ident["binary_sha256"]
 
 
+@pytest.mark.server  # needs the built llama-server (its binary is hashed or started)
 def test_pairing_fingerprint_covers_workload_data_and_is_the_same_for_both_arms(cfg):
     main = load_plan("main")
     data = bfcl.data_identity()

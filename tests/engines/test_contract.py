@@ -1,0 +1,83 @@
+"""The engine contract: what the protocol relies on from every engine adapter, checked against each registered engine
+(the real llama-server, and the real vLLM 0.11.0 CPU server), with the same test code for both."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifact import engines
+from artifact.config import REPO, load_config, load_plan
+from artifact.engines.base import Capabilities, Engine, RequestError
+from artifact.models import verified_weights
+from artifact.protocol.requests import new_record, send
+from artifact.records.schema import REQUEST
+from budget import with_workload
+
+CONFIGS = {"llama.cpp": ("demo-smollm2-cpu", pytest.mark.server), "vllm": ("demo-smollm2-cpu-vllm", pytest.mark.vllm)}
+PROMPT = "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_every_registered_engine_declares_its_capabilities():
+    assert set(CONFIGS) == set(engines.REGISTRY)  # a new engine gets this suite too
+    for kind in engines.REGISTRY:
+        engine = engines.get(kind)
+        assert isinstance(engine, Engine) and engine.kind == kind
+        caps = engine.capabilities
+        assert isinstance(caps, Capabilities) and isinstance(caps.per_request_cache_switch, bool)
+        assert caps.image is None or (REPO / caps.image).is_file()
+        assert caps.arms is None or {"off", "on"} <= set(caps.arms)
+
+
+@pytest.fixture(params=[pytest.param(kind, marks=mark, id=kind) for kind, (_, mark) in CONFIGS.items()])
+def cfg(request):
+    return with_workload(load_config(CONFIGS[request.param][0]), episodes=1, n_predict=8)
+
+
+def serve(server, cfg, prompt: str, cache_prompt: bool, index: int, out: list) -> dict:
+    return send(server, cfg, prompt, cache_prompt, new_record("e0", 0, 0, index, prompt), out.append)
+
+
+def test_each_arm_serves_greedy_recorded_completions_and_reports_its_cache_use(cfg, tmp_path):
+    plan, model = load_plan("main"), verified_weights(cfg.model)
+    outputs = {}
+    for arm in ("off", "on"):
+        written: list = []
+        log = tmp_path / f"{arm}.log"
+        with engines.open_session(cfg, plan, arm, model, log) as server:
+            first = serve(server, cfg, PROMPT, arm == "on", 0, written)
+            second = serve(server, cfg, PROMPT, arm == "on", 1, written)
+            assert server.count_tokens(PROMPT) == first["prompt_tokens"]
+            prov = server.provenance()
+            assert prov["engine"] == cfg.engine.kind and prov["server_cmd"] and prov["engine_build"]
+            assert isinstance(prov["cache_condition"]["description"], str) and prov["cache_condition"]["description"]
+        assert server.proc.proc is None and log.read_text()  # stopped, its log kept
+        for rec in written:  # every record the writer would accept, as the protocol sends it
+            assert REQUEST.valid(rec), REQUEST.problem(rec)
+            assert len(rec["top_logprobs"]) == len(rec["output_tokens"]) and rec["output_tokens"]
+        assert first["output_tokens"] == second["output_tokens"]  # greedy: the same prompt, the same tokens
+        if arm == "off":
+            assert first["cache_n"] == second["cache_n"] == 0
+        else:
+            assert second["cache_n"] > 0  # the repeated prompt was served from the prefix cache
+        outputs[arm] = first["output_tokens"]
+    assert outputs["off"] and outputs["on"]
+
+
+def test_a_prompt_longer_than_the_context_is_a_request_error_recorded_with_the_request(cfg, tmp_path):
+    written: list = []
+    long = PROMPT * 1200  # far beyond SmolLM2's 8192 tokens
+    with engines.open_session(cfg, load_plan("main"), "off", verified_weights(cfg.model), tmp_path / "s.log") as s:
+        with pytest.raises(RequestError):
+            serve(s, cfg, long, False, 0, written)
+        assert serve(s, cfg, PROMPT, False, 1, written)["error"] is None  # the session goes on
+    assert written[0]["error"] and REQUEST.valid(written[0])
+
+
+def test_capabilities_decide_what_a_workload_may_ask(cfg):
+    engine = engines.get(cfg.engine.kind)
+    needs = {"per_request_cache_switch": True}
+    missing = engine.capabilities.missing({"arms": ("bridge",), **needs})
+    assert (missing == []) == engine.capabilities.per_request_cache_switch
+    if missing:
+        with pytest.raises(Exception, match="per request cache switch"):
+            engines.check_needs(cfg, load_plan("bridge"), needs, "a per-request workload")

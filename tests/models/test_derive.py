@@ -1,0 +1,61 @@
+"""Derived models: the agent model's recipe (its adapter and every product pinned, configurations agreeing with the
+pins), malformed sources and levels refused, products made from the pinned inputs by the engine's own tools."""
+
+import pytest
+
+from artifact.config import CONFIG_DIR, load_config
+from artifact.errors import ArtifactError
+from artifact.models import derive
+from artifact.models.hub import sha256_file
+
+RECIPE = "smollm2-135m-bfcl-agent"
+
+
+def test_recipe_pins_the_adapter_and_every_configuration_agrees_with_its_products():
+    recipe = derive.load_recipe(RECIPE)
+    assert sha256_file(derive.RECIPES / recipe["adapter"]["file"]) == recipe["adapter"]["sha256"]
+    assert recipe["data"]["pairs"] == 945 and "80..multi_turn_base_199" in recipe["data"]["episodes"]
+    used = 0
+    for path in sorted(CONFIG_DIR.rglob("*.toml")):
+        if path.name == "plans.toml" or "derived:" not in path.read_text():
+            continue
+        cfg = load_config(str(path))
+        name, level = derive.parse_source(cfg.model.source)
+        assert name == RECIPE and cfg.model.sha256 == recipe["products"][level], path
+        used += 1
+    assert used >= 5  # the CPU demo and the four H200 levels
+
+
+@pytest.mark.parametrize("source", ["derived:", "derived:x", "derived:x/", "derived:../x/F16", "derived:x/a/b"])
+def test_a_malformed_derived_source_is_a_one_line_error(source):
+    with pytest.raises(ArtifactError, match="derived:<recipe>/<LEVEL>"):
+        derive.parse_source(source)
+
+
+def test_an_unknown_recipe_or_level_is_refused():
+    with pytest.raises(ArtifactError, match="unknown derived model recipe 'nope'"):
+        derive.load_recipe("nope")
+    with pytest.raises(ArtifactError, match="no pinned level Q2_K"):
+        derive.make(derive.load_recipe(RECIPE), "Q2_K")
+
+
+def test_products_are_named_after_their_adapter():
+    recipe = derive.load_recipe(RECIPE)
+    assert recipe["adapter"]["sha256"][:12] in derive.product_name(recipe, "Q4_K_M")
+
+
+@pytest.mark.server
+def test_derivation_makes_the_pinned_bytes_and_refuses_a_tampered_product(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARTIFACT_MODELS", str(tmp_path))
+    recipe = derive.load_recipe(RECIPE)
+    path, digests = derive.make(recipe, "Q4_K_M")
+    assert digests == {k: recipe["products"][k] for k in ("base-F16", "F16", "Q4_K_M")}
+    with open(path, "r+b") as fh:  # one flipped byte in the product
+        fh.seek(4096)
+        b = fh.read(1)
+        fh.seek(4096)
+        fh.write(bytes([b[0] ^ 1]))
+    with pytest.raises(ArtifactError, match="derived smollm2-135m-bfcl-agent Q4_K_M has sha256"):
+        derive.make(recipe, "Q4_K_M")
+    assert not path.exists() and path.with_name(path.name + ".mismatch").exists()
+    assert derive.make(recipe, "Q4_K_M")[0] == path  # made again from the pinned inputs
