@@ -132,17 +132,28 @@ class ServerProcess:
         if self.client is not None:
             self.client.close()
             self.client = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            # The server leads its own process group (start_new_session): signal the group, so that an engine's
+            # worker processes (vLLM's EngineCore) go with it instead of outliving it as orphans.
+            if self.proc.poll() is None:
+                _signal_group(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    _signal_group(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
+            _signal_group(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
         self.proc = None
         if self.home is not None:
             shutil.rmtree(self.home, ignore_errors=True)
             self.home = None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class ServerSession:
