@@ -78,6 +78,15 @@ class EngineSession(Protocol):
 
 
 @dataclass(frozen=True)
+class Tier:
+    """Where one request's cached prompt prefix came from, as its engine can tell from its own evidence."""
+
+    tier: str  # "none", one of the engine's `cache_tiers`, "<a>_or_<b>" when the evidence allows both, "unknown"
+    certain: bool
+    evidence: str  # why, in one line
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What an engine can do, declared by its adapter; the protocol checks a workload's needs against it before
     anything starts."""
@@ -159,3 +168,21 @@ class Engine:
 
     def open_session(self, cfg, plan, arm: str, model_path: Path, log_path: Path) -> "EngineSession":
         raise NotImplementedError
+
+    def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list[Tier]:
+        """Per request of one server session (all its runs' requests in send order; `log_text` the session's
+        server log, None if it is not kept), which cache tier served its cached prefix. The default knows only
+        what the records say: no cached tokens, or the engine's single tier."""
+        tiers = self.capabilities.cache_tiers
+        out = []
+        for r in requests:
+            n = r.get("cache_n")
+            if n == 0:
+                out.append(Tier("none", True, "no cached prompt tokens"))
+            elif n is None or r.get("error") is not None:
+                out.append(Tier("unknown", False, "the engine reported no cache_n"))
+            elif len(tiers) == 1:
+                out.append(Tier(tiers[0], True, f"{self.kind} has one cache tier"))
+            else:
+                out.append(Tier("unknown", False, f"{self.kind} does not tell its tiers apart"))
+        return out

