@@ -102,23 +102,34 @@ def recheck_evidence(results: Path) -> None:
 
 
 EVIDENCE_ARCHIVES = "records*.tar.xz"  # committed evidence keeps its run records compressed (evidence/*/)
+EVIDENCE_LOGS = "logs*.tar.gz"  # and its logs: the server-session logs in them are what tier attribution reads
 
 
-def unpack_evidence(archive: Path, dest: str) -> None:
+def unpack_evidence(archive: Path, dest: str, only=None) -> None:
+    """Unpack `archive` into `dest`; `only(name)` picks members (default: all)."""
     import tarfile
 
     try:
         with tarfile.open(archive) as tar:
+            members = [m for m in tar if only is None or only(m.name)]
             if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")  # no absolute paths, no escapes, no device files
+                tar.extractall(dest, members=members, filter="data")  # no absolute paths, escapes, device files
             else:  # Python < 3.10.12 / 3.11.4: the same rule by hand
-                bad = [m.name for m in tar if not (m.isfile() or m.isdir()) or m.name.startswith("/")
+                bad = [m.name for m in members if not (m.isfile() or m.isdir()) or m.name.startswith("/")
                        or ".." in Path(m.name).parts]
                 if bad:
                     raise ArtifactError(f"{archive}: refusing to unpack unsafe member {bad[0]!r}")
-                tar.extractall(dest)
+                tar.extractall(dest, members=members)
     except (tarfile.TarError, OSError) as exc:
         raise ArtifactError(f"{archive}: cannot unpack ({exc})") from None
+
+
+def server_log_member(tops: set[str]):
+    """Members of a logs archive that are server-session logs of the unpacked records (<top>/.../logs/server-*)."""
+    def pick(name: str) -> bool:
+        parts = Path(name).parts
+        return len(parts) > 2 and parts[0] in tops and parts[-2] == "logs" and parts[-1].startswith("server-")
+    return pick
 
 
 def cmd_check(args) -> int:
@@ -137,14 +148,17 @@ def cmd_check(args) -> int:
 
 @contextlib.contextmanager
 def evidence_results(folder: Path):
-    """An evidence folder's run records: every `records*.tar.xz` unpacked into one temporary directory, removed
-    afterwards; yields their common top-level folder (results/) where they share one, else the directory."""
+    """An evidence folder's run records: every `records*.tar.xz` unpacked into one temporary directory (with the
+    server-session logs of those runs from `logs*.tar.gz`), removed afterwards; yields their common top-level folder
+    (results/) where they share one, else the directory."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="artifact-evidence-") as tmp:
         for archive in sorted(folder.glob(EVIDENCE_ARCHIVES)):
             unpack_evidence(archive, tmp)
         tops = list(Path(tmp).iterdir())
+        for archive in sorted(folder.glob(EVIDENCE_LOGS)):
+            unpack_evidence(archive, tmp, server_log_member({p.name for p in tops}))
         yield tops[0] if len(tops) == 1 and tops[0].is_dir() else Path(tmp)
 
 

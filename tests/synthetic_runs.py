@@ -32,7 +32,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                    texts: dict | None = None, logprobs: dict | None = None, complete: bool = True,
                    cache_ram_mib: int = 8192, lifecycle: str = "shared", prompts: dict | None = None,
                    inputs: dict | None = None, isolation: dict | None = ISOLATED, manifest: dict | None = None,
-                   errors: dict | None = None, steps: dict | None = None):
+                   errors: dict | None = None, steps: dict | None = None, cache_ns: dict | None = None):
     """A BFCL run: episode `eid` made one request per token list in `episodes[eid]`.
 
     cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; an int
@@ -41,6 +41,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
     inputs: the pairing_inputs (default `pairing_inputs(model, cache_ram_mib)`, equal for every arm and run); the
     manifest's pairing_fingerprint is their digest. isolation: the manifest's isolation record (None: left out).
     manifest: extra manifest fields (a value None removes the field). errors[(eid, i)]: that request's error.
+    cache_ns[(eid, i)]: that request's cache_n (over the rule above).
     steps[eid]: the episode record's trajectory (per request: {"calls": [...] or None, "observations": [...]}).
     """
     d = root / config / plan / f"{arm}-run{run}"
@@ -64,6 +65,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                 cn = 60 if (arm == "on" and i) else 0
             else:
                 cn = cache_n if i else 0
+            cn = (cache_ns or {}).get((eid, i), cn)
             w.request({"episode_id": eid, "turn": 0, "step": i, "request_index": i,
                        "prompt_sha256": hashlib.sha256((prompts or {}).get((eid, i), f"{eid}/{i}").encode()).hexdigest(), "prompt_tokens": 100,
                        "output_tokens": toks, "output_text": (texts or {}).get((eid, i), f"text {toks}"),

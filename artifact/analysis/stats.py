@@ -19,6 +19,7 @@ __all__ = [
     "cochran_armitage",
     "mcnemar_exact",
     "mcnemar_power",
+    "mantel_haenszel",
 ]
 
 
@@ -166,3 +167,42 @@ def mcnemar_power(n: int, discordant_rate: float, net_shift: float, alpha: float
     reject_high = np.where(t >= 0, stats.binom.sf(d - t - 1, d, p_b), 0.0)
     power = (stats.binom.pmf(d, n, r) * (reject_low + reject_high)).sum()
     return float(power)
+
+
+def mantel_haenszel(tables: Sequence[Sequence[int]], alternative: str = "greater") -> tuple[float, float]:
+    """Cochran-Mantel-Haenszel test of one 2x2 association across strata.
+
+    Each table is (a, b, c, d) = (exposed with event, exposed without, unexposed with event, unexposed without),
+    one per stratum (e.g. per configuration). Returns (the Mantel-Haenszel common odds ratio, p) for the
+    continuity-corrected statistic (sum a - sum E[a] -/+ 1/2) / sqrt(sum Var[a]) on the normal scale: one-sided
+    "greater" (events more likely when exposed), "less", or "two-sided". Strata with fewer than two units or no
+    variance carry no information and are skipped; none left gives (nan, 1.0).
+    """
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be greater, less or two-sided, got {alternative!r}")
+    sum_a = sum_e = sum_v = num = den = 0.0
+    for t in tables:
+        a, b, c, d = (int(x) for x in t)
+        if min(a, b, c, d) < 0:
+            raise ValueError(f"mantel_haenszel needs non-negative counts, got {t}")
+        n = a + b + c + d
+        r1, r2, c1, c2 = a + b, c + d, a + c, b + d
+        if n < 2 or not (r1 and r2 and c1 and c2):
+            continue
+        sum_a += a
+        sum_e += r1 * c1 / n
+        sum_v += r1 * r2 * c1 * c2 / (n * n * (n - 1))
+        num += a * d / n
+        den += b * c / n
+    if sum_v == 0:
+        return float("nan"), 1.0
+    diff = sum_a - sum_e
+    if alternative == "two-sided":
+        z = max(0.0, abs(diff) - 0.5) / math.sqrt(sum_v)
+        p = 2 * stats.norm.sf(z)
+    else:
+        sign = 1 if alternative == "greater" else -1
+        z = (sign * diff - 0.5) / math.sqrt(sum_v)
+        p = stats.norm.sf(z)
+    odds = num / den if den else float("inf")
+    return float(odds), float(min(1.0, p))

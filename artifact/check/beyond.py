@@ -1,13 +1,16 @@
-"""Results beyond the paper, for `./run.sh check`: margins, what the cache buys, and reproducible cached serving.
+"""Results beyond the paper, for `./run.sh check`: margins, what the cache buys, reproducible cached serving,
+which cache tier served each hit, and why quantization amplifies divergence.
 
-`write_beyond(runs, out)` computes them from the records (artifact.analysis.margins, .benefit, .mitigation), writes
-their CSVs and figures into the check directory, and returns a `Beyond` holding the verdicts (BEYOND-FRESH,
-BEYOND-MITIGATION-<plan>), a `check.json` section (`as_dict`) and the report's context (`report_context`). These
-verdicts never change check's exit code: they are measurements beyond the paper's claims.
+`write_beyond(runs, out)` computes them from the records (artifact.analysis.margins, .benefit, .mitigation, .tiers,
+.quantization), writes their CSVs and figures into the check directory, and returns a `Beyond` holding the verdicts
+(BEYOND-FRESH, BEYOND-MITIGATION-<plan>, BEYOND-TIERS, BEYOND-QUANT-KERNEL, BEYOND-QUANT-MARGIN), a `check.json`
+section (`as_dict`) and the report's context (`report_context`). These verdicts never change check's exit code:
+they are measurements beyond the paper's claims.
 
 Files: margins.csv, first_divergence_margins.csv, flip_by_margin.csv, flip_trend.csv, margin_trend.csv,
-benefit_runs.csv, benefit_arms.csv, benefit_ratios.csv, mitigation.csv, beyond_verdicts.csv; flip_margin.png and
-price.png when the runs allow them.
+benefit_runs.csv, benefit_arms.csv, benefit_ratios.csv, mitigation.csv, tiers.csv, tiers_requests.csv,
+quant_mechanism.csv, quant_mechanism_pairs.csv, beyond_verdicts.csv; flip_margin.png, price.png, tiers.png and
+quant_mechanism.png when the runs allow them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from artifact.analysis import benefit, margins, mitigation
+from artifact.analysis import benefit, margins, mitigation, quantization, tiers
 from artifact.records.store import Run
 
 
@@ -29,6 +32,7 @@ class Beyond:
     tables: dict[str, pd.DataFrame]
     recommendation: list[str]
     figures: dict[str, Path] = field(default_factory=dict)
+    positions: pd.DataFrame | None = None  # the positions at risk (artifact.analysis.quantization), for its figure
 
     @property
     def files(self) -> list[str]:
@@ -42,7 +46,9 @@ class Beyond:
         return {"verdicts": [v.as_dict() for v in self.verdicts], "recommendation": self.recommendation,
                 "margins": recs("margins.csv"), "first_divergence_margins": recs("first_divergence_margins.csv"),
                 "flip_trend": recs("flip_trend.csv"), "margin_trend": recs("margin_trend.csv"),
-                "benefit": recs("benefit_ratios.csv"), "mitigation": recs("mitigation.csv")}
+                "benefit": recs("benefit_ratios.csv"), "mitigation": recs("mitigation.csv"),
+                "tiers": recs("tiers.csv"), "quant_mechanism": recs("quant_mechanism.csv"),
+                "quant_mechanism_pairs": recs("quant_mechanism_pairs.csv")}
 
     def report_context(self, data_uri) -> dict:
         """The report's `beyond` block; `data_uri(path)` inlines a figure."""
@@ -65,6 +71,13 @@ class Beyond:
                         "wall": f"{_n(r['wall_ratio'])} ({_n(r['wall_ratio_min'])}-{_n(r['wall_ratio_max'])})"}
                        for r in t["benefit_ratios.csv"].to_dict("records")],
             "mitigation": [_mitigation_row(r) for r in t["mitigation.csv"].to_dict("records")],
+            "tiers": _tier_rows(t["tiers.csv"]),
+            "quant": _fmt(t["quant_mechanism.csv"], ["config", "plan", "quant", "level", "positions", "flips",
+                                                     "flip_rate", "margin_median", "delta_median", "delta_q90"]),
+            "quant_pairs": _fmt(t["quant_mechanism_pairs.csv"], [
+                "config", "reference", "plan", "reference_kind", "flip_rate", "reference_flip_rate",
+                "margin_median", "reference_margin_median", "delta_median", "reference_delta_median",
+                "margin_only_rate", "kernel_only_rate", "mh_odds_ratio"]),
         }
 
 
@@ -108,6 +121,19 @@ def _mitigation_row(r: dict) -> dict:
     }
 
 
+def _tier_rows(df: pd.DataFrame) -> list[dict]:
+    """tiers.csv for the report: one row per configuration, plan, run, reference and level, a cell per tier."""
+    out = []
+    for key, g in df.groupby(["config", "plan", "run", "reference", "level"], sort=True):
+        cells = {r["tier"]: f"{int(r['differ'])}/{int(r['n'])} ({100 * r['rate']:.0f}%)" for r in g.to_dict("records")}
+        out.append({**dict(zip(["config", "plan", "run", "reference", "level"], key)),
+                    **{t: cells.get(t, "-") for t in TIER_COLUMNS}})
+    return out
+
+
+TIER_COLUMNS = ("none", "slot", "host", "slot_or_host", "blocks", "unknown")
+
+
 def _rerun(r: dict, arm: str) -> str:
     n = _plain(r.get(f"{arm}_rerun_episodes"))
     return "-" if n is None else f"{int(r[f'{arm}_rerun_diverged'])}/{int(n)}"
@@ -118,7 +144,9 @@ def analyse(runs: list[Run]) -> Beyond:
     curve = margins.flip_by_margin(runs)
     rows = mitigation.plan_rows(runs, costs)
     fresh = mitigation.fresh_verdicts(runs)
-    verdicts = fresh + mitigation.mitigation_verdicts(rows)
+    tier_tables, tier_verdicts = tiers.analyse(runs)
+    quant_tables, quant_verdicts, positions = quantization.analyse(runs)
+    verdicts = fresh + mitigation.mitigation_verdicts(rows) + tier_verdicts + quant_verdicts
     tables = {
         "margins.csv": margins.margin_distribution(runs),
         "first_divergence_margins.csv": margins.first_divergence_margins(runs),
@@ -129,10 +157,14 @@ def analyse(runs: list[Run]) -> Beyond:
         "benefit_arms.csv": benefit.arm_summary(costs),
         "benefit_ratios.csv": benefit.ratios_frame(runs),
         "mitigation.csv": rows,
+        **tier_tables,
+        **quant_tables,
         "beyond_verdicts.csv": pd.DataFrame([{**v.as_dict(), "evidence": " | ".join(v.evidence)} for v in verdicts],
                                             columns=["id", "claim", "scope", "status", "observed", "evidence"]),
     }
-    return Beyond(verdicts, tables, mitigation.recommendation(rows, fresh))
+    b = Beyond(verdicts, tables, mitigation.recommendation(rows, fresh))
+    b.positions = positions
+    return b
 
 
 # --- figures --------------------------------------------------------------------------------------------------
@@ -205,6 +237,9 @@ def write_beyond(runs: list[Run], out: Path) -> Beyond:
     for name, df in b.tables.items():
         df.to_csv(out / name, index=False)
     figs = {"flip_margin.png": flip_margin_figure(b.tables["flip_by_margin.csv"], out / "flip_margin.png"),
-            "price.png": price_figure(b.tables["mitigation.csv"], b.tables["benefit_ratios.csv"], out / "price.png")}
+            "price.png": price_figure(b.tables["mitigation.csv"], b.tables["benefit_ratios.csv"], out / "price.png"),
+            "tiers.png": tiers.figure(b.tables["tiers.csv"], out / "tiers.png"),
+            "quant_mechanism.png": quantization.figure(b.positions, b.tables["quant_mechanism_pairs.csv"],
+                                                       out / "quant_mechanism.png")}
     b.figures = {k: p for k, p in figs.items() if p is not None}
     return b

@@ -18,6 +18,7 @@ from artifact.analysis.stats import (
     block_bootstrap_interval,
     cochran_armitage,
     mcnemar_exact,
+    mantel_haenszel,
     mcnemar_power,
     wilson_interval,
 )
@@ -308,3 +309,34 @@ def test_mcnemar_power_rejects_bad_input():
         mcnemar_power(100, 0.01, 0.02)
     with pytest.raises(ValueError):
         mcnemar_power(100, 0.0, 0.0)
+
+
+# --- Cochran-Mantel-Haenszel ------------------------------------------------
+
+@pytest.mark.parametrize("table", [(12, 5, 4, 11), (3, 17, 1, 19), (30, 70, 18, 82)])
+def test_mantel_haenszel_of_one_stratum_is_yates_chi_square_scaled_by_n_minus_1_over_n(table):
+    a, b, c, d = table
+    n = a + b + c + d
+    chi2 = stats.chi2_contingency([[a, b], [c, d]], correction=True)[0]
+    _, p = mantel_haenszel([table], alternative="two-sided")
+    z = stats.norm.isf(p / 2)
+    assert z * z == pytest.approx(chi2 * (n - 1) / n, rel=1e-9)
+    odds, _ = mantel_haenszel([table])
+    assert odds == pytest.approx(a * d / (b * c))
+
+
+def test_mantel_haenszel_one_sided_halves_the_two_sided_in_the_observed_direction():
+    t = [(12, 5, 4, 11), (9, 8, 5, 12)]
+    _, two = mantel_haenszel(t, alternative="two-sided")
+    _, greater = mantel_haenszel(t, alternative="greater")
+    _, less = mantel_haenszel(t, alternative="less")
+    assert greater == pytest.approx(two / 2) and less > 0.5
+
+
+def test_mantel_haenszel_skips_strata_without_information_and_pools_the_rest():
+    informative = [(12, 5, 4, 11)]
+    empty = [(0, 0, 0, 0), (3, 0, 2, 0), (0, 4, 0, 6)]  # no units, no non-events, no events
+    assert mantel_haenszel(informative + empty) == mantel_haenszel(informative)
+    assert mantel_haenszel(empty) == (pytest.approx(float("nan"), nan_ok=True), 1.0)
+    with pytest.raises(ValueError):
+        mantel_haenszel([(1, -1, 0, 0)])

@@ -1,0 +1,258 @@
+"""Why quantization amplifies divergence: margins or kernels (beyond the paper).
+
+A greedy token flips when the cached path perturbs the top-2 margin by more than the margin itself. Writing, at a
+position at risk (same prompt and same earlier tokens in both arms, the ON request served cached tokens), m for the
+OFF arm's margin logp(a) - logp(b) (a, b its two best tokens) and m_on for the ON arm's logp(a) - logp(b) on the
+same two tokens, the perturbation is d = m - m_on, and the token flips exactly when d > m. So a level's flip rate
+can grow for two reasons, which the paper does not separate:
+
+  H-margin  coarser weights make the margins m smaller, at the same perturbations d (the paper's explanation);
+  H-kernel  the level's kernels make the perturbations |d| larger at the same margins: e.g. the activations
+            quantized to 8 bits inside quantized matrix products (llama.cpp's CPU kernels quantize them to the weight
+            type's dot-product type: Q8_0 for Q8_0 and Q5_0, Q8_K for the k-quants, F16 for F16; CUDA's MMQ/MMVQ
+            kernels to q8_1), where a tiny difference that crosses a rounding boundary becomes a whole quantum.
+
+Per configuration and plan this module measures, over the positions at risk of its ON/OFF run pairs: the margins,
+|d| (positions where the ON top-2 holds both of the OFF arm's tokens), the flips; and against a reference
+configuration (same engine, model and plan): the configuration that serves the same weights through F32 kernels
+(a recipe product "<LEVEL>-as-F32": the kernel experiment), else the series' F16 level (the quantization series):
+
+  BEYOND-QUANT-KERNEL  the level's perturbations |d| are larger than the reference's (one-sided Mann-Whitney over
+                       positions; positions of one text are dependent, so read p as descriptive);
+  BEYOND-QUANT-MARGIN  at equal margins the level flips no more often than the reference, i.e. its margins explain
+                       its extra flips: Cochran-Mantel-Haenszel over the margin bins (strata), flip ~ level;
+                       FAIL when the level flips significantly more often within margin bins.
+
+and a counterfactual split of the flip-rate difference: P(d_ref > m_level) (the level's margins with the reference's
+perturbations: what H-margin alone predicts) and P(d_level > m_ref) (what H-kernel alone predicts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.stats import mannwhitneyu
+
+from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs, same_prompt_requests
+from artifact.analysis.margins import MARGIN_BINS, top2
+from artifact.analysis.mitigation import FAIL, NOT_RUN, PASS, Verdict
+from artifact.analysis.stats import mantel_haenszel
+from artifact.analysis.tiers import INCONCLUSIVE
+from artifact.records.store import Run
+
+ALPHA = 0.05
+AS_F32 = "-as-F32"  # a recipe product: a level's weights dequantized to F32 (artifact/models/recipes)
+MIN_FLIPS = 5  # fewer flips in both configurations together: the margin test is INCONCLUSIVE
+POSITION_COLUMNS = ["config", "plan", "run", "episode_id", "request_index", "position", "margin", "delta", "flip"]
+
+
+def positions(on: Run, off: Run) -> pd.DataFrame:
+    """Every position at risk of one ON/OFF pair: the OFF margin, the perturbation d (NaN where the ON top-2 lacks
+    one of the OFF arm's two tokens) and whether the token flipped there (the last position at risk of its request)."""
+    rows = []
+    m = on.manifest
+    for q_off, q_on in same_prompt_requests(off, on):
+        if dict.get(q_on, "cache_n") == 0:  # no cached tokens: the ON request recomputed exactly as OFF did
+            continue
+        a_off, a_on = top2(off, q_off), top2(on, q_on)
+        t_off, t_on = q_off["output_tokens"], q_on["output_tokens"]
+        if a_off is None or a_on is None:
+            continue
+        n = min(len(t_off), len(t_on), len(a_off), len(a_on))
+        for i in range(n):
+            ta, la, tb, lb = a_off[i]
+            margin = abs(la - lb)
+            best, second = (ta, tb) if la >= lb else (tb, ta)
+            on_lp = {a_on[i, 0]: a_on[i, 1], a_on[i, 2]: a_on[i, 3]}
+            delta = margin - (on_lp[best] - on_lp[second]) if best in on_lp and second in on_lp else np.nan
+            flip = t_off[i] != t_on[i]
+            rows.append((m["config"], m["plan"], m["run"], q_on["episode_id"], q_on["request_index"], i, margin,
+                         delta, int(flip)))
+            if flip:
+                break
+    return pd.DataFrame(rows, columns=POSITION_COLUMNS)
+
+
+def position_frame(runs: list[Run]) -> pd.DataFrame:
+    parts = [positions(on, off) for group in by_plan(runs).values() for _, on, off in on_off_pairs(group)]
+    parts = [p for p in parts if not p.empty]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POSITION_COLUMNS)
+
+
+def _identity(run: Run) -> dict:
+    model = manifest_table(run, "model")
+    source = str(model.get("source") or "")
+    level = source.rsplit("/", 1)[-1] if source.startswith("derived:") else str(model.get("quant") or "")
+    return {"config": run.manifest["config"], "plan": run.manifest["plan"], "engine": run.manifest.get("engine"),
+            "model_name": model.get("name"), "quant": model.get("quant"), "level": level}
+
+
+def configurations(runs: list[Run]) -> pd.DataFrame:
+    """One row per configuration and plan with ON/OFF pairs: its identity and its reference (or none)."""
+    rows = [_identity(next(iter(g.values()))) for g in by_plan(runs).values() if on_off_pairs(g)]
+    df = pd.DataFrame(rows, columns=["config", "plan", "engine", "model_name", "quant", "level"])
+    refs, kinds = [], []
+    for r in df.to_dict("records"):
+        same = df[(df["engine"] == r["engine"]) & (df["model_name"] == r["model_name"]) & (df["plan"] == r["plan"])]
+        twin = same[same["level"] == r["level"] + AS_F32]
+        f16 = same[same["level"].str.upper().isin(["F16", "BF16"]) & (same["config"] != r["config"])]
+        ref, kind = None, None
+        if not twin.empty:  # the kernel experiment: the same weights through F32 kernels
+            ref, kind = twin["config"].iloc[0], "same weights through F32 kernels"
+        elif not f16.empty and not r["level"].endswith(AS_F32) and r["level"].upper() not in ("F16", "BF16"):
+            ref, kind = f16["config"].iloc[0], "the series' F16 level"
+        refs.append(ref)
+        kinds.append(kind)
+    return df.assign(reference=refs, reference_kind=kinds)
+
+
+def summary(pos: pd.DataFrame, configs: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for c in configs.to_dict("records"):
+        p = pos[(pos["config"] == c["config"]) & (pos["plan"] == c["plan"])]
+        d = p["delta"].dropna().abs()
+        rows.append({**c, "positions": len(p), "flips": int(p["flip"].sum()),
+                     "flip_rate": p["flip"].mean() if len(p) else np.nan,
+                     "margin_median": p["margin"].median() if len(p) else np.nan,
+                     "delta_positions": len(d), "delta_zero_share": (d == 0).mean() if len(d) else np.nan,
+                     "delta_median": d.median() if len(d) else np.nan,
+                     "delta_q90": d.quantile(0.9) if len(d) else np.nan})
+    return pd.DataFrame(rows, columns=[*configs.columns, "positions", "flips", "flip_rate", "margin_median",
+                                       "delta_positions", "delta_zero_share", "delta_median", "delta_q90"])
+
+
+def _flip_prob(delta: np.ndarray, margins: np.ndarray) -> float:
+    """P(d > m) with d drawn from `delta` and m from `margins` independently (the counterfactual flip rate)."""
+    if not delta.size or not margins.size:
+        return float("nan")
+    d = np.sort(delta)
+    return float(np.mean(1.0 - np.searchsorted(d, margins, side="right") / d.size))
+
+
+def compare(pos: pd.DataFrame, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdict]]:
+    """Each configuration against its reference: the two verdicts and the counterfactual split."""
+    rows, verdicts = [], []
+    for c in configs.to_dict("records"):
+        if not c["reference"]:
+            continue
+        scope = f"{c['config']} vs {c['reference']} [{c['plan']}]"
+        p = pos[(pos["config"] == c["config"]) & (pos["plan"] == c["plan"])]
+        r = pos[(pos["config"] == c["reference"]) & (pos["plan"] == c["plan"])]
+        dp, dr = p["delta"].dropna().to_numpy(), r["delta"].dropna().to_numpy()
+        row = {"config": c["config"], "reference": c["reference"], "plan": c["plan"],
+               "reference_kind": c["reference_kind"], "positions": len(p), "reference_positions": len(r),
+               "flip_rate": p["flip"].mean() if len(p) else np.nan,
+               "reference_flip_rate": r["flip"].mean() if len(r) else np.nan,
+               "margin_median": p["margin"].median(), "reference_margin_median": r["margin"].median(),
+               "delta_median": np.median(np.abs(dp)) if dp.size else np.nan,
+               "reference_delta_median": np.median(np.abs(dr)) if dr.size else np.nan,
+               "margin_only_rate": _flip_prob(dr, p["margin"].to_numpy()),
+               "kernel_only_rate": _flip_prob(dp, r["margin"].to_numpy()),
+               "kernel_p": np.nan, "mh_odds_ratio": np.nan, "mh_p": np.nan}
+        evidence = [f"{c['reference']}: {c['reference_kind']}",
+                    f"flip rate {_pct(row['flip_rate'])} vs {_pct(row['reference_flip_rate'])}; counterfactual: "
+                    f"its margins with the reference's perturbations {_pct(row['margin_only_rate'])}, its "
+                    f"perturbations with the reference's margins {_pct(row['kernel_only_rate'])}"]
+        # H-kernel: larger perturbations
+        if dp.size and dr.size:
+            row["kernel_p"] = float(mannwhitneyu(np.abs(dp), np.abs(dr), alternative="greater").pvalue)
+            larger = row["delta_median"] > row["reference_delta_median"] or \
+                np.mean(np.abs(dp)) > np.mean(np.abs(dr))
+            status = PASS if row["kernel_p"] < ALPHA else INCONCLUSIVE if larger else FAIL
+            verdicts.append(Verdict(
+                "BEYOND-QUANT-KERNEL", "the level's kernels perturb the margins more between the cached and the "
+                "recomputed path (|d| larger than the reference's)", scope, status,
+                f"median |d| {_g(row['delta_median'])} vs {_g(row['reference_delta_median'])} nats over "
+                f"{dp.size} / {dr.size} positions; one-sided Mann-Whitney p {_p(row['kernel_p'])} (positions)",
+                evidence))
+        else:
+            verdicts.append(Verdict("BEYOND-QUANT-KERNEL", "perturbations larger than the reference's", scope,
+                                    NOT_RUN, "no position at risk with both arms' top-2 in one of the two", evidence))
+        # H-margin: at equal margins, no more flips
+        strata = []
+        bins = MARGIN_BINS
+        for lo, hi in zip(bins[:-1], bins[1:]):
+            a = p[(p["margin"] >= lo) & (p["margin"] < hi)]["flip"]
+            b = r[(r["margin"] >= lo) & (r["margin"] < hi)]["flip"]
+            strata.append((int(a.sum()), int(len(a) - a.sum()), int(b.sum()), int(len(b) - b.sum())))
+        flips = sum(s[0] + s[2] for s in strata)
+        if not len(p) or not len(r):
+            verdicts.append(Verdict("BEYOND-QUANT-MARGIN", "margins explain the extra flips", scope, NOT_RUN,
+                                    "no position at risk in one of the two", evidence))
+        else:
+            row["mh_odds_ratio"], row["mh_p"] = mantel_haenszel(strata, alternative="greater")
+            if row["mh_p"] < ALPHA:
+                status = FAIL
+            elif flips < MIN_FLIPS:
+                status = INCONCLUSIVE
+            else:
+                status = PASS
+            verdicts.append(Verdict(
+                "BEYOND-QUANT-MARGIN", "at equal top-2 margins the level flips no more often than the reference "
+                "(its margins explain its extra flips)", scope, status,
+                f"{flips} flips; within margin bins, Mantel-Haenszel odds ratio {_g(row['mh_odds_ratio'])}, "
+                f"one-sided p {_p(row['mh_p'])} (margins {_g(row['margin_median'])} vs "
+                f"{_g(row['reference_margin_median'])} median nats)", evidence))
+        rows.append(row)
+    cols = ["config", "reference", "plan", "reference_kind", "positions", "reference_positions", "flip_rate",
+            "reference_flip_rate", "margin_median", "reference_margin_median", "delta_median",
+            "reference_delta_median", "margin_only_rate", "kernel_only_rate", "kernel_p", "mh_odds_ratio", "mh_p"]
+    return pd.DataFrame(rows, columns=cols), verdicts
+
+
+def _pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.2f}%"
+
+
+def _p(x: float) -> str:
+    return "< 1e-300" if x == 0 else f"= {x:.2g}"
+
+
+def _g(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.3g}"
+
+
+def analyse(runs: list[Run]) -> tuple[dict[str, pd.DataFrame], list[Verdict], pd.DataFrame]:
+    """The tables (quant_mechanism.csv, quant_mechanism_pairs.csv), the verdicts, and the positions (for the
+    figure; not written: at paper scale they are millions of rows)."""
+    pos = position_frame(runs)
+    configs = configurations(runs)
+    comparisons, verdicts = compare(pos, configs)
+    return {"quant_mechanism.csv": summary(pos, configs), "quant_mechanism_pairs.csv": comparisons}, verdicts, pos
+
+
+def figure(pos: pd.DataFrame, pairs: pd.DataFrame, path):
+    """Left: the distribution of |d| per configuration compared (survival function, log scale); right: flip rate
+    per margin bin. One line per configuration that has or is a reference."""
+    names = list(dict.fromkeys([*pairs["config"], *pairs["reference"]])) if not pairs.empty else []
+    if not names or pos.empty:
+        return None
+    from artifact.report.figure import new_figure  # noqa: PLC0415  (matplotlib: slow import)
+
+    fig = new_figure(10.0, 4.2)
+    ax, ax2 = fig.subplots(1, 2)
+    for name in names:
+        p = pos[pos["config"] == name]
+        d = np.sort(p["delta"].dropna().abs().to_numpy())
+        d = d[d > 0]
+        if d.size:
+            ax.step(d, 1.0 - np.arange(d.size) / d.size, where="post", label=name)
+        idx = np.digitize(p["margin"].to_numpy(), MARGIN_BINS[1:-1])
+        rates = [p["flip"].to_numpy()[idx == b].mean() if (idx == b).any() else np.nan
+                 for b in range(len(MARGIN_BINS) - 1)]
+        ax2.plot(range(len(rates)), [100 * x for x in rates], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("|d|: change of the top-2 margin, cached vs recomputed (nats; d = 0 left out)")
+    ax.set_ylabel("share of positions with a larger |d|")
+    ax.set_title("Perturbation size (H-kernel: larger for the level)", fontsize=9)
+    labels = [f"[{lo:g}, {hi:g})" if np.isfinite(hi) else f">= {lo:g}"
+              for lo, hi in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])]
+    ax2.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+    ax2.set_xlabel("OFF top-2 margin (nats)")
+    ax2.set_ylabel("positions that flip (%)")
+    ax2.set_title("Flips at equal margins (H-margin: equal curves)", fontsize=9)
+    ax.legend(fontsize=6, frameon=False)
+    fig.savefig(path, format="png")
+    return path
+
+

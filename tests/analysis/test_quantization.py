@@ -1,0 +1,110 @@
+"""Margins or kernels (issue 20, part 2), on records whose margins and perturbations are known: at every position
+of an episode's second request (the ON arm's cached one) the OFF arm's top-2 margin is m and the ON arm's margin on
+the same two tokens is m - d, for d chosen per configuration ("known kernels")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from artifact.analysis import quantization as qm
+from artifact.check.beyond import write_beyond
+from artifact.records.store import find_runs
+from synthetic_runs import MODEL, write_bfcl_run
+
+# per episode, the margins of the 10 positions of its second request: mostly wide, one narrow (0.05 nats)
+MARGINS = [2.0] * 9 + [0.05]
+N_EP = 30
+
+
+def arm_records(d: float, margins=MARGINS):
+    """OFF and ON outputs and top-2 lists: token 10 + i best in OFF with margin m; in ON the margin is m - d
+    (negative: the ON arm's best is the other token, a flip)."""
+    off_eps, on_eps, off_lp, on_lp = {}, {}, {}, {}
+    for e in range(N_EP):
+        eid = f"e{e}"
+        toks = [10 + i for i in range(len(margins))]
+        off_top = [[[t, -0.01], [t + 100, -0.01 - m]] for t, m in zip(toks, margins)]
+        on_top, on_toks = [], []
+        for t, m in zip(toks, margins):
+            mo = m - d
+            if mo >= 0:
+                on_top.append([[t, -0.01], [t + 100, -0.01 - mo]])
+                on_toks.append(t)
+            else:
+                on_top.append([[t + 100, -0.01], [t, -0.01 + mo]])
+                on_toks.append(t + 100)
+                break
+        off_eps[eid] = [[1, 2], toks]
+        on_eps[eid] = [[1, 2], on_toks]
+        off_lp[(eid, 1)] = off_top
+        on_lp[(eid, 1)] = on_top
+    return off_eps, on_eps, off_lp, on_lp
+
+
+def configuration(root, config, source, quant, d, margins=MARGINS, plan="kernels"):
+    model = {**MODEL, "name": "TestLM agent", "quant": quant, "source": source}
+    off, on, off_lp, on_lp = arm_records(d, margins)
+    write_bfcl_run(root, "off", 1, off, config=config, plan=plan, model=model, logprobs=off_lp)
+    write_bfcl_run(root, "on", 1, on, config=config, plan=plan, model=model, logprobs=on_lp)
+
+
+def test_positions_give_margin_perturbation_and_flip_exactly(tmp_path):
+    configuration(tmp_path, "lvl", "derived:r/Q8_0", "Q8_0", d=0.1)
+    pos = qm.position_frame(find_runs(tmp_path))
+    assert len(pos) == N_EP * 10  # every position of the cached request, the last one flipping
+    assert pos["delta"].to_numpy() == pytest.approx(np.full(len(pos), 0.1))
+    assert pos.groupby("episode_id")["flip"].sum().eq(1).all()
+    assert set(pos[pos["flip"] == 1]["margin"].round(6)) == {0.05}
+
+
+def test_the_same_weights_through_f32_kernels_is_the_reference_and_kernels_explain_the_flips(tmp_path):
+    """Equal margins, the level's perturbation 100x the reference's: H-kernel holds, H-margin fails."""
+    configuration(tmp_path, "lvl", "derived:r/Q8_0", "Q8_0", d=0.1)
+    configuration(tmp_path, "lvl-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001)
+    tables, verdicts, _ = qm.analyse(find_runs(tmp_path))
+    pairs = tables["quant_mechanism_pairs.csv"]
+    (row,) = pairs.to_dict("records")
+    assert (row["config"], row["reference"], row["reference_kind"]) == ("lvl", "lvl-f32",
+                                                                         "same weights through F32 kernels")
+    assert row["flip_rate"] == pytest.approx(0.1) and row["reference_flip_rate"] == 0
+    assert row["margin_only_rate"] == 0  # the level's margins with the reference's perturbations: no flip
+    assert row["kernel_only_rate"] > 0.05  # the level's perturbations with the reference's margins: flips
+    by_id = {v.id: v for v in verdicts}
+    assert by_id["BEYOND-QUANT-KERNEL"].status == "PASS"
+    assert by_id["BEYOND-QUANT-MARGIN"].status == "FAIL"
+
+
+def test_when_only_the_margins_differ_the_margin_explanation_holds(tmp_path):
+    """The level has more narrow margins and no larger perturbations (the reference's are a little larger): H-margin
+    holds (no excess of flips at equal margins), H-kernel does not."""
+    narrow = [2.0] * 5 + [0.05] * 5
+    configuration(tmp_path, "q4", "derived:r/Q4_K_M", "Q4_K_M", d=0.1, margins=narrow, plan="main")
+    configuration(tmp_path, "f16", "derived:r/F16", "F16", d=0.12, plan="main")
+    tables, verdicts, _ = qm.analyse(find_runs(tmp_path))
+    (row,) = tables["quant_mechanism_pairs.csv"].to_dict("records")
+    assert (row["config"], row["reference"], row["reference_kind"]) == ("q4", "f16", "the series' F16 level")
+    by_id = {v.id: v for v in verdicts}
+    assert by_id["BEYOND-QUANT-MARGIN"].status == "PASS", by_id["BEYOND-QUANT-MARGIN"].observed
+    assert by_id["BEYOND-QUANT-KERNEL"].status == "FAIL"
+
+
+def test_a_configuration_without_a_reference_is_summarised_not_judged(tmp_path):
+    configuration(tmp_path, "lone", "derived:r/Q8_0", "Q8_0", d=0.1)
+    tables, verdicts, _ = qm.analyse(find_runs(tmp_path))
+    assert verdicts == [] and tables["quant_mechanism_pairs.csv"].empty
+    (s,) = tables["quant_mechanism.csv"].to_dict("records")
+    assert s["positions"] == N_EP * 10 and s["flips"] == N_EP
+
+
+def test_check_writes_the_mechanism_tables_and_figure(tmp_path):
+    root = tmp_path / "results"
+    configuration(root, "lvl", "derived:r/Q8_0", "Q8_0", d=0.1)
+    configuration(root, "lvl-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001)
+    out = tmp_path / "check"
+    out.mkdir()
+    b = write_beyond(find_runs(root), out)
+    assert {"quant_mechanism.csv", "quant_mechanism_pairs.csv", "quant_mechanism.png"} <= set(b.files)
+    ctx = b.report_context(lambda p: "data:")
+    assert ctx["quant_pairs"][0]["reference"] == "lvl-f32"
+    assert {v["id"] for v in b.as_dict()["verdicts"]} >= {"BEYOND-QUANT-KERNEL", "BEYOND-QUANT-MARGIN"}
