@@ -110,25 +110,36 @@ def _check(path: Path, want: str | None, what: str, pin: bool, recipe_tools: str
 ANY = "*"  # a step that makes any level not named by another step
 
 
-def _steps_to(recipe: dict, level: str) -> list[dict]:
-    """The recipe's steps that make `level`: the named products it needs first (in recipe order), then its own."""
+PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+OWN_PLACEHOLDERS = {"base", "adapter", "out", "level"}
+
+
+def _steps_to(recipe: dict, level: str) -> list[tuple[str, dict]]:
+    """(product, step) pairs that make `level`: the products it needs first (in dependency order), then its own. A
+    step's placeholder names another product: a named step's, or a level the any-level step makes (e.g. {Q8_0})."""
     steps = recipe["steps"]
     named = {st["make"]: st for st in steps if st["make"] != ANY}
-    target = named.get(level) or next((st for st in steps if st["make"] == ANY), None)
-    if target is None:
-        raise ArtifactError(f"recipe {recipe['name']} has no step that makes {level}")
-    chain, seen = [], set()
+    any_step = next((st for st in steps if st["make"] == ANY), None)
 
-    def need(step: dict) -> None:
-        for arg in step["run"]:
-            for name in named:
-                if "{" + name + "}" in arg and name not in seen:
-                    seen.add(name)
-                    need(named[name])
-        chain.append(step)
+    def step_of(name: str) -> dict:
+        step = named.get(name) or any_step
+        if step is None:
+            raise ArtifactError(f"recipe {recipe['name']} has no step that makes {name}")
+        return step
 
-    need(target)
-    return list({id(st): st for st in chain}.values())
+    chain: list[tuple[str, dict]] = []
+    seen: set[str] = set()
+
+    def need(name: str) -> None:
+        seen.add(name)
+        for arg in step_of(name)["run"]:
+            for dep in PLACEHOLDER.findall(arg):
+                if dep not in OWN_PLACEHOLDERS and dep not in seen:
+                    need(dep)
+        chain.append((name, step_of(name)))
+
+    need(level)
+    return chain
 
 
 def make(recipe: dict, level: str, pin: bool = False) -> tuple[Path, dict]:
@@ -147,14 +158,13 @@ def make(recipe: dict, level: str, pin: bool = False) -> tuple[Path, dict]:
     paths: dict = {"adapter": str(adapter), "level": level}
     digests: dict = {}
     path = None
-    for st in _steps_to(recipe, level):
-        name = level if st["make"] == ANY else st["make"]
+    for name, st in _steps_to(recipe, level):
         path = out / product_name(recipe, name)
         if not path.exists():
             tmp = path.with_name(path.name + ".tmp")
             if "base" not in paths and any("{base}" in a for a in st["run"]):
                 paths["base"] = str(_base_file(recipe))
-            args = [a.format(**paths, out=tmp) for a in st["run"][1:]]
+            args = [a.format(**{**paths, "level": name}, out=tmp) for a in st["run"][1:]]
             _run([_tool(recipe, st["run"][0]), *args], out / f"{path.name}.log")
             tmp.replace(path)
         digests[name] = _check(path, products.get(name), f"{recipe['name']} {name}", pin, recipe["tools"])
@@ -178,7 +188,7 @@ def describe(source: str) -> dict:
 
 
 def _derived_configs(name: str) -> list[tuple[Path, str]]:
-    pattern = re.compile(rf'^source = "{SOURCE_PREFIX}{re.escape(name)}/([A-Za-z0-9_]+)"', re.M)
+    pattern = re.compile(rf'^source = "{SOURCE_PREFIX}{re.escape(name)}/([A-Za-z0-9_-]+)"', re.M)
     out = []
     for path in sorted(CONFIG_DIR.rglob("*.toml")):
         m = pattern.search(path.read_text())

@@ -39,6 +39,16 @@ def test_an_unknown_recipe_or_level_is_refused():
         derive.make(derive.load_recipe(RECIPE), "Q2_K")
 
 
+def test_a_step_may_use_a_level_the_any_level_step_makes():
+    """The kernel experiment's products: a level's weights dequantized to F32, made from that level's product."""
+    recipe = derive.load_recipe(RECIPE)
+    chain = [name for name, _ in derive._steps_to(recipe, "Q8_0-as-F32")]
+    assert chain == ["base-F16", "F16", "Q8_0", "Q8_0-as-F32"]
+    assert [name for name, _ in derive._steps_to(recipe, "Q4_K_M")] == ["base-F16", "F16", "Q4_K_M"]
+    for level in ("F16-as-F32", "Q8_0-as-F32", "Q4_K_M-as-F32"):
+        assert level in recipe["products"]
+
+
 def test_products_are_named_after_their_adapter():
     recipe = derive.load_recipe(RECIPE)
     assert recipe["adapter"]["sha256"][:12] in derive.product_name(recipe, "Q4_K_M")
