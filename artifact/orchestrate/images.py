@@ -66,16 +66,6 @@ def vllm_spec(base: str | None = None) -> ImageSpec:
                      {"BASE": base} if base else {}, None, shm_size="8g")
 
 
-def engine_available(kind: str) -> str | None:
-    """None if this version of the artifact can run the engine in a container, else why not (one line)."""
-    if kind == "llama.cpp":
-        return None
-    engines = REPO / "artifact" / "engines"
-    if kind == "vllm" and any(engines.glob("vllm*.py")) and (REPO / "Dockerfile.vllm").is_file():
-        return None
-    return f"the {kind} engine adapter is not part of this version of the artifact"
-
-
 def context_files(root: Path = REPO) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
