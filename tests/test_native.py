@@ -137,7 +137,7 @@ def test_native_dry_run_on_a_fake_two_gpu_host_plans_one_job_per_gpu(tmp_path):
     schedule = out.split("schedule (")[1]
     gpu0 = next(ln for ln in schedule.splitlines() if ln.strip().startswith("gpu0 (140 GiB)"))
     gpu1 = next(ln for ln in schedule.splitlines() if ln.strip().startswith("gpu1 (24 GiB)"))
-    assert "qwen2.5-7b-f16/main 0.0-2.5" in gpu0 and "qwen2.5-14b-q4_k_m/main 0.0-2.5" in gpu1
+    assert "qwen2.5-7b-f16/main 0.00-2.50" in gpu0 and "qwen2.5-14b-q4_k_m/main 0.00-2.50" in gpu1
     assert "skipped: no usable vLLM" in out  # no vLLM installed here: listed with the reason
     assert "each job: CUDA_VISIBLE_DEVICES=<its GPU>" in out and "all --job CONFIG" in out
     # A GPU too small for a job: it is planned on the one that fits (f16 needs ~17 GiB)

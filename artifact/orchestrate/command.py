@@ -99,7 +99,7 @@ def print_plan(jobs: list[Job], args, title: str, runs_with: tuple[str, callable
 def print_gpu_time(runnable: list[Job], slots: list[Slot], what: str) -> None:
     plan = simulate(runnable, slots)
     n = len(slots)
-    print(f"GPU time (estimate, RTX 4090 class): {sum(j.hours for j in runnable):.1f} h for the {len(runnable)} "
+    print(f"GPU time (the matrix's estimates): {sum(j.hours for j in runnable):.1f} h for the {len(runnable)} "
           f"runnable jobs; wall ~{max((e for *_, e in plan), default=0.0):.1f} h on {n} {what}{'s' * (n > 1)}")
 
 

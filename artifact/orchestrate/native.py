@@ -284,7 +284,7 @@ def dry_run(jobs: list[Job], args) -> int:
     print_gpu_time(runnable, slots, what)
     print("schedule (estimated hours; longest first, each slot takes the next job that fits its memory):")
     for slot in slots:
-        mine = [f"{j.key} {s:.1f}-{e:.1f}" for sl, j, s, e in simulate(runnable, slots) if sl.label == slot.label]
+        mine = [f"{j.key} {s:.2f}-{e:.2f}" for sl, j, s, e in simulate(runnable, slots) if sl.label == slot.label]
         mem = f" ({slot.memory_gib:.0f} GiB)" if slot.memory_gib is not None else ""
         print(f"  {slot.label}{mem}: " + (", ".join(mine) or "-"))
     results = Path(args.results).resolve()
