@@ -284,10 +284,11 @@ def cmd_slurm(jobs: list[Job], args) -> int:
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{n}"
     sub = results / SUBMISSIONS / stamp
     spec = {"version": 1, "stamp": stamp, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "submit_host": socket.gethostname(), "repo": str(REPO), "results": str(results),
+            "created_epoch": time.time(), "submit_host": socket.gethostname(), "repo": str(REPO), "results": str(results),
             "venv": task_venv(args, mode), "mode": mode, "cpu": bool(args.cpu), "image": args.image, "image_id": None,
             "episodes": args.episodes, "progress_every": args.progress_every, "expect_build": None,
             "base_image": args.base_image, "cuda_archs": args.cuda_archs,
+            "ca_bundle": str(Path(args.ca_bundle).resolve()) if args.ca_bundle else None,
             "weights": str(weights.weights_root().resolve()), "hf_hub_cache": hf_hub_cache(),
             "matrix": args.matrix, "jobs": [job_entry(i, j) for i, j in enumerate(jobs)], "array": todo,
             "skipped": skipped, "complete_before": sorted(done), "sbatch_options": opts,
@@ -486,7 +487,8 @@ def docker_fanout(spec: dict, job: Job, results: Path):
     client = host.docker_client()
     image_args = SimpleNamespace(cpu=spec["cpu"], base_image=spec["base_image"], cuda_archs=spec["cuda_archs"])
     ispec = engines.image_spec(job.engine, image_args)
-    image = images.ensure_image(client, ispec, results / "logs")
+    image = images.ensure_image(client, ispec, results / "logs",
+                                ca_bundle=Path(spec["ca_bundle"]) if spec.get("ca_bundle") else None)
     return Fanout(client, {job.engine: image}, {job.engine: ispec.expect_build_info}, results,
                   Path(spec["weights"]), Path(spec["hf_hub_cache"]), episodes=spec["episodes"],
                   progress_every=spec["progress_every"], shm_size={job.engine: ispec.shm_size})
@@ -630,7 +632,7 @@ def finish(args) -> int:
         raise ArtifactError("--slurm-finish needs --submission DIR (the batch script passes it)")
     sub = Path(args.submission)
     spec = read_spec(sub)
-    t0 = time.monotonic()
+    t0 = time.monotonic() - (time.time() - spec.get("created_epoch", time.time()))  # the total since submission
     jobs, outcomes = [], []
     for r, e in zip(task_states(sub, spec, live=False), spec["jobs"]):
         job = entry_job(e)
