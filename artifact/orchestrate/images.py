@@ -74,7 +74,10 @@ def context_files(root: Path = REPO) -> list[Path]:
                              and (rel_dir / d).as_posix() not in (f"{BUILD_INPUTS}/cache",))
         for name in sorted(filenames):
             rel = rel_dir / name
-            if name.endswith((".pyc", ".gguf", ".whl")) or rel.as_posix() == f"{BUILD_INPUTS}/ca.crt":
+            # GGUF files stay out (weights, derived models), except the package's own committed data (the agent
+            # model's 4.9 MB LoRA under artifact/agent/adapter/, which every derived model starts from)
+            gguf = name.endswith(".gguf") and rel.parts[0] != "artifact"
+            if name.endswith((".pyc", ".whl")) or gguf or rel.as_posix() == f"{BUILD_INPUTS}/ca.crt":
                 continue
             out.append(rel)
     return out
