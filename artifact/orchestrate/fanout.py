@@ -168,7 +168,13 @@ class FanoutBase:
                 taken[queue[i].key] = (queue[i], slot)
                 return queue.pop(i)
 
-        def worker(slot: Slot) -> None:
+        def worker(slot: Slot, done: threading.Event) -> None:
+            try:
+                work(slot)
+            finally:
+                done.set()
+
+        def work(slot: Slot) -> None:
             while not self.stop.is_set():
                 job = take(slot)
                 if job is None:
@@ -183,14 +189,22 @@ class FanoutBase:
                 say(f"[{slot.label}] {job.key}: {outcome.status} after {hms(outcome.seconds)}"
                     + (f" ({outcome.note})" if outcome.note else ""))
 
-        threads = [threading.Thread(target=worker, args=(s,), daemon=True, name=s.label) for s in slots]
-        for t in threads:
-            t.start()
+        # Each worker sets its own event when it ends: waiting on those (not Thread.join, which a KeyboardInterrupt
+        # can leave believing a live thread has ended) lets a stop wait for the jobs' clean-up.
+        dones = [threading.Event() for _ in slots]
+        for s, done in zip(slots, dones):
+            threading.Thread(target=worker, args=(s, done), daemon=True, name=s.label).start()
+
+        def wait_all(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            for done in dones:
+                if not done.wait(max(deadline - time.monotonic(), 0)):
+                    return False
+            return True
+
         try:
             last = time.monotonic()
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=0.5)
+            while not wait_all(0.5):
                 if time.monotonic() - last >= self.progress_every:
                     last = time.monotonic()
                     self.print_progress(len(outcomes), len(jobs))
@@ -198,8 +212,7 @@ class FanoutBase:
             self.stop.set()
             say("interrupted: stopping the running jobs (complete sessions are kept; a re-run resumes)")
             self.stop_running()
-            for t in threads:
-                t.join(timeout=30)
+            wait_all(30)
             self.after_stop()
         with self.lock:
             finished = {o.job.key for o in outcomes}
@@ -311,6 +324,9 @@ class Fanout(FanoutBase):
         with self.lock:
             self.active[job.key] = (slot.label, progress)
             self.containers[job.key] = container
+            late = self.stop.is_set()  # stopped while this container was being started: stop_running missed it
+        if late:
+            container.stop(timeout=20)
         say(f"[{slot.label}] {job.key}: started ({job.engine}, container {container.short_id}, log {log_path})")
         try:
             self.follow(job, slot, container.logs(stream=True, follow=True), log_path, progress, per_session)

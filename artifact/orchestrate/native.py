@@ -213,6 +213,9 @@ class NativeFanout(FanoutBase):
         with self.lock:
             self.active[job.key] = (slot.label, progress)
             self.procs[job.key] = proc
+            late = self.stop.is_set()  # stopped while this process was being started: stop_running missed it
+        if late and self.forward_signals:
+            _signal_group(proc, signal.SIGTERM)
         devices = env.get("CUDA_VISIBLE_DEVICES")
         say(f"[{slot.label}] {job.key}: started ({job.engine}, pid {proc.pid}"
             + (f", CUDA_VISIBLE_DEVICES={devices}" if devices is not None else "") + f", log {log_path})")
