@@ -450,6 +450,9 @@ def apptainer_command(job: Job, slot: Slot, *, spec: dict) -> tuple[list[str], d
     read-only, GPUs with --nv, no network (the image's own scripts/isolate.sh)."""
     exe = shutil.which("apptainer") or shutil.which("singularity") or "apptainer"
     binds = [f"{spec['results']}:/results", f"{spec['weights']}:/weights:ro"]
+    models = REPO / "models"  # derived models, made at submission (the image itself is read-only)
+    if models.is_dir():
+        binds.append(f"{models}:/artifact/models")
     gsm = Path(spec["hf_hub_cache"]) / "datasets--openai--gsm8k"
     if gsm.is_dir():
         binds.append(f"{gsm}:/hf-cache/datasets--openai--gsm8k:ro")
