@@ -23,9 +23,10 @@ from pathlib import Path
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 
-# Never in an image's build context: environments (.venv-vllm is ~8 GB), results, weights and models, tests.
-EXCLUDE_DIRS = {".git", ".venv", ".venv-vllm", "results", "weights", "models", "build", "__pycache__", ".pytest_cache",
-                ".whl", ".gl", "tests", "bench", ".ci", ".device", "node_modules"}
+# Never in an image's build context: environments (.venv-vllm is ~8 GB; .venv-cuda, --native's), results, weights and
+# models, tests.
+EXCLUDE_DIRS = {".git", ".venv", ".venv-vllm", ".venv-cuda", "results", "weights", "models", "build", "__pycache__",
+                ".pytest_cache", ".whl", ".gl", "tests", "bench", ".ci", ".device", "node_modules"}
 BUILD_INPUTS = "docker/build-inputs"
 DEFAULT_CUDA_ARCHS = "89-real;90-real;90-virtual"
 CPU_BASE = "debian:bookworm-slim"
