@@ -154,7 +154,7 @@ def body(sub: Path, spec: dict, entry: str) -> str:
         f"[ -f \"$sub/{SPEC}\" ] || {{ echo \"error: the results directory is not visible on $(hostname) "
         f"($sub/{SPEC} missing): --results must be on a file system every node mounts\" >&2; exit 2; }}",
         "export " + " ".join(f"{k}={q(v)}" for k, v in env.items()),
-        "unset ARTIFACT_ALLOW_NETWORK  # the protocol runs without network (scripts/isolate.sh), whatever sbatch exported",
+        "unset ARTIFACT_ALLOW_NETWORK  # the protocol runs without network (scripts/isolate.sh) whatever sbatch passed",
         entry, ""])
 
 
@@ -284,7 +284,8 @@ def cmd_slurm(jobs: list[Job], args) -> int:
         stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{n}"
     sub = results / SUBMISSIONS / stamp
     spec = {"version": 1, "stamp": stamp, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "created_epoch": time.time(), "submit_host": socket.gethostname(), "repo": str(REPO), "results": str(results),
+            "created_epoch": time.time(), "submit_host": socket.gethostname(), "repo": str(REPO),
+            "results": str(results),
             "venv": task_venv(args, mode), "mode": mode, "cpu": bool(args.cpu), "image": args.image, "image_id": None,
             "episodes": args.episodes, "progress_every": args.progress_every, "expect_build": None,
             "base_image": args.base_image, "cuda_archs": args.cuda_archs,
