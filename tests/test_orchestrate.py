@@ -105,10 +105,13 @@ def test_longest_first_schedule():
 def test_build_context_leaves_out_environments_weights_and_results(tmp_path):
     from artifact.orchestrate.images import context_files
 
-    for rel in ("run.sh", "artifact/cli.py", ".venv-vllm/lib/torch.so", ".venv/bin/python", "models/series/f16.gguf",
-                "results/cfg/main/off-run1/requests.jsonl", "weights/qwen/model.gguf", "tests/test_x.py",
-                "docker/build-inputs/ca.crt", "docker/build-inputs/ca-env.sh"):
+    for rel in ("run.sh", "artifact/cli.py", ".venv-vllm/lib/torch.so", ".venv/bin/python", ".venv-cuda/bin/python",
+                "models/series/f16.gguf", "results/cfg/main/off-run1/requests.jsonl", "weights/qwen/model.gguf",
+                "tests/test_x.py", "docker/build-inputs/ca.crt", "docker/build-inputs/ca-env.sh",
+                "artifact/models/recipes/lora.gguf", "artifact/models/derive.py", "configs/x.gguf",
+                "artifact/tests/x.py", "artifact/__pycache__/x.pyc"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x")
     assert sorted(p.as_posix() for p in context_files(tmp_path)) == [
-        "artifact/cli.py", "docker/build-inputs/ca-env.sh", "run.sh"]
+        "artifact/cli.py", "artifact/models/derive.py", "artifact/models/recipes/lora.gguf", "artifact/tests/x.py",
+        "docker/build-inputs/ca-env.sh", "run.sh"]  # top-level models/ and tests/ only: artifact/models/ is the package

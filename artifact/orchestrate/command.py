@@ -1,5 +1,8 @@
 """`./run.sh all`: prerequisites, weights, images, the fan-out over GPUs, the final table, then check and the report.
 
+Three ways to run the same matrix: in pinned containers on one Docker host (the default, this module), natively on
+the host's GPUs without containers (`--native`, native.py), or as a Slurm job array (`--slurm`, slurm.py).
+
 Exit code: 0 every job ran and check passed; 1 check judged a hard claim FAILED or a run invalid; 3 at least one
 configuration x plan FAILED (its line says why; the others ran); 2 bad input or a missing prerequisite (one line);
 130 interrupted. Jobs whose engine this version cannot run are listed as skipped and do not change the exit code.
@@ -7,15 +10,18 @@ configuration x plan FAILED (its line says why; the others ran); 2 bad input or 
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from artifact.models import hub as weights
 from artifact.errors import ArtifactError
-from artifact.orchestrate import host, images
-from artifact.orchestrate.fanout import DONE, FAILED, INTERRUPTED, SKIPPED, TOO_BIG, Fanout, Outcome, Slot, hms
+from artifact.orchestrate import engines, host, images
+from artifact.orchestrate.fanout import (DONE, FAILED, INTERRUPTED, SKIPPED, TOO_BIG, Fanout, Outcome, Slot, hms,
+                                         simulate)
 from artifact.orchestrate.matrix import DEFAULT_MATRIX, Job, load_jobs
 
 EXIT_JOB_FAILED = 3
@@ -27,12 +33,6 @@ def say(msg: str) -> None:
 
 def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
-
-
-def image_spec(engine: str, args) -> images.ImageSpec:
-    if engine == "vllm":
-        return images.vllm_spec()
-    return images.llamacpp_spec(cpu=args.cpu, base=args.base_image, cuda_archs=args.cuda_archs)
 
 
 def weights_bytes(job: Job) -> tuple[int, int, int]:
@@ -57,19 +57,20 @@ def free_bytes(path: Path) -> int:
 
 
 def schedule_hours(hours: list[float], n: int) -> float:
-    """Wall time of longest-first list scheduling of `hours` on `n` machines."""
-    load = [0.0] * max(n, 1)
-    for h in sorted(hours, reverse=True):
-        load[load.index(min(load))] += h
-    return max(load)
+    """Wall time of longest-first list scheduling of `hours` on `n` machines (the fan-out's own policy)."""
+    jobs = [SimpleNamespace(hours=h, gpu_mem_gib=0.0) for h in hours]  # all the schedule reads of a job
+    plan = simulate(jobs, [Slot(f"s{i}") for i in range(max(n, 1))])
+    return max((end for *_, end in plan), default=0.0)
 
 
-def dry_run(jobs: list[Job], args) -> int:
-    """The plan, without Docker: jobs, images, weights and disk, an estimate of GPU time."""
-    rows, seen_models, totals = [], set(), [0, 0, 0]
+def print_plan(jobs: list[Job], args, title: str, runs_with: tuple[str, callable], why_not: callable) -> list[Job]:
+    """The dry run's table (one row per job: where it runs, its weights, GPU memory, estimated hours, or why it is
+    skipped) and the weights' summary line; returns the runnable jobs."""
+    rows, seen_models, totals, runnable = [], set(), [0, 0, 0], []
     for j in jobs:
-        spec = image_spec(j.engine, args)
-        why = images.engine_available(j.engine)
+        why = why_not(j)
+        if not why:
+            runnable.append(j)
         total, present, unknown = weights_bytes(j)
         key = weights.lock_key(j.cfg.model) + str(j.cfg.model.files) if weights.is_hf(j.cfg.model) else j.cfg.name
         if key not in seen_models:
@@ -79,11 +80,11 @@ def dry_run(jobs: list[Job], args) -> int:
         wtext = (f"{gb(total)}{'+?' if unknown else ''} in {files} file{'s' * (files > 1)}"
                  + (", present" if total and present >= total else "")) if weights.is_hf(j.cfg.model) \
             else j.cfg.model.source.split(":")[0] + " (no download)"
-        rows.append((j.cfg.name, j.plan, j.engine, f"{spec.repository}:{spec.pin_tag}", wtext,
-                     f"{j.gpu_mem_gib:g}", f"{j.hours:g}", f"skipped: {why}" if why else ""))
-    heads = ("configuration", "plan", "engine", "image", "weights", "GPU GiB", "est. h", "")
+        rows.append((j.cfg.name, j.plan, j.engine, runs_with[1](j), wtext, f"{j.gpu_mem_gib:g}", f"{j.hours:g}",
+                     f"skipped: {why}" if why else ""))
+    heads = ("configuration", "plan", "engine", runs_with[0], "weights", "GPU GiB", "est. h", "")
     widths = [max(len(str(r[i])) for r in rows + [heads]) for i in range(len(heads))]
-    print(f"./run.sh all --dry-run: {len(jobs)} configuration x plan jobs over "
+    print(f"{title}: {len(jobs)} configuration x plan jobs over "
           f"{len(dict.fromkeys(j.cfg.name for j in jobs))} configurations ({args.matrix})")
     for r in [heads] + rows:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
@@ -92,25 +93,48 @@ def dry_run(jobs: list[Job], args) -> int:
           + (f" (+ {totals[2]} files sized by the Hub at fetch)" if totals[2] else "")
           + f", {gb(totals[1])} present under {root}, {gb(max(totals[0] - totals[1], 0))} to download; "
             f"{gb(free_bytes(root))} free there")
-    runnable = [j for j in jobs if not images.engine_available(j.engine)]
-    gpu_h = sum(j.hours for j in runnable)
+    return runnable
+
+
+def print_gpu_time(runnable: list[Job], slots: list[Slot], what: str) -> None:
+    plan = simulate(runnable, slots)
+    n = len(slots)
+    print(f"GPU time (the matrix's estimates): {sum(j.hours for j in runnable):.1f} h for the {len(runnable)} "
+          f"runnable jobs; wall ~{max((e for *_, e in plan), default=0.0):.1f} h on {n} {what}{'s' * (n > 1)}")
+
+
+def dry_run(jobs: list[Job], args) -> int:
+    """The plan, without Docker: jobs, images, weights and disk, an estimate of GPU time."""
+    def image(j):
+        spec = engines.image_spec(j.engine, args)
+        return f"{spec.repository}:{spec.pin_tag}" if spec else "-"
+
+    runnable = print_plan(jobs, args, "./run.sh all --dry-run", ("image", image),
+                          lambda j: engines.unavailable(j, "container"))
     n = len(args.gpus.split(",")) if args.gpus else 1
-    print(f"GPU time (estimate, RTX 4090 class): {gpu_h:.1f} h for the {len(runnable)} runnable jobs; "
-          f"wall ~{schedule_hours([j.hours for j in runnable], n):.1f} h on {n} GPU{'s' * (n > 1)}"
-          + ("" if args.gpus else " (--gpus 0,1,... for more)"))
-    print("images: " + ", ".join(f"{s.repository}:{s.pin_tag} ({s.dockerfile})"
-                                 for s in {image_spec(j.engine, args).repository: image_spec(j.engine, args)
-                                           for j in jobs}.values()))
+    print_gpu_time(runnable, [Slot(f"gpu{i}") for i in range(n)], "GPU")
+    if not args.gpus:
+        print("(--gpus 0,1,... for more GPUs)")
+    specs = {s.repository: s for s in (engines.image_spec(j.engine, args) for j in jobs) if s}
+    print("images: " + ", ".join(f"{s.repository}:{s.pin_tag} ({s.dockerfile})" for s in specs.values()))
     return 0
 
 
 def slots_for(args, client) -> list[Slot]:
     if args.cpu:
-        return [Slot(f"cpu{i}") for i in range(args.parallel)]
+        return cpu_slots(args.parallel)
     local = client.images.list()
     if local:  # fail fast, before any download or build, when Docker cannot hand out GPUs
         probe_any_gpu(client, local[0].id)
-    gpus = host.select_gpus(host.host_gpus(), args.gpus)
+    return gpu_slots(args.gpus)
+
+
+def cpu_slots(n: int) -> list[Slot]:
+    return [Slot(f"cpu{i}") for i in range(n)]
+
+
+def gpu_slots(wanted: str | None) -> list[Slot]:
+    gpus = host.select_gpus(host.host_gpus(), wanted)
     say("GPUs: " + "; ".join(f"{g.index} {g.name} {g.memory_gib:.0f} GiB (driver {g.driver})" for g in gpus))
     return [Slot(f"gpu{g.index}", (str(g.index),), g.memory_gib) for g in gpus]
 
@@ -132,6 +156,24 @@ def probe_any_gpu(client, image: str) -> None:
             container.remove(force=True)
 
 
+def split_runnable(jobs: list[Job], slots: list[Slot], why_not) -> tuple[list[Job], list[Outcome]]:
+    """(jobs to run, outcomes of those that cannot: engine unavailable -> skipped; too big for every slot)."""
+    outcomes, runnable = [], []
+    biggest = max((s.memory_gib for s in slots if s.memory_gib is not None), default=None)
+    for j in jobs:
+        why = why_not(j)
+        if why:
+            outcomes.append(Outcome(j, SKIPPED, note=why))
+        elif biggest is not None and j.gpu_mem_gib > biggest:
+            outcomes.append(Outcome(j, TOO_BIG, note=f"needs ~{j.gpu_mem_gib:g} GiB of GPU memory, the largest "
+                                                     f"selected GPU has {biggest:.0f} GiB"))
+        else:
+            runnable.append(j)
+    for o in outcomes:
+        say(f"{o.job.key}: {o.status} ({o.note})")
+    return runnable, outcomes
+
+
 def print_table(outcomes: list[Outcome], order: list[Job]) -> None:
     by_key = {o.job.key: o for o in outcomes}
     rows = [("configuration / plan", "status", "where", "time", "note")]
@@ -144,51 +186,8 @@ def print_table(outcomes: list[Outcome], order: list[Job]) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
 
 
-def cmd_all(args) -> int:
-    jobs = load_jobs(Path(args.matrix), [c for c in (args.configs or "").split(",") if c] or None)
-    if args.episodes is not None and args.episodes < 1:
-        raise ArtifactError("--episodes must be >= 1")
-    if args.dry_run:
-        return dry_run(jobs, args)
-    if args.parallel < 1:
-        raise ArtifactError("--parallel must be >= 1")
-    t0 = time.monotonic()
-    client = host.docker_client()
-    slots = slots_for(args, client)
-    outcomes, runnable = [], []
-    biggest = max((s.memory_gib for s in slots if s.memory_gib is not None), default=None)
-    for j in jobs:
-        why = images.engine_available(j.engine)
-        if why:
-            outcomes.append(Outcome(j, SKIPPED, note=why))
-        elif biggest is not None and j.gpu_mem_gib > biggest:
-            outcomes.append(Outcome(j, TOO_BIG, note=f"needs ~{j.gpu_mem_gib:g} GiB of GPU memory, the largest "
-                                                     f"selected GPU has {biggest:.0f} GiB"))
-        else:
-            runnable.append(j)
-    for o in outcomes:
-        say(f"{o.job.key}: {o.status} ({o.note})")
-    results = Path(args.results)
-    results.mkdir(parents=True, exist_ok=True)
-    if runnable and not args.no_fetch:
-        from artifact.fetch import fetch
-
-        fetch([j.cfg for j in runnable])
-    built, expect = {}, {}
-    ca = Path(args.ca_bundle) if args.ca_bundle else None
-    for engine in dict.fromkeys(j.engine for j in runnable):
-        spec = image_spec(engine, args)
-        built[engine] = images.ensure_image(client, spec, results / "logs", ca_bundle=ca, rebuild=args.rebuild)
-        expect[engine] = spec.expect_build_info
-    if runnable and not args.cpu:
-        host.probe_gpu_runtime(client, next(iter(built.values())).id, slots[0].device_ids[0])
-    from huggingface_hub import constants
-
-    fan = Fanout(client, built, expect, results, weights.weights_root(), Path(constants.HF_HUB_CACHE),
-                 episodes=args.episodes, progress_every=args.progress_every,
-                 shm_size={e: image_spec(e, args).shm_size for e in built})
-    say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}")
-    outcomes += fan.run(runnable, slots)
+def conclude(outcomes: list[Outcome], jobs: list[Job], results: Path, t0: float) -> int:
+    """The final table, then check and the report; the exit code of `all`."""
     print_table(outcomes, jobs)
     interrupted = any(o.status == INTERRUPTED for o in outcomes)
     failed = [o for o in outcomes if o.status in (FAILED, TOO_BIG)]
@@ -206,24 +205,114 @@ def cmd_all(args) -> int:
     return check_rc
 
 
+def check_args(args) -> None:
+    if args.episodes is not None and args.episodes < 1:
+        raise ArtifactError("--episodes must be >= 1")
+    if args.parallel < 1:
+        raise ArtifactError("--parallel must be >= 1")
+    slurm_only = [f for f, v in (("--status", args.status), ("--container", args.container != "native"),
+                                 ("--image", args.image),
+                                 *((f"--{k.replace('_', '-')}", getattr(args, k)) for k in
+                                   ("partition", "account", "gres", "time", "qos", "sbatch_line")))
+                  if v]
+    if slurm_only and not args.slurm:
+        raise ArtifactError(f"{slurm_only[0]} is an option of --slurm")
+    native_only = [f for f, v in (("--llama-source", args.llama_source), ("--no-build", args.no_build)) if v]
+    if native_only and not (args.native or (args.slurm and args.container == "native")):
+        raise ArtifactError(f"{native_only[0]} is an option of --native (and of --slurm's native tasks)")
+
+
+def cmd_all(args) -> int:
+    if args.slurm_task is not None or args.slurm_finish:
+        from artifact.orchestrate import slurm
+
+        return slurm.run_task(args) if args.slurm_task is not None else slurm.finish(args)
+    check_args(args)
+    jobs = load_jobs(Path(args.matrix), [c for c in (args.configs or "").split(",") if c] or None)
+    if args.slurm:
+        from artifact.orchestrate import slurm
+
+        return slurm.cmd_slurm(jobs, args)
+    if args.native:
+        from artifact.orchestrate import native
+
+        return native.cmd_native(jobs, args)
+    if args.dry_run:
+        return dry_run(jobs, args)
+    t0 = time.monotonic()
+    client = host.docker_client()
+    slots = slots_for(args, client)
+    runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "container"))
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    if runnable and not args.no_fetch:
+        from artifact.fetch import fetch
+
+        fetch([j.cfg for j in runnable])
+    built, expect = {}, {}
+    ca = Path(args.ca_bundle) if args.ca_bundle else None
+    for engine in dict.fromkeys(j.engine for j in runnable):
+        spec = engines.image_spec(engine, args)
+        built[engine] = images.ensure_image(client, spec, results / "logs", ca_bundle=ca, rebuild=args.rebuild)
+        expect[engine] = spec.expect_build_info
+    if runnable and not args.cpu:
+        host.probe_gpu_runtime(client, next(iter(built.values())).id, slots[0].device_ids[0])
+    from huggingface_hub import constants
+
+    fan = Fanout(client, built, expect, results, weights.weights_root(), Path(constants.HF_HUB_CACHE),
+                 episodes=args.episodes, progress_every=args.progress_every,
+                 shm_size={e: engines.image_spec(e, args).shm_size for e in built})
+    say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}")
+    outcomes += fan.run(runnable, slots)
+    return conclude(outcomes, jobs, results, t0)
+
+
 def add_parser(sub) -> None:
-    sp = sub.add_parser("all", help="the paper's configurations in pinned containers over the host's GPUs")
-    sp.add_argument("--dry-run", action="store_true", help="print the plan (jobs, images, weights, disk, GPU time); "
-                    "needs no Docker")
+    sp = sub.add_parser("all", help="the paper's configurations over the host's GPUs (containers, --native or "
+                        "--slurm)")
+    sp.add_argument("--dry-run", action="store_true", help="print the plan (jobs, images, weights, disk, GPU time; "
+                    "with --slurm the batch scripts); needs no Docker, GPU or Slurm, submits nothing")
     sp.add_argument("--configs", default=None, help="comma-separated subset of configurations (default: all)")
     sp.add_argument("--gpus", default=None, help="GPU indices to use, e.g. 0,2 (default: every GPU)")
-    sp.add_argument("--cpu", action="store_true", help="the CPU variant: no GPU, --parallel containers at once")
-    sp.add_argument("--parallel", type=int, default=1, help="containers at once with --cpu (default 1)")
+    sp.add_argument("--cpu", action="store_true", help="the CPU variant: no GPU, --parallel jobs at once")
+    sp.add_argument("--parallel", type=int, default=1, help="jobs at once with --cpu (default 1)")
     sp.add_argument("--matrix", default=str(DEFAULT_MATRIX), help="the run matrix (default configs/paper/all.toml)")
     sp.add_argument("--results", default=None, help="results directory (default: results/)")
     sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: each configuration's)")
-    sp.add_argument("--base-image", default=None, help="base image for the build and runtime stages (default: "
-                    "nvidia/cuda 12.6.3 devel/runtime on Ubuntu 24.04; with --cpu debian:bookworm-slim)")
-    sp.add_argument("--cuda-archs", default=images.DEFAULT_CUDA_ARCHS, help="CMAKE_CUDA_ARCHITECTURES for the "
-                    "llama.cpp image (default: %(default)s = sm_89 + sm_90 native, sm_90 PTX)")
-    sp.add_argument("--ca-bundle", default=None, help="a CA bundle for pip/git inside the image builds (behind an "
-                    "intercepting proxy); build stage only, never in the images")
-    sp.add_argument("--rebuild", action="store_true", help="build the images even when their tags exist")
     sp.add_argument("--no-fetch", action="store_true", help="do not download weights (they must be present)")
     sp.add_argument("--progress-every", type=float, default=60.0, help="seconds between progress tables")
+    g = sp.add_argument_group("containers (the default; Docker and the NVIDIA Container Toolkit)")
+    g.add_argument("--base-image", default=None, help="base image for the build and runtime stages (default: "
+                   "nvidia/cuda 12.6.3 devel/runtime on Ubuntu 24.04; with --cpu debian:bookworm-slim)")
+    g.add_argument("--cuda-archs", default=images.DEFAULT_CUDA_ARCHS, help="CMAKE_CUDA_ARCHITECTURES for the "
+                   "llama.cpp image and the --native build (default: %(default)s = sm_89 + sm_90 native, sm_90 PTX)")
+    g.add_argument("--ca-bundle", default=None, help="a CA bundle for pip/git inside the image builds (behind an "
+                   "intercepting proxy); build stage only, never in the images")
+    g.add_argument("--rebuild", action="store_true", help="build the images even when their tags exist")
+    g = sp.add_argument_group("native (--native: the host's GPUs without containers; ARTIFACT.md section 7b)")
+    g.add_argument("--native", action="store_true", help="run each job as a process on this host, one per GPU "
+                   "(CUDA_VISIBLE_DEVICES), llama-server built with CUDA into its own environment")
+    g.add_argument("--llama-source", default=None, metavar="DIR", help="a llama.cpp git checkout to build (the "
+                   "paper's b10434 = commit 7e4c0a9); default: the sdist's b10435")
+    g.add_argument("--no-build", action="store_true", help="use the llama-server already installed in the "
+                   "environment (labelled by its build record) instead of building it")
+    g = sp.add_argument_group("Slurm (--slurm: a job array through sbatch; ARTIFACT.md section 7c)")
+    g.add_argument("--slurm", action="store_true", help="submit one array task per configuration x plan and a "
+                   "dependent check job; resubmitting resumes")
+    g.add_argument("--status", action="store_true", help="with --slurm: each task's state from the results "
+                   "directory (and squeue/sacct)")
+    g.add_argument("--container", choices=("native", "apptainer", "docker"), default="native",
+                   help="what each task runs: the native path (default), the image through Apptainer/Singularity "
+                   "(--image FILE.sif) or through Docker")
+    g.add_argument("--image", default=None, help="with --container apptainer: the SIF image (built from the "
+                   "artifact's Docker image)")
+    for opt, what in (("partition", "partition"), ("account", "account to charge"), ("qos", "quality of service"),
+                      ("time", "time limit per task, e.g. 4:00:00"),
+                      ("gres", "generic resources per task (default gpu:1; 'none' for none; none with --cpu)")):
+        g.add_argument(f"--{opt}", default=None, help=f"sbatch --{opt}: {what}")
+    g.add_argument("--sbatch-line", action="append", default=[], metavar="OPTION",
+                   help="an extra #SBATCH line for every job, e.g. --sbatch-line=--cpus-per-task=8 (repeatable)")
+    sp.add_argument("--slurm-task", type=int, default=None, help=argparse.SUPPRESS)  # the batch script's entry
+    sp.add_argument("--slurm-finish", action="store_true", help=argparse.SUPPRESS)  # the check job's entry
+    sp.add_argument("--submission", default=None, help=argparse.SUPPRESS)
     sp.set_defaults(func=cmd_all)

@@ -23,9 +23,11 @@ from pathlib import Path
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 
-# Never in an image's build context: environments (.venv-vllm is ~8 GB), results, weights and models, tests.
-EXCLUDE_DIRS = {".git", ".venv", ".venv-vllm", "results", "weights", "models", "build", "__pycache__", ".pytest_cache",
-                ".whl", ".gl", "tests", "bench", ".ci", ".device", "node_modules"}
+# Never in an image's build context: environments (.venv-vllm is ~8 GB; .venv-cuda, --native's), results, weights and
+# models, tests. Top-level folders only (the package has its own artifact/models/), caches at any depth.
+EXCLUDE_TOP = {".git", ".venv", ".venv-vllm", ".venv-cuda", "results", "weights", "models", "build", ".whl", ".gl",
+               "tests", "bench", ".ci", ".device", "node_modules"}
+EXCLUDE_DIRS = {"__pycache__", ".pytest_cache"}
 BUILD_INPUTS = "docker/build-inputs"
 DEFAULT_CUDA_ARCHS = "89-real;90-real;90-virtual"
 CPU_BASE = "debian:bookworm-slim"
@@ -66,25 +68,19 @@ def vllm_spec(base: str | None = None) -> ImageSpec:
                      {"BASE": base} if base else {}, None, shm_size="8g")
 
 
-def engine_available(kind: str) -> str | None:
-    """None if this version of the artifact can run the engine in a container, else why not (one line)."""
-    if kind == "llama.cpp":
-        return None
-    engines = REPO / "artifact" / "engines"
-    if kind == "vllm" and any(engines.glob("vllm*.py")) and (REPO / "Dockerfile.vllm").is_file():
-        return None
-    return f"the {kind} engine adapter is not part of this version of the artifact"
-
-
 def context_files(root: Path = REPO) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
-        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDE_DIRS
+        top = EXCLUDE_TOP if rel_dir == Path(".") else set()
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDE_DIRS and d not in top
                              and (rel_dir / d).as_posix() not in (f"{BUILD_INPUTS}/cache",))
         for name in sorted(filenames):
             rel = rel_dir / name
-            if name.endswith((".pyc", ".gguf", ".whl")) or rel.as_posix() == f"{BUILD_INPUTS}/ca.crt":
+            # GGUF files stay out (weights, derived models), except the package's own committed data (the agent
+            # model's 4.9 MB LoRA under artifact/models/recipes/, which every derived model starts from)
+            gguf = name.endswith(".gguf") and rel.parts[0] != "artifact"
+            if name.endswith((".pyc", ".whl")) or gguf or rel.as_posix() == f"{BUILD_INPUTS}/ca.crt":
                 continue
             out.append(rel)
     return out

