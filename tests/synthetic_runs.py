@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from artifact.provenance import fingerprint
 from artifact.records.store import RunWriter, load_run
 
 MODEL = {"family": "testlm", "name": "TestLM-1B", "quant": "Q4_1", "sha256": "ab" * 32, "source": "path:x.gguf"}
@@ -14,8 +15,9 @@ ISOLATED = {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_f
 
 def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", **changes) -> dict:
     """What the protocol hashes into a run's pairing_fingerprint (issue 7): equal for every run of a configuration
-    and plan, whatever the arm; `changes` replace entries (e.g. threads=4) to make a run that may not be paired."""
-    return {"engine_binary_sha256": "ee" * 32, "engine": engine, "model_sha256": model["sha256"],
+    and plan, whatever the arm; `changes` replace entries (e.g. threads=4) to make a run that may not be paired.
+    Like the protocol's, they name the engine (its kind under "engine") and the model's sha256."""
+    return {"engine": {"engine": engine, "binary_sha256": "ee" * 32}, "model_sha256": model["sha256"],
             "server_args": ["-c", "4096", "-np", "1", "--cache-ram", str(cache_ram_mib), "--seed", "42"],
             "request": {"temperature": 0.0, "seed": 42, "n_probs": 2}, "threads": 2,
             "bfcl": {"version": "2026.3.23", "dataset_sha256": "bf" * 32},
@@ -24,7 +26,8 @@ def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", *
 
 
 def fingerprint_of(inputs: dict) -> str:
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    """The digest the protocol records (artifact.protocol.sessions.fingerprints) and the checker recomputes."""
+    return fingerprint(inputs)
 
 
 def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: str = "cfg", plan: str = "main",

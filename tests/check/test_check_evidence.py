@@ -52,7 +52,7 @@ def test_a_null_cache_count_does_not_hide_a_cached_token_elsewhere(tmp_path):
     off1 = tmp_path / "cfg" / "main" / "off-run1" / "requests.jsonl"
     recs = [json.loads(x) for x in lines(off1)]
     recs[0]["cache_n"] = None  # e0 request 0: not reported
-    recs[1]["cache_n"] = 7  # e0 request 1: 7 cached tokens served to the OFF arm
+    recs[1].update(cache_n=7, prompt_n=93)  # e0 request 1: 7 cached tokens served to the OFF arm
     off1.write_text("".join(json.dumps(r) + "\n" for r in recs))
     code, claims, data = check(tmp_path)
     assert code == 1 and claims["RQ1"]["status"] == FAIL

@@ -364,14 +364,21 @@ def test_odd_manifest_tables_are_one_line_errors_naming_the_field(tmp_path):
     assert "manifest.json: field 'model' must be dict, not list" in one_line_error(e)
 
 
-def test_odd_log_probabilities_do_not_crash(tmp_path):
+def test_odd_log_probabilities_are_malformed_records(tmp_path):
     for k in (1, 2):
         write_raw_run(tmp_path / "c" / "main" / f"off-run{k}",
-                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"],
-                       "pairing_fingerprint": "f0"},
+                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"]},
                       [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5,
                         "cache_n": 0, "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]}],
                       [{"episode_id": "e0", "n_requests": 1}])
-    code, claims, _ = check(tmp_path)
-    assert code == 1 and claims["RQ1"]["status"] == FAIL  # the OFF reruns differ at token 1
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    assert "off-run1/requests.jsonl:1: field 'top_logprobs' position 0 must be null or a list of [token id, " \
+           "logprob] pairs" in one_line_error(e)
+
+
+def test_a_position_without_log_probabilities_has_no_margin_in_the_report(tmp_path):
+    lps = {("e0", 0): [[[1, -0.1], [2, -1.0]], None]}
+    main_plan(tmp_path, {"e0": [[1, 2]]}, {"e0": [[1, 3]]}, {"e0": [[1, 3]]}, logprobs=lps)
+    check(tmp_path)
     assert "Top-2 log-probabilities at the flip: not available" in (tmp_path / "check" / "report.html").read_text()
