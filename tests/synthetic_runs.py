@@ -38,8 +38,10 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                    errors: dict | None = None, steps: dict | None = None):
     """A BFCL run: episode `eid` made one request per token list in `episodes[eid]`.
 
-    cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; an int
-    -> that value for every request after the first; "null" -> JSON null (an engine that does not report it).
+    cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; "warm"
+    -> 0 for OFF and 60 for every ON request (a server whose cache already holds the shared system prompt: one-request
+    episodes are then served cached tokens, as RQ2 and RQ4 require of an ON run); an int -> that value for every
+    request after the first; "null" -> JSON null (an engine that does not report it).
     texts[(eid, i)] / logprobs[(eid, i)] / prompts[(eid, i)] give a request's output_text / top_logprobs / prompt.
     inputs: the pairing_inputs (default `pairing_inputs(model, cache_ram_mib)`, equal for every arm and run); the
     manifest's pairing_fingerprint is their digest. isolation: the manifest's isolation record (None: left out).
@@ -63,8 +65,8 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
         for i, toks in enumerate(outputs):
             if cache_n == "null":
                 cn = None
-            elif cache_n is None:
-                cn = 60 if (arm == "on" and i) else 0
+            elif cache_n in (None, "warm"):
+                cn = 60 if (arm == "on" and (i or cache_n == "warm")) else 0
             else:
                 cn = cache_n if i else 0
             w.request({"episode_id": eid, "turn": 0, "step": i, "request_index": i,

@@ -267,7 +267,7 @@ def test_rq2_without_the_reruns_it_compares_against_is_inconclusive(tmp_path):
 def test_rq2_zero_on_vs_off_fails_only_with_enough_episodes(tmp_path, n, status, code):
     # 0/n ON vs OFF: its Wilson upper bound is 49.0% at n = 4 (above the paper's smallest 36.2%), 32.5% at n = 8
     eps = {f"e{i}": [[1, 2]] for i in range(n)}
-    main_plan(tmp_path, eps, eps, eps)
+    main_plan(tmp_path, eps, eps, eps, cache_n="warm")
     got, claims, _ = check(tmp_path)
     assert claims["RQ2"]["status"] == status and claims["RQ1"]["status"] == PASS and got == code
 

@@ -93,7 +93,7 @@ def test_rq2_fails_when_a_rerun_diverges_significantly_more(tmp_path):
     off = {f"e{i}": [[1, 2]] for i in range(20)}
     on1 = {**off, "e0": [[1, 3]]}
     on2 = {**on1, **{f"e{i}": [[7]] for i in range(10, 18)}}
-    main_plan(tmp_path, off, on1, on2)
+    main_plan(tmp_path, off, on1, on2, cache_n="warm")
     code, claims, _ = check(tmp_path)
     d = claims["RQ2"]["details"][0]
     assert code == 4 and d["status"] == FAIL and claims["RQ2"]["status"] == FAIL  # 4: a claim other than RQ1 fails
@@ -102,7 +102,7 @@ def test_rq2_fails_when_a_rerun_diverges_significantly_more(tmp_path):
     # one fewer rerun-only episode (7 vs 1: p = 0.07) is no longer significant: INCONCLUSIVE
     on2 = {**on1, **{f"e{i}": [[7]] for i in range(10, 17)}}
     other = tmp_path / "b"
-    main_plan(other, off, on1, on2)
+    main_plan(other, off, on1, on2, cache_n="warm")
     code, claims, _ = check(other)
     assert claims["RQ2"]["details"][0]["status"] == INCONCLUSIVE and code == 0
 
@@ -136,7 +136,7 @@ def paper_config_runs(root, k_onoff: int, k_onrerun: int, n: int = 80):
     off = {f"e{i}": [[1, 2]] for i in range(n)}
     on1 = {e: ([[1, 3]] if i < k_onoff else [[1, 2]]) for i, e in enumerate(off)}
     on2 = {e: ([[7]] if i >= n - k_onrerun else t) for i, (e, t) in enumerate(on1.items())}
-    return main_plan(root, off, on1, on2, config="qwen7-q4km", model=QWEN7_Q4KM)
+    return main_plan(root, off, on1, on2, config="qwen7-q4km", model=QWEN7_Q4KM, cache_n="warm")
 
 
 def test_paper_configuration_within_band(tmp_path):
