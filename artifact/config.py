@@ -11,6 +11,7 @@ wrong types are rejected with a one-line error naming the file and the key.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,7 +273,15 @@ def is_hex(value: str, length: int) -> bool:
     return len(value) == length and all(c in "0123456789abcdef" for c in value)
 
 
+# A configuration's name is a directory of the results (RESULTS/NAME/PLAN/...): letters, digits, '.', '_', '-',
+# starting with a letter or digit, so that it can be neither empty, '.', '..', nor a path.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def _semantic_problems(cfg: Config):
+    if not SAFE_NAME.fullmatch(cfg.name):
+        yield (f"name {cfg.name!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit (it "
+               "names the configuration's results directory)")
     m = cfg.model
     if not m.source.startswith(("pypi:", "path:", "hf:", "derived:")):
         yield f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:' or 'derived:'"

@@ -4,7 +4,9 @@ Writes, through the real RunWriter into a temporary directory, 10 configurations
 Qwen2.5-7B levels, three Llama-3.1-8B levels, Qwen2.5-14B Q4_K_M and two vLLM 16-bit configurations) x 4 runs
 (plan main: OFF run 1+2, ON run 1+2) x 80 episodes x 7-13 requests (about 10), each request with 10-80 generated
 tokens, their top-2 log-probabilities and text, as the protocol records them. Then times `run_check` on it (the
-timing excludes writing the synthetic results) and prints the breakdown. Target: < 5 s on the 2-core CI machine.
+timing excludes writing the synthetic results) and prints the breakdown. Target: `./run.sh check` as a fresh
+process (imports included) <= 2.5 s on the 2-core CI machine (TARGET_S); measure when the machine is quiet (the
+load average is printed with the numbers).
 
     python bench/bench_check.py [--repeat 3] [--keep DIR] [--profile] [--figure bench/check_timing.png]
 
@@ -31,9 +33,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from artifact.check.run import run_check  # noqa: E402
+from artifact.provenance import fingerprint  # noqa: E402
 from artifact.records.store import RunWriter  # noqa: E402
 
 EPISODES = 80
+TARGET_S = 2.5  # a fresh `check` process at paper scale, imports included
 # (config, engine, family, model name, quant, ON-vs-OFF rate, ON-rerun rate): rates near the paper's Tab. 2 values
 CONFIGS = (
     ("qwen2.5-7b-f16", "llama.cpp", "qwen2.5", "Qwen2.5-7B-Instruct", "F16", 0.362, 0.200),
@@ -65,19 +69,19 @@ def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list
     name, engine, family, model, quant = cfg[:5]
     d = root / name / "main" / f"{arm}-run{k}"
     vllm = engine == "vllm"
+    sha = hashlib.sha256(name.encode()).hexdigest()
+    # equal for every run of a configuration (the checker pairs only runs with equal fingerprints, and recomputes it)
+    inputs = {"model_sha256": sha, "engine": {"engine": engine}, "units": list(episodes)}
     w = RunWriter(d, {
         "config": name, "plan": "main", "arm": arm, "run": k, "session": arm, "lifecycle": "shared",
         "engine": engine, "engine_build": "vllm 0.11.0" if vllm else "b10435-9e40df63",
-        "model": {"family": family, "name": model, "quant": quant, "sha256": hashlib.sha256(name.encode()).hexdigest(),
-                  "source": f"path:models/{name}.gguf"},
+        "model": {"family": family, "name": model, "quant": quant, "sha256": sha, "source": f"path:models/{name}.gguf"},
         "plan_data": {"name": "main", "arms": ["off", "on"], "runs": 2, "lifecycle": "shared", "cache_ram_mib": 8192},
         "workload": "bfcl_multi_turn_base", "prompt_variant": "default", "episodes": list(episodes),
         "server_cmd": ["llama-server", "-m", f"models/{name}.gguf", "-c", "32768", "-np", "1", "--cache-ram", "8192"],
         "host": {"cpu": "synthetic", "cpu_count": 16, "gpus": [{"name": "NVIDIA RTX 4090", "driver": "560"}]},
         "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "bench",
-        # equal for every run of a configuration (the checker pairs only runs with equal fingerprints)
-        "pairing_inputs": {"model_sha256": hashlib.sha256(name.encode()).hexdigest(), "engine": engine},
-        "pairing_fingerprint": hashlib.sha256(f"pairing/{name}".encode()).hexdigest(),
+        "pairing_inputs": inputs, "pairing_fingerprint": fingerprint(inputs),
         "isolation": {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_from_env": []},
     })
     for eid, reqs in episodes.items():
@@ -89,8 +93,10 @@ def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list
                 "prompt_sha256": hashlib.sha256(f"{eid}/{i}/{toks[:3]}".encode()).hexdigest(),
                 "prompt_tokens": prompt, "output_tokens": toks, "output_text": " ".join(f"t{t}" for t in toks),
                 "top_logprobs": [[[t, -0.01 - (t % 7) / 100], [t + 1, -2.5 - (t % 5) / 10]] for t in toks],
-                "cache_n": None if vllm else cached, "prompt_n": prompt - cached, "prompt_ms": 100.0,
+                "cache_n": cached, "prompt_n": prompt - cached, "prompt_ms": 100.0,
                 "predicted_ms": 20.0 * len(toks), "stop_type": "eos", "error": None,
+                **({"engine_extra": {"usage_cached_tokens": cached, "metrics_prefix_cache_hits": cached}}
+                   if vllm else {}),
             })
             prompt += len(toks) + 120
         w.episode({"episode_id": eid, "verdict": "valid" if rng.random() < 0.1 else "state_mismatch",
@@ -126,7 +132,7 @@ def save_figure(timings: list[dict[str, float]], cold: float, path: Path) -> Non
         ax.barh([1], [v], left=left, label=f"{name} {v:.2f} s")
         left += v
     ax.barh([0], [cold], color="grey", label=f"fresh process {cold:.2f} s (median)")
-    ax.axvline(5.0, color="red", linestyle="--", label="target 5 s")
+    ax.axvline(TARGET_S, color="red", linestyle="--", label=f"target {TARGET_S} s (fresh process)")
     ax.set_yticks([0, 1], ["fresh process\n(imports included)", f"run_check\n(in process) {left:.2f} s"])
     ax.set_xlabel("seconds")
     ax.set_title(f"check on synthetic paper-scale results ({len(CONFIGS)} configs x 4 runs x {EPISODES} episodes)",
@@ -151,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {len(CONFIGS)} configurations x 4 runs x {EPISODES} episodes, {n} requests, "
                   f"{sum(f.stat().st_size for f in root.rglob('*.jsonl')) / 2**20:.0f} MiB in "
                   f"{time.perf_counter() - t:.1f} s ({root})")
-        print(f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}")
+        print(f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}, load average "
+              f"{os.getloadavg()[0]:.2f} (1 min)")
         totals, breakdowns = [], []
         for i in range(args.repeat):
             shutil.rmtree(root / "check", ignore_errors=True)
@@ -162,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in run_check.last_timings.items())
             print(f"run {i + 1}: {totals[-1]:.2f} s (exit code {code}; {parts})")
         best, mean = min(totals), sum(totals) / len(totals)
-        print(f"run_check: best {best:.2f} s, mean {mean:.2f} s over {len(totals)} runs; target < 5 s: "
-              f"{'met' if mean < 5 else 'NOT met'}")
+        print(f"run_check: best {best:.2f} s, mean {mean:.2f} s over {len(totals)} runs (in process)")
         # What `./run.sh check DIR` costs end to end: a fresh interpreter, imports (pandas, scipy, matplotlib) included.
         colds = []
         for _ in range(args.repeat):
@@ -175,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             colds.append(time.perf_counter() - t)
         cold = sorted(colds)[len(colds) // 2]
         print(f"fresh process (imports included): median {cold:.2f} s (runs: "
-              f"{', '.join(f'{c:.2f}' for c in colds)}); target < 5 s: {'met' if cold < 5 else 'NOT met'}")
+              f"{', '.join(f'{c:.2f}' for c in colds)}); target <= {TARGET_S} s: "
+              f"{'met' if cold <= TARGET_S else 'NOT met'}; load average {os.getloadavg()[0]:.2f}")
         if args.profile:
             shutil.rmtree(root / "check", ignore_errors=True)
             prof = cProfile.Profile()
@@ -186,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.figure:
             save_figure(breakdowns, cold, args.figure)
             print(f"figure: {args.figure}")
-        return 0 if mean < 5 and cold < 5 else 1
+        return 0 if cold <= TARGET_S else 1
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from artifact.provenance import fingerprint
 from artifact.records.store import RunWriter, load_run
 
 MODEL = {"family": "testlm", "name": "TestLM-1B", "quant": "Q4_1", "sha256": "ab" * 32, "source": "path:x.gguf"}
@@ -14,8 +15,9 @@ ISOLATED = {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_f
 
 def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", **changes) -> dict:
     """What the protocol hashes into a run's pairing_fingerprint (issue 7): equal for every run of a configuration
-    and plan, whatever the arm; `changes` replace entries (e.g. threads=4) to make a run that may not be paired."""
-    return {"engine_binary_sha256": "ee" * 32, "engine": engine, "model_sha256": model["sha256"],
+    and plan, whatever the arm; `changes` replace entries (e.g. threads=4) to make a run that may not be paired.
+    Like the protocol's, they name the engine (its kind under "engine") and the model's sha256."""
+    return {"engine": {"engine": engine, "binary_sha256": "ee" * 32}, "model_sha256": model["sha256"],
             "server_args": ["-c", "4096", "-np", "1", "--cache-ram", str(cache_ram_mib), "--seed", "42"],
             "request": {"temperature": 0.0, "seed": 42, "n_probs": 2}, "threads": 2,
             "bfcl": {"version": "2026.3.23", "dataset_sha256": "bf" * 32},
@@ -24,7 +26,8 @@ def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", *
 
 
 def fingerprint_of(inputs: dict) -> str:
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    """The digest the protocol records (artifact.protocol.sessions.fingerprints) and the checker recomputes."""
+    return fingerprint(inputs)
 
 
 def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: str = "cfg", plan: str = "main",
@@ -35,8 +38,10 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
                    errors: dict | None = None, steps: dict | None = None, cache_ns: dict | None = None):
     """A BFCL run: episode `eid` made one request per token list in `episodes[eid]`.
 
-    cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; an int
-    -> that value for every request after the first; "null" -> JSON null (an engine that does not report it).
+    cache_n: None -> 0 for OFF and 60 (of 100 prompt tokens) for ON requests after the first of an episode; "warm"
+    -> 0 for OFF and 60 for every ON request (a server whose cache already holds the shared system prompt: one-request
+    episodes are then served cached tokens, as RQ2 and RQ4 require of an ON run); an int -> that value for every
+    request after the first; "null" -> JSON null (an engine that does not report it).
     texts[(eid, i)] / logprobs[(eid, i)] / prompts[(eid, i)] give a request's output_text / top_logprobs / prompt.
     inputs: the pairing_inputs (default `pairing_inputs(model, cache_ram_mib)`, equal for every arm and run); the
     manifest's pairing_fingerprint is their digest. isolation: the manifest's isolation record (None: left out).
@@ -61,8 +66,8 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
         for i, toks in enumerate(outputs):
             if cache_n == "null":
                 cn = None
-            elif cache_n is None:
-                cn = 60 if (arm == "on" and i) else 0
+            elif cache_n in (None, "warm"):
+                cn = 60 if (arm == "on" and (i or cache_n == "warm")) else 0
             else:
                 cn = cache_n if i else 0
             cn = (cache_ns or {}).get((eid, i), cn)

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from artifact.config import load_config, load_plan, load_plans
@@ -46,6 +48,9 @@ def _write(tmp_path, text):
     (lambda s: s.replace("a2de4d", "zzzzzz"), "sha256 must be 64 lower-case hex"),
     (lambda s: s + "\nsurprise = 1\n", "unknown key"),
     (lambda s: s.replace("[model]", "[model\n"), "not valid TOML"),
+    # the configuration's name is its results directory: never outside --results, nor its root
+    *((lambda s, bad=bad: re.sub(r'^name = ".*"$', f"name = {bad!r}", s, count=1, flags=re.M),
+       f"name {bad!r} must be letters") for bad in ("../outside", "/abs", "a/b", "", ".", "..", "-x", "a b")),
 ])
 def test_bad_config_gives_one_line_error_naming_file_and_key(tmp_path, edit, message):
     path = _write(tmp_path, edit)

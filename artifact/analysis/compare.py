@@ -272,6 +272,20 @@ def cache_problem(run: Run, exposure: Exposure | None = None) -> str | None:
     return f"{run.label}: cache-OFF run served cached tokens in {hits} requests (invalid)" if hits else None
 
 
+def cache_unused(run: Run, exposure: Exposure | None) -> str | None:
+    """Why an ON run is no evidence of what the cache does (None if it is): none of its requests was served a
+    cached token, or none reported its cache use (`exposure` None). Compared with OFF, such a run compares two
+    uncached runs; the claims about the cache's effect (RQ2, RQ4) are INCONCLUSIVE on it, never PASS."""
+    if run.manifest["arm"] != "on":
+        return None
+    if exposure is None:
+        return f"{run.label} reports no cache use (cache_n null on every request): not shown to be a cache-ON run"
+    if not exposure.cached_tokens:
+        return (f"{run.label} was served no cached token (cache_n = 0 on all {exposure.requests} requests): not a "
+                "cache-ON run")
+    return None
+
+
 def validity_problems(run: Run) -> list[str]:
     """Reasons a run cannot be used as evidence: `record_problems`, or an OFF run served cached tokens."""
     cache = cache_problem(run)

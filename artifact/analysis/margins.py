@@ -21,8 +21,6 @@ generated position, the top-2 log-probabilities (softmax of the raw logits), so 
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -49,10 +47,6 @@ def margin(top: list) -> float:
     return lps[0] - lps[1] if len(lps) >= 2 else float("nan")
 
 
-_SEPARATORS = str.maketrans("[], ", "\n\n\n\n")
-_RUN_CACHE = "_top2_by_request"  # attribute under which a Run keeps its parsed top-2 arrays (see run_top2)
-
-
 def _parse_top2(top) -> np.ndarray | None:
     """One position list [[[id, lp], [id, lp]], ...] as an (n, 4) array; None unless every position has two."""
     try:
@@ -64,52 +58,17 @@ def _parse_top2(top) -> np.ndarray | None:
     return arr.reshape(len(top), 4) if arr.shape == (len(top), 2, 2) else None
 
 
-def run_top2(run: Run) -> dict[int, np.ndarray | None]:
-    """id(request record) -> its top-2 entries as an (n, 4) array [id1, logprob1, id2, logprob2] (None if not top-2).
-
-    At paper scale the records hold ~1.4 million positions and parsing them dominates the analysis, so the run's
-    still-undecoded top-2 texts (artifact.records.store.LazyRecord leaves them as JSON text) are parsed in one
-    pass by pandas' C reader, and the result is kept on the Run object for the other analyses of this check.
-    """
-    cached = getattr(run, _RUN_CACHE, None)
-    if cached is not None:
-        return cached
-    out: dict[int, np.ndarray | None] = {}
-    lazy = []
-    for rec in run.requests:
-        raw = None if dict.__contains__(rec, "top_logprobs") else getattr(rec, "_raw", None)
-        if isinstance(raw, str):
-            lazy.append((rec, raw, raw.count("]]")))  # every position's list ends in "]]"
-        else:
-            out[id(rec)] = _parse_top2(rec.get("top_logprobs") or [])
-    if lazy:
-        text = "\n".join(raw for _, raw, _ in lazy).translate(_SEPARATORS)
-        try:
-            vals = pd.read_csv(io.StringIO(text), header=None, dtype=float, engine="c")[0].to_numpy() \
-                if text.strip() else np.empty(0)
-        except (ValueError, pd.errors.ParserError):
-            vals = None
-        if vals is not None and vals.size == 4 * sum(n for _, _, n in lazy):
-            at = 0
-            for rec, _, n in lazy:
-                out[id(rec)] = vals[at:at + 4 * n].reshape(n, 4)
-                at += 4 * n
-        else:  # a malformed or non-top-2 text somewhere: record by record
-            for rec, _, _ in lazy:
-                out[id(rec)] = _parse_top2(rec.get("top_logprobs") or [])
-    setattr(run, _RUN_CACHE, out)
-    return out
-
-
-def top2(run: Run, record: dict) -> np.ndarray | None:
-    """One request's top-2 entries (see run_top2)."""
-    table = run_top2(run)
-    return table[id(record)] if id(record) in table else _parse_top2(record.get("top_logprobs") or [])
+def top2(run: Run | None, record: dict) -> np.ndarray | None:
+    """One request's top-2 entries as an (n, 4) array [id1, logprob1, id2, logprob2] (None if not top-2): from the
+    run's one-pass parse of its records (`Run.top2`: ~1.4 million positions at paper scale), else from the
+    record's own list."""
+    arr = run.top2().get(id(record)) if run is not None else None
+    return arr if arr is not None else _parse_top2(record.get("top_logprobs") or [])
 
 
 def request_margins(record: dict, run: Run | None = None) -> np.ndarray:
     """The margin at every generated position of one request (NaN where the engine gave fewer than two)."""
-    arr = top2(run, record) if run is not None else _parse_top2(record.get("top_logprobs") or [])
+    arr = top2(run, record)
     if arr is not None:
         return np.abs(arr[:, 1] - arr[:, 3])
     return np.array([margin(t) for t in record.get("top_logprobs") or []], dtype=float)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from artifact.analysis.groups import cache_condition
 from artifact.analysis.compare import (
-    Comparison, Exposure, Paired, cache_exposure, cache_problem, plan_pairs, record_problems,
+    Comparison, Exposure, Paired, cache_exposure, cache_problem, cache_unused, plan_pairs, record_problems,
 )
 from artifact.analysis.stats import block_bootstrap_interval, cochran_armitage, wilson_interval
 from artifact.records.store import Run
@@ -249,6 +249,13 @@ class PlanGroup:
 
     def pairs(self, kind: str) -> list[Pair]:
         return [p for p in self.comparisons if p.kind == kind]
+
+    def cache_unused(self, kinds: tuple[str, ...]) -> list[str]:
+        """Why the ON runs of these kinds' headline comparisons are not cache-ON runs (`compare.cache_unused`)."""
+        runs: list[Run] = []
+        for p in filter(None, map(self.headline, kinds)):
+            runs += [r for r in (p.a, p.b) if not any(r is x for x in runs)]
+        return [why for r in runs if (why := cache_unused(r, exposure(r)))]
 
     def run(self, arm: str, k: int) -> Run | None:
         for r in self.runs:

@@ -1,6 +1,8 @@
 """`./run.sh check [DIR]`: find runs by their manifests, build the tables, judge the claims, write the outputs.
 
-Writes into `<results_dir>/check/` (or `out_dir`):
+Writes into `<results_dir>/check/` (or `out_dir`), whole or not at all: every output is written into a new folder
+beside it, which then takes the old folder's place (`publish`); a failed write leaves the previous outputs as they
+were and exits 2 naming the path.
   check.json          per claim: status, observed, expected, band, evidence, and the per-scope verdicts;
                       plus the invalid runs and the files written
   tab2.csv, tab2_comparisons.csv, runs.csv, fig1.csv, fig2.csv, fig2_trend.csv, quant_levels.csv, verdicts.csv
@@ -19,7 +21,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,8 +38,8 @@ from artifact.check.claims import (
 )
 from artifact.config import arms
 from artifact.errors import ArtifactError
-from artifact.records.schema import MANIFEST, REQUEST, UNIT
-from artifact.records.store import Run, find_runs
+from artifact.records.schema import MANIFEST
+from artifact.records.store import Run, find_runs, validate_records
 
 CHECK_DIR = "check"
 
@@ -44,7 +48,8 @@ CHECK_DIR = "check"
 
 def check_records(run: Run) -> None:
     """Raise ArtifactError (one line, naming file, line and field) where a record breaks the records' schema
-    (artifact.records.schema: the one the writer enforces), or a manifest names an arm the artifact does not have."""
+    (artifact.records.schema: the one the writer enforces, fields and cross-field rules), or a manifest names an
+    arm the artifact does not have."""
     m = run.manifest
     problem = MANIFEST.problem(m)
     if problem:
@@ -52,12 +57,7 @@ def check_records(run: Run) -> None:
     if m["arm"] not in arms():
         raise ArtifactError(f"{run.path / 'manifest.json'}: arm {m['arm']!r} is not one of the artifact's arms "
                             f"({', '.join(arms())}; labels are lower-case)")
-    for schema, records in ((REQUEST, run.requests), (UNIT, run.episodes)):
-        valid = schema.valid
-        if all(valid(r) for r in records):  # the common case: one compiled test per record
-            continue
-        i, record = next((i, r) for i, r in enumerate(records, 1) if not valid(r))
-        raise ArtifactError(f"{run.path / schema.file}:{i}: {schema.problem(record)}")
+    validate_records(run)
 
 
 def load_results(results_dir: Path) -> list[Run]:
@@ -120,8 +120,54 @@ def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) ->
     for own in wtables.values():
         frames.update(own)
     for name, df in frames.items():
-        df.to_csv(out / name, index=False)
+        df.to_csv(out / name, index=False, errors=TEXT_ERRORS)
     return list(frames)
+
+
+# Model text is untrusted and may hold what UTF-8 cannot encode (a lone surrogate, from a JSON escape): written as
+# its escape (valid JSON, readable HTML), never an error that leaves a file empty.
+TEXT_ERRORS = "backslashreplace"
+
+
+def _outputs_of(out: Path) -> set[str]:
+    """The files a previous check wrote into `out` (its check.json lists them), check.json included."""
+    try:
+        files = json.loads((out / "check.json").read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        files = None
+    return {"check.json", *(f for f in files if isinstance(f, str))} if isinstance(files, list) else {"check.json"}
+
+
+def staging(out: Path) -> Path:
+    """A new folder beside `out` to write the outputs into (`out` itself must be a folder, or not exist yet)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ArtifactError(f"cannot write the check outputs to {out}: it is not a directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
+    except OSError as exc:
+        raise ArtifactError(f"cannot write the check outputs to {out} ({exc.strerror})") from None
+
+
+def publish(new: Path, out: Path) -> None:
+    """Put the folder `new` in the place of `out`: out is moved aside, new renamed to out, the old one removed (a
+    rename is atomic: out is at every moment the previous outputs, whole, or the new ones, or briefly absent).
+    Refuses an `out` that holds anything but a previous check's outputs and this one's: it would be lost."""
+    foreign = sorted(set(os.listdir(out)) - _outputs_of(out) - set(os.listdir(new))) if out.exists() else []
+    if foreign:
+        raise ArtifactError(f"refusing to replace {out}: it holds {foreign[0]}, which no check wrote; give --out a "
+                            "new or empty directory")
+    if not out.exists():
+        os.rename(new, out)
+        return
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+    os.rename(out, old / out.name)
+    try:
+        os.rename(new, out)
+    except OSError:
+        os.rename(old / out.name, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def verdict_table(claims: list[Claim]) -> str:
@@ -157,7 +203,7 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
         return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet)
     except ArtifactError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OSError) as exc:
         if os.environ.get("ARTIFACT_DEBUG"):
             raise
         raise ArtifactError(f"could not check {results_dir}: unexpected content in the records "
@@ -184,14 +230,32 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     claims = evaluate_claims(tables, wtables, root=root, expected_path=expected_path)
     annotate_with_paper(tables, expected_path)
     lap("claims")
+    code = exit_code(claims, tables.problems)
+
+    new = staging(out)
+    try:
+        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap)
+        summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+        (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
+                                        encoding="utf-8", errors=TEXT_ERRORS)
+        publish(new, out)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); "
+                            f"the previous outputs in {out} are left as they were") from None
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+    lap("json")
+    run_check.last_timings = dict(timings)  # read by bench/bench_check.py
+    if not quiet:
+        _print_summary(root, out, runs, tables, claims, code)
+    return code
+
+
+def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtables: dict, claims: list[Claim],
+                   code: int, lap) -> dict:
+    """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
-    code = exit_code(claims, problems)
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArtifactError(f"cannot write the check outputs to {out} ({exc.strerror})") from None
     files = write_csvs(out, tables, wtables, claims)
     lap("csv")
     from artifact.report.render import render_figures, write_report  # noqa: PLC0415  (matplotlib: slow import)
@@ -208,39 +272,38 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
                           warnings=tables.warnings, beyond=beyond)
     files.append(report.name)
     lap("report")
-    summary = {
+    return {
         "results_dir": str(root), "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
         "hard_failures": hard_fail, "failures": [c.id for c in claims if c.status == FAIL], "invalid": problems,
         "unisolated_runs": tables.unisolated_runs, "run_warnings": tables.warnings,
         "runs": len(runs), "claims": [c.as_dict() for c in claims], "claim_rules": CLAIM_RULES,
         "beyond": beyond.as_dict(), "files": files,
-        "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
-    (out / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n")
-    lap("json")
-    run_check.last_timings = dict(timings)  # read by bench/bench_check.py
-    if not quiet:
-        names = ", ".join(workloads.by_workload(runs))
-        print(f"check: {len(runs)} runs ({len(tables.groups)} configuration-plan(s) with paired ON/OFF runs; "
-              f"workloads: {names or 'none known'}) under {root}")
-        print(verdict_table(claims))
-        for c in claims:
-            for d in c.details:
-                if d.status in (FAIL, OUT, INCONCLUSIVE, INVALID):
-                    why = f" ({_clip(d.evidence[0], 160)})" if d.evidence and d.status != OUT else ""
-                    print(f"  {d.status} {d.claim} {d.scope}: {_clip(d.observed, 160)}{why}")
-        for p in problems:
-            print(f"INVALID: {p}")
-        for label in tables.unisolated_runs:
-            for w in tables.warnings[label]:
-                print(f"WARNING (not network-isolated): {w}")
-        if hard_fail:
-            print(f"hard claim(s) failed: {', '.join(hard_fail)}")
-        print(f"exit code {code}: {EXIT_CODES[code]}")
-        print(f"report: {out / 'report.html'}")
-        print(f"verdicts: {out / 'check.json'}")
-        sys.stdout.flush()
-    return code
+
+
+def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int) -> None:
+    problems = tables.problems
+    hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
+    names = ", ".join(workloads.by_workload(runs))
+    print(f"check: {len(runs)} runs ({len(tables.groups)} configuration-plan(s) with paired ON/OFF runs; "
+          f"workloads: {names or 'none known'}) under {root}")
+    print(verdict_table(claims))
+    for c in claims:
+        for d in c.details:
+            if d.status in (FAIL, OUT, INCONCLUSIVE, INVALID):
+                why = f" ({_clip(d.evidence[0], 160)})" if d.evidence and d.status != OUT else ""
+                print(f"  {d.status} {d.claim} {d.scope}: {_clip(d.observed, 160)}{why}")
+    for p in problems:
+        print(f"INVALID: {p}")
+    for label in tables.unisolated_runs:
+        for w in tables.warnings[label]:
+            print(f"WARNING (not network-isolated): {w}")
+    if hard_fail:
+        print(f"hard claim(s) failed: {', '.join(hard_fail)}")
+    print(f"exit code {code}: {EXIT_CODES[code]}")
+    print(f"report: {out / 'report.html'}")
+    print(f"verdicts: {out / 'check.json'}")
+    sys.stdout.flush()
 
 
 run_check.last_timings = {}

@@ -5,17 +5,23 @@ analyses, `summary`, `compare`) validates the records it loads through the same 
 readers cannot drift apart. A field not listed is allowed (engines and workloads add their own: `engine_extra`,
 BFCL's `steps`, the GSM8K bridge's `servings`); a listed one must have its type. A request that failed (its
 `error` is set) carries no output, so the fields only a served request has are required only when `error` is null
-(and type-checked whenever present).
+(and type-checked whenever present). Each kind also has its cross-field rules (`Rule`: a request's cache
+accounting, its log-probabilities against its tokens; a manifest's timestamps and its pairing fingerprint against
+`pairing_inputs`, the model and the engine), checked after the fields.
 
     MANIFEST, REQUEST, UNIT    the three record kinds
-    Schema.problem(record)     the first broken field as "field 'x' ...", or None
+    Schema.problem(record)     the first broken field or rule as "field 'x' ...", or None
+    Schema.valid(record)       the same test as a bool, compiled (the readers' fast path)
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Callable
+
+from artifact.provenance import fingerprint
 
 NoneType = type(None)
 Number = (int, float)
@@ -52,16 +58,26 @@ class Field:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A fact that relates fields of one record; `check` gets the record once its fields are valid, and returns
+    the reason it is broken ("field 'x' ..."), or None."""
+
+    doc: str
+    check: Callable[[dict], str | None]
+
+
+@dataclass(frozen=True)
 class Schema:
     kind: str  # "manifest", "request", "unit"
     file: str
     fields: tuple[Field, ...]
+    rules: tuple[Rule, ...] = ()
     names: dict = field(init=False, repr=False, compare=False)
     valid: Callable = field(init=False, repr=False, compare=False)  # record -> bool, the fast path of problem()
 
     def __post_init__(self):
         object.__setattr__(self, "names", {f.name: f for f in self.fields})
-        object.__setattr__(self, "valid", _compile(self.fields))
+        object.__setattr__(self, "valid", _compile(self.fields, self.rules))
 
     def problem(self, record: Any) -> str | None:
         """The first field this record breaks, or None."""
@@ -72,7 +88,7 @@ class Schema:
             why = f.problem(record, served)
             if why:
                 return why
-        return None
+        return next((why for r in self.rules if (why := r.check(record))), None)
 
     def describe(self) -> list[dict]:
         """The schema as data (ARTIFACT.md §4 and tests read it)."""
@@ -83,9 +99,9 @@ class Schema:
 _MISSING = object()
 
 
-def _compile(fields: tuple) -> Callable[[dict], bool]:
-    """One function that tells whether a record satisfies every field, with no per-field call: readers run it on
-    every request of every run (32,000 at paper scale), and `problem` says why only when it answers False."""
+def _compile(fields: tuple, rules: tuple) -> Callable[[dict], bool]:
+    """One function that tells whether a record satisfies every field and rule, with no per-field call: readers run
+    it on every request of every run (32,000 at paper scale), and `problem` says why only when it answers False."""
     lines = ["def valid(r):", " if not isinstance(r, dict): return False", " served = _get(r, 'error') is None"]
     env: dict = {"_get": dict.get, "_MISSING": _MISSING}
     for i, f in enumerate(fields):
@@ -97,6 +113,9 @@ def _compile(fields: tuple) -> Callable[[dict], bool]:
         if f.check is not None:
             env[f"c{i}"] = f.check
             lines.append(f" if v is not _MISSING and v is not None and c{i}(v): return False")
+    for i, rule in enumerate(rules):
+        env[f"r{i}"] = rule.check
+        lines.append(f" if r{i}(r): return False")
     lines.append(" return True")
     exec("\n".join(lines), env)  # noqa: S102 (our own field table, not input)
     return env["valid"]
@@ -118,7 +137,7 @@ def _hex64(v: str) -> str | None:
 
 
 def _ints(v: list) -> str | None:
-    return None if all(type(t) is int for t in v) else "must list integer token ids"
+    return None if all(type(t) is int and t >= 0 for t in v) else "must list token ids (integers >= 0)"
 
 
 def _strs(v: list) -> str | None:
@@ -129,6 +148,98 @@ def _status(v: str) -> str | None:
     return None if v in ("incomplete", "complete") else "must be 'incomplete' or 'complete'"
 
 
+def _iso(v: str) -> str | None:
+    try:
+        ok = datetime.fromisoformat(v).utcoffset() is not None
+    except ValueError:
+        ok = False
+    return None if ok else "must be an ISO 8601 time with its UTC offset"
+
+
+# --- cross-field rules ----------------------------------------------------------------------------------------
+# A rule runs once the record's fields are valid, so it may trust their types. Plain dict lookups: readers hand
+# records whose top_logprobs are still JSON text (store.LazyRecord); those are checked in bulk by the reader
+# (store.top2_problem), by the same rule as `top_logprobs_problem`.
+
+_get = dict.get
+
+
+def _cache_accounting(r: dict) -> str | None:
+    """Where a prompt's tokens came from adds up (llama.cpp's timings and vLLM's usage both say it): cache_n and
+    prompt_n never exceed prompt_tokens, and for a served request cache_n + prompt_n = prompt_tokens, so a cached
+    token can neither be reported as 0 nor hide behind a null cache_n."""
+    cn, pn, pt = _get(r, "cache_n"), _get(r, "prompt_n"), _get(r, "prompt_tokens")
+    if pt is None:
+        return None
+    for name, v in (("cache_n", cn), ("prompt_n", pn)):
+        if v is not None and v > pt:
+            return f"field '{name}' ({v}) exceeds prompt_tokens ({pt})"
+    if _get(r, "error") is not None or pn is None or (cn or 0) + pn == pt:
+        return None
+    if cn is None:
+        return (f"field 'cache_n' is null (not reported) although prompt_n ({pn}) < prompt_tokens ({pt}): "
+                "the other prompt tokens were served from somewhere")
+    return (f"field 'cache_n' ({cn}) + prompt_n ({pn}) must equal prompt_tokens ({pt}) in a served request: "
+            "the record's cache accounting does not add up")
+
+
+def top_logprobs_problem(top: list, tokens: list) -> str | None:
+    """Why a request's log-probabilities do not belong to its tokens, or None: one position per generated token,
+    each null (the engine gave none) or [[token id, logprob], ...] best first, the emitted token among the most
+    likely (greedy decoding: it is the argmax; a tie may list another first)."""
+    if len(top) != len(tokens):
+        return f"field 'top_logprobs' has {len(top)} positions for {len(tokens)} output_tokens"
+    for i, (tok, at) in enumerate(zip(tokens, top)):
+        if at is None:
+            continue
+        if not (type(at) is list and at and all(type(e) is list and len(e) == 2 and type(e[0]) is int
+                                                and type(e[1]) in Number for e in at)):
+            return f"field 'top_logprobs' position {i} must be null or a list of [token id, logprob] pairs"
+        lps = [e[1] for e in at]
+        if any(not a >= b for a, b in zip(lps, lps[1:])):  # (a NaN is never in order)
+            return f"field 'top_logprobs' position {i} is not ordered best first"
+        if not any(e[0] == tok and e[1] == lps[0] for e in at):
+            return f"field 'top_logprobs' position {i}: the emitted token {tok} is not the most likely entry"
+    return None
+
+
+def _top_logprobs(r: dict) -> str | None:
+    top = _get(r, "top_logprobs")
+    return None if top is None else top_logprobs_problem(top, r["output_tokens"])
+
+
+def _timestamps(m: dict) -> str | None:
+    start, end = _get(m, "started_at"), _get(m, "finished_at")
+    if start is not None and end is not None and datetime.fromisoformat(end) < datetime.fromisoformat(start):
+        return f"field 'finished_at' ({end}) is before started_at ({start})"
+    return None
+
+
+def _pairing(m: dict) -> str | None:
+    """A pairing fingerprint is the digest of the manifest's pairing_inputs (artifact.provenance.fingerprint, as
+    the protocol makes it), and those name the manifest's own model (sha256), engine and episodes."""
+    fp = _get(m, "pairing_fingerprint")
+    if fp is None:
+        return None  # made by an older version: INVALID for comparisons (analysis.compare.record_problems)
+    inputs = _get(m, "pairing_inputs")
+    if inputs is None:
+        return "field 'pairing_inputs' is missing: the pairing_fingerprint cannot be verified"
+    if fingerprint(inputs) != fp:
+        return f"field 'pairing_fingerprint' ({fp}) is not the digest of the manifest's pairing_inputs"
+    engine = _get(inputs, "engine")
+    engine = _get(engine, "engine") if isinstance(engine, dict) else engine
+    model = _get(m, "model")
+    facts = (("model_sha256", inputs.get("model_sha256"), "model.sha256",
+              _get(model, "sha256") if isinstance(model, dict) else None),
+             ("engine", engine, "engine", _get(m, "engine")))
+    for name, theirs, field_name, ours in facts:
+        if theirs is None or theirs != ours:
+            return f"field 'pairing_inputs' names {name} {theirs!r}, the manifest's {field_name} is {ours!r}"
+    if "units" in inputs and inputs["units"] != m["episodes"]:
+        return "field 'pairing_inputs' lists other units than the manifest's episodes"
+    return None
+
+
 MANIFEST = Schema("manifest", "manifest.json", (
     Field("config", (str,), "the configuration's name"),
     Field("plan", (str,), "the plan's name (configs/plans.toml)"),
@@ -136,8 +247,9 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("run", (int,), "the run's number within its arm", check=_positive),
     Field("episodes", (list,), "the units of the run, in order (episode or item ids)", check=_strs),
     Field("status", (str,), "incomplete until the run finished, then complete", check=_status),
-    Field("started_at", (str,), "UTC, ISO 8601", required=False),
-    Field("finished_at", (str, NoneType), "UTC, ISO 8601; null while incomplete", required=False),
+    Field("started_at", (str,), "UTC, ISO 8601", required=False, check=_iso),
+    Field("finished_at", (str, NoneType), "UTC, ISO 8601; null while incomplete, not before started_at",
+          required=False, check=_iso),
     Field("wall_s", Number, "the run's wall time", required=False, check=_nonneg),
     Field("workload", (str,), "the workload (artifact.workloads.REGISTRY)", required=False),
     Field("engine", (str,), "the engine kind (artifact.engines.REGISTRY)", required=False),
@@ -147,14 +259,19 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("lifecycle", (str,), "shared or fresh", required=False),
     Field("plan_data", (dict,), "the plan as run", required=False),
     Field("cache_condition", (dict,), "the engine's own description of the cache condition", required=False),
-    Field("pairing_inputs", (dict,), "what produced the tokens (engine, model, workload, protocol)", required=False),
-    Field("pairing_fingerprint", (str, NoneType), "digest of pairing_inputs: runs are compared only if equal "
-          "(missing or null: made by an older version, INVALID for comparisons)", required=False),
+    Field("pairing_inputs", (dict,), "what produced the tokens (engine, model, workload, protocol); names the "
+          "manifest's engine and model.sha256 (and its episodes, as units)", required=False),
+    Field("pairing_fingerprint", (str, NoneType), "digest of pairing_inputs (recomputed): runs are compared only if "
+          "equal (missing or null: made by an older version, INVALID for comparisons)", required=False),
     Field("fingerprint", (str,), "resume identity (configuration and plan as written)", required=False),
     Field("host", (dict,), "CPU, GPUs, driver, OS, Python, CUDA MPS", required=False),
     Field("packages", (dict,), "installed distributions", required=False),
     Field("isolation", (dict,), "network namespace and scrubbed environment", required=False),
     Field("server_cmd", (list,), "the server's full command line", required=False),
+), rules=(
+    Rule("finished_at is not before started_at", _timestamps),
+    Rule("pairing_fingerprint is the digest of pairing_inputs, which name the manifest's model and engine",
+         _pairing),
 ))
 
 REQUEST = Schema("request", "requests.jsonl", (
@@ -165,24 +282,29 @@ REQUEST = Schema("request", "requests.jsonl", (
     Field("prompt_sha256", (str,), "sha256 of the prompt text", check=_hex64),
     Field("output_tokens", (list,), "generated token ids", check=_ints),
     Field("output_text", (str,), "generated text", required=False),
-    Field("top_logprobs", (list,), "per generated position: [[token id, logprob], ...] best first, or null",
-          required=False),
+    Field("top_logprobs", (list,), "per generated position: [[token id, logprob], ...] best first, or null; "
+          "one per output token, the emitted token the most likely", required=False),
     Field("prompt_tokens", (int, NoneType), "prompt length as the engine tokenized it", served=True,
           check=_nonneg),
     Field("cache_n", (int, NoneType), "prompt tokens served from cache; null = not reported, never 0",
           served=True, check=_nonneg),
-    Field("prompt_n", (int, NoneType), "prompt tokens computed", required=False, check=_nonneg),
+    Field("prompt_n", (int, NoneType), "prompt tokens computed: cache_n + prompt_n = prompt_tokens when served",
+          required=False, check=_nonneg),
     Field("prompt_ms", (int, float, NoneType), "the engine's prompt time", required=False, check=_nonneg),
     Field("predicted_ms", (int, float, NoneType), "the engine's generation time", required=False, check=_nonneg),
     Field("stop_type", (str, NoneType), "why generation stopped", required=False),
     Field("n_predict", (int,), "the per-request cap", required=False, check=_nonneg),
     Field("error", (str, NoneType), "why the engine could not serve it (null when served)", required=False),
     Field("engine_extra", (dict,), "engine-specific evidence", required=False),
+), rules=(
+    Rule("cache_n, prompt_n <= prompt_tokens; served: cache_n + prompt_n = prompt_tokens", _cache_accounting),
+    Rule("top_logprobs: one position per output token, best first, the emitted token the most likely",
+         _top_logprobs),
 ))
 
 UNIT = Schema("unit", "episodes.jsonl", (
     Field("episode_id", (str,), "the unit's id (an episode or an item)"),
-    Field("n_requests", (int,), "requests the unit made", required=False, check=_nonneg),
+    Field("n_requests", (int,), "requests the unit made (its requests.jsonl lines)", check=_nonneg),
     Field("verdict", (str,), "the workload's verdict", required=False),
     Field("valid", (bool,), "whether the workload judged the unit correct", required=False),
     Field("error", (str, NoneType), "why the unit ended early", required=False),

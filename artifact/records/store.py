@@ -5,13 +5,17 @@ A run directory holds:
                   always replaced atomically;
   requests.jsonl  one line per request, appended and flushed as it happens;
   episodes.jsonl  one line per unit (an episode, an item): the workload's verdict, number of requests, error.
-Readers find runs by their manifests under a results directory, never by directory names. Every field of the three
-record kinds is typed in `schema` (MANIFEST, REQUEST, UNIT): the writer refuses a record that breaks it, and the
-readers validate what they load through the same schema.
+Readers find runs by their manifests under a results directory, never by directory names, and refuse a symbolic
+link there (a run directory, or a record file, that is a link could count one run's records twice or bring in
+records from outside). Every field of the three record kinds is typed in `schema` (MANIFEST, REQUEST, UNIT): the
+writer refuses a record that breaks it, and the readers validate what they load through the same schema. Readers
+decode strictly: a JSON object that holds a key twice, nesting too deep to decode, or text that is not UTF-8 is
+corruption (ArtifactError naming file and line), never read as something else.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST as MANIFEST_SCHEMA
-from artifact.records.schema import REQUEST, UNIT, Schema
+from artifact.records.schema import REQUEST, UNIT, Schema, top_logprobs_problem
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
@@ -92,27 +96,60 @@ class RunWriter:
                 fh.close()
 
 
-def _corrupt(path: Path, lineno: int, complete: bool) -> ArtifactError:
-    why = " (cut short?) in a run marked complete" if complete else ""
-    return ArtifactError(f"{path}:{lineno}: not valid JSON{why}; the record is corrupt")
+class DuplicateKey(ValueError):
+    """A JSON object that holds one key twice (a decoder would keep the last silently)."""
 
 
-def _read_jsonl(path: Path, complete: bool = False) -> list[dict]:
+def _unique_keys(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set = set()
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+loads = json.JSONDecoder(object_pairs_hook=_unique_keys).decode  # json.loads, refusing duplicate keys
+
+
+def _corrupt(path: Path, lineno: int | None, exc: Exception, complete: bool) -> ArtifactError:
+    where = f"{path}:{lineno}" if lineno is not None else str(path)
+    if isinstance(exc, DuplicateKey):
+        why = f"a JSON object holds the key {exc.args[0]!r} twice"
+    elif isinstance(exc, RecursionError):
+        why = "JSON nested too deeply to decode"
+    else:
+        why = "not valid JSON" + (" (cut short?) in a run marked complete" if complete else "")
+    return ArtifactError(f"{where}: {why}; the record is corrupt")
+
+
+def read_text(path: Path) -> str:
+    """A record file's text; one line naming the file where it is not readable UTF-8 text."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}); the record is corrupt") from None
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+
+
+def _read_jsonl(path: Path, complete: bool = False, decode=loads) -> list:
     """The records of a JSON-lines file. Only the last line of an interrupted (not complete) run may be cut short
     and is then dropped; any other line that does not decode is corruption (ArtifactError naming file and line)."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
+    lines = read_text(path).split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if not complete and fh.readline() == "":
-                    break
-                raise _corrupt(path, lineno, complete) from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(decode(line))
+        except (ValueError, RecursionError) as exc:
+            if type(exc) is json.JSONDecodeError and lineno == len(lines) and not complete:
+                break  # the last line of an interrupted run may be cut short
+            raise _corrupt(path, lineno, exc, complete) from None
     return rows
 
 
@@ -120,7 +157,8 @@ def _read_jsonl(path: Path, complete: bool = False) -> list[dict]:
 # request), and those are most of the bytes of requests.jsonl: at paper scale, decoding them took 4.3 of the 4.9 s
 # spent reading records. `read_requests` therefore leaves them as text until first accessed. It returns the same
 # records as `_read_jsonl` (same rules: only the last line of a run not marked complete may be cut short); a line
-# whose top_logprobs are not plain numbers falls back to decoding the whole line.
+# whose top_logprobs are not plain numbers falls back to decoding the whole line. The texts are checked against
+# the schema's rule in bulk (`top2_problem`), and parsed for the analyses once per run (`Run.top2`).
 
 _TOP_LOGPROBS = re.compile(r'"top_logprobs": (\[[-0-9.eE+,\[\] INaNfinity]*\])')
 
@@ -131,7 +169,7 @@ class LazyRecord(dict):
     __slots__ = ("_raw",)
 
     def _decode(self):
-        value = json.loads(self._raw)
+        value = loads(self._raw)
         dict.__setitem__(self, "top_logprobs", value)
         self._raw = None
         return value
@@ -154,10 +192,12 @@ def _decode_line(line: str):
     # The match holds only numbers, brackets, commas and spaces, so it cannot run past the value (the next key
     # starts with a quote). If the value holds anything else (null, a string) the match is a proper prefix, which
     # leaves an unmatched "]" behind the placeholder: that line does not decode, and is decoded whole instead.
+    # The text holds no JSON object, so no key in it can be doubled; a second "top_logprobs" key is left in the
+    # rest, where `loads` refuses it.
     m = _TOP_LOGPROBS.search(line)
     if m is not None:
         try:
-            rec = json.loads(line[:m.start(1)] + "0" + line[m.end(1):])
+            rec = loads(line[:m.start(1)] + "0" + line[m.end(1):])
         except json.JSONDecodeError:
             rec = None
         if isinstance(rec, dict) and rec.get("top_logprobs") == 0:
@@ -165,27 +205,29 @@ def _decode_line(line: str):
             lazy = LazyRecord(rec)
             lazy._raw = m.group(1)
             return lazy
-    return json.loads(line)
+    return loads(line)
 
 
 def read_requests(path: Path, complete: bool = False) -> list:
-    if not path.exists():
-        return []
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    rows = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(_decode_line(line))
-        except json.JSONDecodeError:
-            if lineno == len(lines) and not complete:  # the last line of an interrupted run may be cut short
-                break
-            raise _corrupt(path, lineno, complete) from None
-    return rows
+    return _read_jsonl(path, complete, _decode_line)
+
+
+_SEPARATORS = str.maketrans("[], ", "\n\n\n\n")
+
+
+def _parse_top2(texts: list[str]):
+    """The numbers of top-2 texts ("[[[id, lp], [id, lp]], ...]"), one flat array in one pass of pandas' C reader;
+    None where they are not all numbers."""
+    import numpy as np  # noqa: PLC0415  (readers that never ask for it, the protocol's writer, skip the import)
+    import pandas as pd  # noqa: PLC0415
+
+    text = "\n".join(texts).translate(_SEPARATORS)
+    if not text.strip():
+        return np.empty(0)
+    try:
+        return pd.read_csv(io.StringIO(text), header=None, dtype=float, engine="c")[0].to_numpy()
+    except (ValueError, pd.errors.ParserError):
+        return None
 
 
 @dataclass
@@ -195,6 +237,7 @@ class Run:
     _requests: list | None = field(default=None, repr=False)
     _episodes: list | None = field(default=None, repr=False)
     _integrity: list | None = field(default=None, repr=False)
+    _top2: dict | None = field(default=None, repr=False)
 
     @property
     def complete(self) -> bool:
@@ -217,6 +260,23 @@ class Run:
             self._episodes = _read_jsonl(self.path / EPISODES, self.complete)
         return self._episodes
 
+    def top2(self) -> dict:
+        """id(request record) -> its top_logprobs as an (n, 4) array [id1, logprob1, id2, logprob2], for each record
+        whose top_logprobs are still text (LazyRecord) with two entries at every position, as the engines write
+        them; the others are left out (read their `top_logprobs`). Parsed in one pass per run, memoised: at paper
+        scale the runs hold ~1.4 million positions."""
+        if self._top2 is None:
+            lazy = [(rec, rec._raw) for rec in self.requests if type(rec) is LazyRecord and rec._raw is not None]
+            counts = [raw.count("]]") for _, raw in lazy]  # every position's list ends in "]]"
+            vals = _parse_top2([raw for _, raw in lazy]) if lazy else None
+            self._top2 = {}
+            if vals is not None and vals.size == 4 * sum(counts):
+                at = 0
+                for (rec, _), n in zip(lazy, counts):
+                    self._top2[id(rec)] = vals[at:at + 4 * n].reshape(n, 4)
+                    at += 4 * n
+        return self._top2
+
     def requests_by_episode(self) -> dict[str, list[dict]]:
         out: dict[str, list[dict]] = {e: [] for e in self.manifest["episodes"]}
         for r in self.requests:
@@ -234,10 +294,72 @@ class Run:
         return self._integrity
 
 
+def validate_records(run: Run) -> None:
+    """Raise ArtifactError (one line naming file, line and field) where a record of the run breaks the records'
+    schema: its fields and rules (artifact.records.schema, the one the writer enforces), top_logprobs still held as
+    text included (`top2_problem`)."""
+    for schema, records in ((REQUEST, run.requests), (UNIT, run.episodes)):
+        valid = schema.valid
+        if all(valid(r) for r in records):  # the common case: one compiled test per record
+            continue
+        i, record = next((i, r) for i, r in enumerate(records, 1) if not valid(r))
+        raise ArtifactError(f"{run.path / schema.file}:{i}: {schema.problem(record)}")
+    bad = top2_problem(run)
+    if bad is not None:
+        raise ArtifactError(f"{run.path / REQUESTS}:{bad[0]}: {bad[1]}")
+
+
+def _text_problem(rec: LazyRecord) -> str:
+    """The schema's verdict on one record's top_logprobs text, decoded."""
+    try:
+        top = loads(rec._raw)
+    except ValueError:
+        return "field 'top_logprobs' is not valid JSON"
+    return top_logprobs_problem(top, dict.__getitem__(rec, "output_tokens")) if isinstance(top, list) else \
+        f"field 'top_logprobs' must be list, not {type(top).__name__}"
+
+
+def top2_problem(run: Run) -> tuple[int, str] | None:
+    """(record number, reason) of the first request whose top_logprobs, still text, break the schema's rule
+    (`schema.top_logprobs_problem`), or None. The top-2 texts are checked at once on their parsed numbers
+    (`Run.top2`): one position per token, ids integral, best first, the emitted token the most likely (a tie
+    may list another first); a text of another shape is decoded and checked on its own."""
+    import numpy as np  # noqa: PLC0415
+
+    table = run.top2()
+    arrays, tokens, owners = [], [], []
+    for i, rec in enumerate(run.requests, 1):
+        if type(rec) is not LazyRecord or rec._raw is None:
+            continue  # decoded: the schema's rule saw it (validate_records)
+        arr, toks = table.get(id(rec)), dict.__getitem__(rec, "output_tokens")
+        if arr is None or len(arr) != len(toks):
+            why = _text_problem(rec)
+            if why:
+                return i, why
+            continue
+        arrays.append(arr)
+        tokens += toks
+        owners.append((i, len(toks)))
+    if not arrays:
+        return None
+    a, t = np.concatenate(arrays), np.asarray(tokens, dtype=float)
+    ok = ((a[:, 0] == np.trunc(a[:, 0])) & (a[:, 2] == np.trunc(a[:, 2])) & (a[:, 1] >= a[:, 3])
+          & ((a[:, 0] == t) | ((a[:, 2] == t) & (a[:, 3] == a[:, 1]))))
+    if ok.all():
+        return None
+    first = int(np.argmin(ok))
+    ends = np.cumsum([n for _, n in owners])
+    k = int(np.searchsorted(ends, first, side="right"))
+    i = owners[k][0]
+    return i, _text_problem(run.requests[i - 1]) or (
+        f"field 'top_logprobs' position {first - int(ends[k] - owners[k][1])}: the emitted token is not the most "
+        "likely entry, or an id is not an integer")
+
+
 def integrity_problems(run: Run) -> list[str]:
     """A run marked complete is whole: each episode its manifest lists is listed once, has exactly one record in
-    episodes.jsonl and its requests in requests.jsonl (as many as that record's n_requests, with distinct
-    request_index values), and no record belongs to an episode the manifest does not list. One line per problem,
+    episodes.jsonl and its requests in requests.jsonl (as many as that record's n_requests, with request_index
+    running 0, 1, ..., n-1), and no record belongs to an episode the manifest does not list. One line per problem,
     at most one per kind (the first offending episode is named)."""
     listed = run.manifest["episodes"]
     where = f"{run.label} is marked complete but"
@@ -264,6 +386,8 @@ def integrity_problems(run: Run) -> list[str]:
          lambda e: e in records and type(get(records[e], "n_requests")) is int
          and get(records[e], "n_requests") != len(by_episode.get(e, ()))),
         ("holds a request_index twice for", lambda e: len(set(by_episode.get(e, ()))) != len(by_episode.get(e, ()))),
+        ("holds request_index values that do not run 0..n-1 for",
+         lambda e: sorted(by_episode.get(e, ())) != list(range(len(by_episode.get(e, ()))))),
     )
     for what, bad in checks:
         first = next((e for e in listed if bad(e)), None)
@@ -284,23 +408,45 @@ def load_run(path: Path) -> Run:
     if not mf.exists():
         raise ArtifactError(f"{path} is not a run directory (no {MANIFEST})")
     try:
-        manifest = json.loads(mf.read_text())
-    except json.JSONDecodeError:
-        raise ArtifactError(f"{mf}: not valid JSON; the record is corrupt") from None
+        manifest = loads(read_text(mf))
+    except (ValueError, RecursionError) as exc:
+        raise _corrupt(mf, None, exc, False) from None
     if not MANIFEST_SCHEMA.valid(manifest):
         raise ArtifactError(f"{mf}: {MANIFEST_SCHEMA.problem(manifest)}")
     return Run(path, manifest)
 
 
+RECORD_FILES = (MANIFEST, REQUESTS, EPISODES)
+
+
+def _refuse_link(path: Path, what: str) -> None:
+    if path.is_symlink():
+        raise ArtifactError(f"{path} is a symbolic link ({what} -> {os.readlink(path)}): results must hold their "
+                            "records themselves; a link could count another run's records twice or bring in "
+                            "records from outside (copy the files instead)")
+
+
 def find_runs(results_dir: Path) -> list[Run]:
-    """Every run under `results_dir` (complete or not), found by manifest; discarded runs are skipped."""
+    """Every run under `results_dir` (complete or not), found by manifest; discarded runs are skipped. A directory
+    or record file under it that is a symbolic link is refused (ArtifactError), as is an entry that cannot be read."""
     results_dir = Path(results_dir)
-    if not results_dir.is_dir():
+    if not results_dir.exists():
         raise ArtifactError(f"results directory {results_dir} does not exist")
-    runs = [
-        load_run(mf.parent)
-        for mf in sorted(results_dir.rglob(MANIFEST))
-        if DISCARDED not in mf.relative_to(results_dir).parts
-    ]
+    if not results_dir.is_dir():
+        raise ArtifactError(f"results path {results_dir} is not a directory (give the folder that holds the runs)")
+
+    def unreadable(exc: OSError) -> None:
+        raise ArtifactError(f"cannot read {exc.filename} under the results directory ({exc.strerror})")
+
+    runs = []
+    for here, dirs, files in os.walk(results_dir, onerror=unreadable):
+        here = Path(here)
+        dirs[:] = sorted(d for d in dirs if d != DISCARDED)
+        for d in dirs:
+            _refuse_link(here / d, "a directory")
+        if MANIFEST in files or MANIFEST in dirs:
+            for name in RECORD_FILES:
+                _refuse_link(here / name, "a record file")
+            runs.append(load_run(here))
     return sorted(runs, key=lambda r: (r.manifest["config"], r.manifest["plan"], r.manifest["arm"] != "off",
                                        r.manifest["arm"], r.manifest["run"]))

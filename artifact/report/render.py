@@ -249,5 +249,6 @@ def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_table
 
 def write_report(path: Path, **kwargs) -> Path:
     path = Path(path)
-    path.write_text(render_report(**kwargs), encoding="utf-8")
+    # model text is untrusted: a lone surrogate (a JSON escape) is written as its escape, never a failed write
+    path.write_text(render_report(**kwargs), encoding="utf-8", errors="backslashreplace")
     return path

@@ -293,17 +293,17 @@ def test_run_top2_batch_parse_equals_json_decoding(tmp_path):
     # The one-pass parse of the lazy top-2 texts gives what json gives, record by record; a record that is not
     # top-2 everywhere (a position with one entry) makes the parse fall back to records one by one.
     eps = {"e0": [[1, 2], [3]], "e1": [[4, 5, 6]]}
-    lps = {("e0", 0): [[[1, -0.25], [7, -1.5e-3]], [[2, -1e-7], [9, -3.0]]], ("e1", 0): [[[4, -0.1], [5, -0.2]],
+    lps = {("e0", 0): [[[1, -1.5e-3], [7, -0.25]], [[2, -1e-7], [9, -3.0]]], ("e1", 0): [[[4, -0.1], [5, -0.2]],
            [[5, -0.3], [4, -0.4]], [[6, 0.0], [8, -12.5]]]}
     run = write_bfcl_run(tmp_path / "a", "off", 1, eps, logprobs=lps)
     assert all(isinstance(getattr(r, "_raw", None), str) for r in run.requests)  # still undecoded: the batch path
-    table = margins.run_top2(run)
+    table = run.top2()
     for rec in run.requests:
-        assert table[id(rec)] == pytest.approx(np.asarray(json.loads(json.dumps(rec["top_logprobs"]))).reshape(-1, 4))
+        expect = np.asarray(json.loads(json.dumps(rec["top_logprobs"]))).reshape(-1, 4)
+        assert table[id(rec)] == pytest.approx(expect) and margins.top2(run, rec) == pytest.approx(expect)
     odd = write_bfcl_run(tmp_path / "b", "off", 1, eps, logprobs={**lps, ("e0", 1): [[[3, -0.5]]]})
-    table = margins.run_top2(odd)
-    by = {(r["episode_id"], r["request_index"]): table[id(r)] for r in odd.requests}
-    assert by[("e0", 1)] is None and by[("e1", 0)][2].tolist() == [6, 0.0, 8, -12.5]
+    by = {(r["episode_id"], r["request_index"]): margins.top2(odd, r) for r in odd.requests}
+    assert odd.top2() == {} and by[("e0", 1)] is None and by[("e1", 0)][2].tolist() == [6, 0.0, 8, -12.5]
     assert np.isnan(margins.request_margins(odd.requests_by_episode()["e0"][1], odd)).all()
 
 

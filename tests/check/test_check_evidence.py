@@ -52,7 +52,7 @@ def test_a_null_cache_count_does_not_hide_a_cached_token_elsewhere(tmp_path):
     off1 = tmp_path / "cfg" / "main" / "off-run1" / "requests.jsonl"
     recs = [json.loads(x) for x in lines(off1)]
     recs[0]["cache_n"] = None  # e0 request 0: not reported
-    recs[1]["cache_n"] = 7  # e0 request 1: 7 cached tokens served to the OFF arm
+    recs[1].update(cache_n=7, prompt_n=93)  # e0 request 1: 7 cached tokens served to the OFF arm
     off1.write_text("".join(json.dumps(r) + "\n" for r in recs))
     code, claims, data = check(tmp_path)
     assert code == 1 and claims["RQ1"]["status"] == FAIL
@@ -267,7 +267,7 @@ def test_rq2_without_the_reruns_it_compares_against_is_inconclusive(tmp_path):
 def test_rq2_zero_on_vs_off_fails_only_with_enough_episodes(tmp_path, n, status, code):
     # 0/n ON vs OFF: its Wilson upper bound is 49.0% at n = 4 (above the paper's smallest 36.2%), 32.5% at n = 8
     eps = {f"e{i}": [[1, 2]] for i in range(n)}
-    main_plan(tmp_path, eps, eps, eps)
+    main_plan(tmp_path, eps, eps, eps, cache_n="warm")
     got, claims, _ = check(tmp_path)
     assert claims["RQ2"]["status"] == status and claims["RQ1"]["status"] == PASS and got == code
 

@@ -93,7 +93,7 @@ def test_rq2_fails_when_a_rerun_diverges_significantly_more(tmp_path):
     off = {f"e{i}": [[1, 2]] for i in range(20)}
     on1 = {**off, "e0": [[1, 3]]}
     on2 = {**on1, **{f"e{i}": [[7]] for i in range(10, 18)}}
-    main_plan(tmp_path, off, on1, on2)
+    main_plan(tmp_path, off, on1, on2, cache_n="warm")
     code, claims, _ = check(tmp_path)
     d = claims["RQ2"]["details"][0]
     assert code == 4 and d["status"] == FAIL and claims["RQ2"]["status"] == FAIL  # 4: a claim other than RQ1 fails
@@ -102,7 +102,7 @@ def test_rq2_fails_when_a_rerun_diverges_significantly_more(tmp_path):
     # one fewer rerun-only episode (7 vs 1: p = 0.07) is no longer significant: INCONCLUSIVE
     on2 = {**on1, **{f"e{i}": [[7]] for i in range(10, 17)}}
     other = tmp_path / "b"
-    main_plan(other, off, on1, on2)
+    main_plan(other, off, on1, on2, cache_n="warm")
     code, claims, _ = check(other)
     assert claims["RQ2"]["details"][0]["status"] == INCONCLUSIVE and code == 0
 
@@ -136,7 +136,7 @@ def paper_config_runs(root, k_onoff: int, k_onrerun: int, n: int = 80):
     off = {f"e{i}": [[1, 2]] for i in range(n)}
     on1 = {e: ([[1, 3]] if i < k_onoff else [[1, 2]]) for i, e in enumerate(off)}
     on2 = {e: ([[7]] if i >= n - k_onrerun else t) for i, (e, t) in enumerate(on1.items())}
-    return main_plan(root, off, on1, on2, config="qwen7-q4km", model=QWEN7_Q4KM)
+    return main_plan(root, off, on1, on2, config="qwen7-q4km", model=QWEN7_Q4KM, cache_n="warm")
 
 
 def test_paper_configuration_within_band(tmp_path):
@@ -214,7 +214,11 @@ def test_rq3_two_levels_is_not_run(tmp_path):
 
 
 def test_rq4_with_vllm_runs(tmp_path):
-    main_plan(tmp_path, OFF, ON1, ON2, engine="vllm", cache_n="null")
+    # OFF runs that do not report cache use (a null is never read as 0), ON runs served cached tokens (RQ4 needs them)
+    for k in (1, 2):
+        write_bfcl_run(tmp_path, "off", k, OFF, engine="vllm", cache_n="null")
+    write_bfcl_run(tmp_path, "on", 1, ON1, engine="vllm")
+    write_bfcl_run(tmp_path, "on", 2, ON2, engine="vllm")
     code, claims, _ = check(tmp_path)
     assert claims["RQ4"]["status"] == PASS and code == 0
     assert "cache use not reported" in claims["RQ1"]["details"][0]["observed"]
@@ -364,14 +368,21 @@ def test_odd_manifest_tables_are_one_line_errors_naming_the_field(tmp_path):
     assert "manifest.json: field 'model' must be dict, not list" in one_line_error(e)
 
 
-def test_odd_log_probabilities_do_not_crash(tmp_path):
+def test_odd_log_probabilities_are_malformed_records(tmp_path):
     for k in (1, 2):
         write_raw_run(tmp_path / "c" / "main" / f"off-run{k}",
-                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"],
-                       "pairing_fingerprint": "f0"},
+                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"]},
                       [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5,
                         "cache_n": 0, "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]}],
                       [{"episode_id": "e0", "n_requests": 1}])
-    code, claims, _ = check(tmp_path)
-    assert code == 1 and claims["RQ1"]["status"] == FAIL  # the OFF reruns differ at token 1
+    with pytest.raises(ArtifactError) as e:
+        run_check(tmp_path)
+    assert "off-run1/requests.jsonl:1: field 'top_logprobs' position 0 must be null or a list of [token id, " \
+           "logprob] pairs" in one_line_error(e)
+
+
+def test_a_position_without_log_probabilities_has_no_margin_in_the_report(tmp_path):
+    lps = {("e0", 0): [[[1, -0.1], [2, -1.0]], None]}
+    main_plan(tmp_path, {"e0": [[1, 2]]}, {"e0": [[1, 3]]}, {"e0": [[1, 3]]}, logprobs=lps)
+    check(tmp_path)
     assert "Top-2 log-probabilities at the flip: not available" in (tmp_path / "check" / "report.html").read_text()

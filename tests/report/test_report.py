@@ -114,7 +114,7 @@ def write_bridge_run(root, data: str):
             cache_n = 49 if serving.startswith("warm") else 0
             w.request({"episode_id": item, "item_id": item, "serving": serving, "turn": 0, "step": 0,
                        "request_index": index, "prompt_sha256": "ab" * 32, "prompt_tokens": 50, "output_tokens": toks,
-                       "output_text": text, "top_logprobs": [], "cache_n": cache_n, "prompt_n": 50 - cache_n,
+                       "output_text": text, "top_logprobs": [None] * len(toks), "cache_n": cache_n, "prompt_n": 50 - cache_n,
                        "prompt_ms": 1.0, "predicted_ms": 1.0, "stop_type": "eos", "error": None,
                        "cache_check": "ok"})
         w.episode({"episode_id": item, "item_id": item, "reference": ref, "n_requests": 4})

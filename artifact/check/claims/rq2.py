@@ -30,7 +30,9 @@ RULE = {
             "named configuration; NOT-RUN where that configuration did not run.",
     "minimum_evidence": "the three comparisons the rule compares (ON vs OFF, ON rerun, OFF rerun), each over "
                         ">= 1 episode in which both runs made a request without an error; without the reruns "
-                        "INCONCLUSIVE.",
+                        "INCONCLUSIVE. Each ON run compared was served a cached token (cache_n > 0 on at least "
+                        "one request): an ON run with none, or that reports no cache use, is not a cache-ON run "
+                        "(INCONCLUSIVE, with the run named).",
 }
 
 
@@ -60,6 +62,8 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         elif without_evidence(s):
             status, reasons = INCONCLUSIVE, ["ON vs OFF compared no episode in which both runs made a request "
                                              "without an error" if s else "no valid ON-vs-OFF pair"]
+        elif unused := g.cache_unused(("on_vs_off", "on_rerun")):
+            status, reasons = INCONCLUSIVE, unused
         else:
             contradicted = False
             if not s["k"]:

@@ -20,7 +20,9 @@ RULE = {
             "runs (`./run.sh demo --vllm` makes them on a CPU; `./run.sh all` on a GPU host). The paper's vLLM "
             "values (8.8% and 27.5% ON reruns in two sessions, 62.5% ON vs OFF) are context, not a band: the "
             "summary does not name the model.",
-    "minimum_evidence": "both comparisons over >= 1 episode in which both runs made a request without an error.",
+    "minimum_evidence": "both comparisons over >= 1 episode in which both runs made a request without an error, "
+                        "and an ON run that was served a cached token (cache_n > 0 on at least one request; as in "
+                        "RQ2, an ON run with none, or that reports no cache use, is INCONCLUSIVE).",
 }
 
 
@@ -40,6 +42,8 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         elif without_evidence(off) or without_evidence(onoff):
             status, why = INCONCLUSIVE, ["a comparison holds no episode in which both runs made a request without "
                                          "an error"]
+        elif unused := g.cache_unused(("on_vs_off",)):
+            status, why = INCONCLUSIVE, unused
         elif off["k"]:
             status, why = FAIL, ["the OFF reruns diverge"]
         elif onoff["k"]:

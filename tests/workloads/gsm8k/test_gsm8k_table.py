@@ -40,7 +40,7 @@ def write_bridge(root, config: str, items: dict, *, data: str = "synthetic", com
                 "episode_id": item_id, "item_id": item_id, "serving": name, "turn": 0, "step": 0,
                 "request_index": index, "prompt_sha256": hashlib.sha256(item_id.encode()).hexdigest(),
                 "prompt_tokens": PROMPT_TOKENS, "output_tokens": s["tokens"], "output_text": s["text"],
-                "top_logprobs": [], "cache_n": cache_n, "prompt_n": PROMPT_TOKENS - cache_n, "prompt_ms": 1.0,
+                "top_logprobs": [None] * len(s["tokens"]), "cache_n": cache_n, "prompt_n": PROMPT_TOKENS - cache_n, "prompt_ms": 1.0,
                 "predicted_ms": 1.0, "stop_type": s.get("stop_type", "eos"), "n_predict": 64, "error": error,
             }
             record["cache_check"] = s.get("cache_check") or (
