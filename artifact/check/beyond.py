@@ -1,13 +1,14 @@
-"""Results beyond the paper, for `./run.sh check`: margins, what the cache buys, and reproducible cached serving.
+"""Results beyond the paper, for `./run.sh check`: margins, what the cache buys, reproducible cached serving, and
+other tenants (artifact.check.tenants).
 
 `write_beyond(runs, out)` computes them from the records (artifact.analysis.margins, .benefit, .mitigation), writes
 their CSVs and figures into the check directory, and returns a `Beyond` holding the verdicts (BEYOND-FRESH,
-BEYOND-MITIGATION-<plan>), a `check.json` section (`as_dict`) and the report's context (`report_context`). These
+BEYOND-MITIGATION-<plan>, BEYOND-TENANTS-<plan>), a `check.json` section (`as_dict`) and the report's context (`report_context`). These
 verdicts never change check's exit code: they are measurements beyond the paper's claims.
 
 Files: margins.csv, first_divergence_margins.csv, flip_by_margin.csv, flip_trend.csv, margin_trend.csv,
-benefit_runs.csv, benefit_arms.csv, benefit_ratios.csv, mitigation.csv, beyond_verdicts.csv; flip_margin.png and
-price.png when the runs allow them.
+benefit_runs.csv, benefit_arms.csv, benefit_ratios.csv, mitigation.csv, tenants.csv, tenants_runs.csv,
+beyond_verdicts.csv; flip_margin.png, price.png and tenants.png when the runs allow them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis import benefit, margins, mitigation
+from artifact.check import tenants
 from artifact.records.store import Run
 
 
@@ -42,7 +44,8 @@ class Beyond:
         return {"verdicts": [v.as_dict() for v in self.verdicts], "recommendation": self.recommendation,
                 "margins": recs("margins.csv"), "first_divergence_margins": recs("first_divergence_margins.csv"),
                 "flip_trend": recs("flip_trend.csv"), "margin_trend": recs("margin_trend.csv"),
-                "benefit": recs("benefit_ratios.csv"), "mitigation": recs("mitigation.csv")}
+                "benefit": recs("benefit_ratios.csv"), "mitigation": recs("mitigation.csv"),
+                "tenants": recs("tenants.csv"), "tenants_runs": recs("tenants_runs.csv")}
 
     def report_context(self, data_uri) -> dict:
         """The report's `beyond` block; `data_uri(path)` inlines a figure."""
@@ -65,6 +68,7 @@ class Beyond:
                         "wall": f"{_n(r['wall_ratio'])} ({_n(r['wall_ratio_min'])}-{_n(r['wall_ratio_max'])})"}
                        for r in t["benefit_ratios.csv"].to_dict("records")],
             "mitigation": [_mitigation_row(r) for r in t["mitigation.csv"].to_dict("records")],
+            "tenants": tenants.report_rows(t["tenants.csv"]),
         }
 
 
@@ -118,7 +122,8 @@ def analyse(runs: list[Run]) -> Beyond:
     curve = margins.flip_by_margin(runs)
     rows = mitigation.plan_rows(runs, costs)
     fresh = mitigation.fresh_verdicts(runs)
-    verdicts = fresh + mitigation.mitigation_verdicts(rows)
+    load = tenants.section(runs)
+    verdicts = fresh + mitigation.mitigation_verdicts(rows) + load.verdicts
     tables = {
         "margins.csv": margins.margin_distribution(runs),
         "first_divergence_margins.csv": margins.first_divergence_margins(runs),
@@ -129,6 +134,8 @@ def analyse(runs: list[Run]) -> Beyond:
         "benefit_arms.csv": benefit.arm_summary(costs),
         "benefit_ratios.csv": benefit.ratios_frame(runs),
         "mitigation.csv": rows,
+        "tenants.csv": load.plans,
+        "tenants_runs.csv": load.runs,
         "beyond_verdicts.csv": pd.DataFrame([{**v.as_dict(), "evidence": " | ".join(v.evidence)} for v in verdicts],
                                             columns=["id", "claim", "scope", "status", "observed", "evidence"]),
     }
@@ -205,6 +212,7 @@ def write_beyond(runs: list[Run], out: Path) -> Beyond:
     for name, df in b.tables.items():
         df.to_csv(out / name, index=False)
     figs = {"flip_margin.png": flip_margin_figure(b.tables["flip_by_margin.csv"], out / "flip_margin.png"),
-            "price.png": price_figure(b.tables["mitigation.csv"], b.tables["benefit_ratios.csv"], out / "price.png")}
+            "price.png": price_figure(b.tables["mitigation.csv"], b.tables["benefit_ratios.csv"], out / "price.png"),
+            "tenants.png": tenants.figure(b.tables["tenants.csv"], out / "tenants.png")}
     b.figures = {k: p for k, p in figs.items() if p is not None}
     return b
