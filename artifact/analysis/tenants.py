@@ -9,10 +9,10 @@ comparison is refused with the first differing input. Within the plan: ON vs OFF
 load.
 
 Verdict `BEYOND-TENANTS-<plan>` per configuration and tenant plan: PASS if every OFF run under load equals the
-isolated OFF run in every episode and the OFF reruns under load are identical; FAIL otherwise — a finding (the load
-itself changes recomputed outputs), not a failure of the protocol; RQ1 stays judged on plans without load.
-INCONCLUSIVE when the tenants sent nothing while a measured request ran (no load was measured), NOT-RUN without the
-baseline or the plan's OFF runs, INVALID when the runs may not be compared. The ON arm is reported beside it: its
+isolated OFF run in every episode and the OFF reruns under load are identical; FAIL if either diverges — a finding
+(the load itself changes recomputed outputs), not a failure of the protocol; RQ1 stays judged on plans without load.
+INCONCLUSIVE when the tenants sent nothing while a measured request ran (no load was measured) or the OFF rerun under
+load did not run, NOT-RUN without the baseline or the plan's OFF runs, INVALID when the runs may not be compared. The ON arm is reported beside it: its
 divergence from the isolated ON runs, and ON vs OFF under load next to ON vs OFF isolated.
 """
 
@@ -198,7 +198,8 @@ def verdicts(plans: list[dict]) -> list:
         scope = f"{p['config']}/{p['plan']}"
         k, m = p["off_vs_isolated_diverged"], p["off_vs_isolated_episodes"]
         rk = p["off_rerun_diverged"]
-        on = (f"ON vs isolated ON {p['on_vs_isolated_diverged']}/{p['on_vs_isolated_episodes']}; ON rerun "
+        on_iso = f"{p['on_vs_isolated_diverged']}/{p['on_vs_isolated_episodes']}" if p["on_vs_isolated_runs"] else "-"
+        on = (f"ON vs isolated ON {on_iso}; ON rerun "
               f"{p['on_rerun'] or '-'} (isolated {p['isolated_on_rerun'] or '-'}); ON vs OFF {p['on_vs_off'] or '-'} "
               f"(isolated {p['isolated_on_vs_off'] or '-'})")
         load = (f"load: {p['tenant_requests']} tenant requests ({p['tenant_failed']} failed), "
@@ -220,6 +221,9 @@ def verdicts(plans: list[dict]) -> list:
             elif n and not p["measured_overlapped"]:
                 status = INCONCLUSIVE
                 observed += "; but no tenant request ran during a measured one: no load was measured"
+            elif rk is None:
+                status = INCONCLUSIVE
+                observed += " (one OFF run only: the rerun under load did not run)"
             else:
                 status = PASS
         out.append(Verdict(f"BEYOND-TENANTS-{p['plan']}", claim, scope, status, observed, evidence))

@@ -77,6 +77,9 @@ def report_rows(plans: pd.DataFrame) -> list[dict]:
 def figure(plans: pd.DataFrame, path: Path) -> Path | None:
     """Left: measured episodes diverging from the isolated baseline against the number of tenants, per arm and
     prefix (95% Wilson); right: reruns under load (OFF and ON) against the number of tenants."""
+    plans = plans.copy()
+    for col in [c for c in plans.columns if c.endswith(("_episodes", "_diverged", "_rate", "_lo", "_hi"))]:
+        plans[col] = pd.to_numeric(plans[col], errors="coerce").astype(float)
     loaded = plans[plans["tenants"] > 0] if not plans.empty else plans
     if loaded.empty or not (loaded["off_vs_isolated_episodes"].fillna(0).any()
                             or loaded["on_vs_isolated_episodes"].fillna(0).any()):
@@ -108,7 +111,8 @@ def figure(plans: pd.DataFrame, path: Path) -> Path | None:
         a.set_xlabel("background tenants (0: the same server, no load)")
         a.set_ylim(-5, 105)
         a.xaxis.get_major_locator().set_params(integer=True)
-        a.legend(fontsize=6, loc="upper left", frameon=False)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=6, loc="upper left", frameon=False)
     ax.set_ylabel("measured episodes diverging from isolated (%)")
     ax.set_title("Run k under load vs run k isolated (plan main), 95% Wilson", fontsize=9)
     ax2.set_ylabel("episodes diverging, run 1 vs run 2 (%)")

@@ -127,3 +127,12 @@ def test_only_the_load_and_its_server_arguments_may_differ():
     assert tenants._strip(loaded_inputs()) == tenants._strip(base)
     real = {"engine": {"server_args": ["-m", "x", "-c", "24576", "-np", "3", "-ub", "512"]}, "tenants": {}}
     assert tenants._strip(real) == {"engine": {"server_args": ["-m", "x", "-ub", "512"]}}
+
+
+def test_one_off_run_under_load_is_not_enough_for_a_pass(tmp_path):
+    main_plan(tmp_path, OFF, ON1, ON2)
+    write_bfcl_run(tmp_path, "off", 1, OFF, plan="tenants1-shared", manifest={"tenants": load_record()},
+                   inputs=loaded_inputs())
+    v, _ = verdict(tmp_path, "tenants1-shared")
+    assert v.status == "INCONCLUSIVE" and "the rerun under load did not run" in v.observed
+    assert v.evidence[0].startswith("ON vs isolated ON -;")
