@@ -134,9 +134,15 @@ class Plan:
     # settings it changes (a mitigation plan's); the engine's adapter validates it and maps it to flags and request
     # fields, and every manifest records the adapter's own description of the result (`cache_condition`).
     engine_settings: dict = field(default_factory=dict)
+    # Background tenants sharing the server while the measured runs go on (artifact/protocol/tenants.py validates
+    # the table); empty: the protocol's isolated condition.
+    tenants: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not d["tenants"]:  # plans without tenants keep the fingerprints they had
+            d.pop("tenants")
+        return d
 
 
 def _check_type(value: Any, hint: Any, file: str, key: str) -> Any:
@@ -334,6 +340,10 @@ def load_plans(path: Path = PLANS_FILE) -> dict[str, Plan]:
             raise ArtifactError(f"{path}: {name}.arms: each arm must be one of {', '.join(arms())}")
         if plan.runs < 1:
             raise ArtifactError(f"{path} [{name}].runs must be >= 1")
+        if plan.tenants:
+            from artifact.protocol.tenants import spec_of
+
+            spec_of(plan, f"{path}: {name}.tenants")
         plans[name] = plan
     return plans
 

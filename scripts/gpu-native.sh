@@ -17,7 +17,8 @@
 #   scripts/gpu-native.sh run JOB...  protocol JOBs alone, one after another, on the build and models in WORK
 #                                     (e.g. a fresh machine's reproduction of committed runs)
 #
-# JOB: LEVEL-PLAN with LEVEL in f16, q8_0, q4_k_m, q3_k_m (configs/h200/agent-LEVEL.toml), e.g. q4_k_m-main.
+# JOB: LEVEL-PLAN with LEVEL in f16, q8_0, q4_k_m, q3_k_m (configs/h200/agent-LEVEL.toml), e.g. q4_k_m-main,
+# q4_k_m-fa-off, q4_k_m-tenants1-shared (the tenant plans: main of the same level is their isolated baseline).
 # New protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md section 7b: e.g. --matrix
 # configs/ci/native-h200-agent.toml, the same six jobs, one per GPU at a time). This script stays for what that does
 # not do: training the LoRA, a staged offline environment without a venv (pip --target onto PYTHONPATH), and all
@@ -97,8 +98,8 @@ start_mps() {
   fi
 }
 
-job_args() {  # job_args JOB -> "configs/h200/agent-LEVEL.toml --plan PLAN"
-  local level=${1%-*} plan=${1##*-}
+job_args() {  # job_args JOB -> "configs/h200/agent-LEVEL.toml --plan PLAN" (LEVEL has no dash; PLAN may: fa-off)
+  local level=${1%%-*} plan=${1#*-}
   echo "configs/h200/agent-$level.toml --plan $plan --results $W/results"
 }
 

@@ -21,6 +21,7 @@ from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import cache_condition, by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
+from artifact.analysis.tenants import tenant_plan
 from artifact.records.store import Run
 
 PASS, FAIL, NOT_RUN = "PASS", "FAIL", "NOT-RUN"
@@ -92,6 +93,8 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
     plans = by_plan(runs)
     for (config, plan), by in plans.items():
         any_run = next(iter(by.values()))
+        if tenant_plan(any_run):  # background tenants: a load, not a mitigation (analysis.tenants)
+            continue
         # Wall and prompt times are per-run totals: a plan is set against main only over the same episodes.
         eps, main_eps = _episode_set(by), _episode_set(plans.get((config, BASELINE_PLAN), {}))
         same_episodes = bool(main_eps) and eps == main_eps
@@ -142,7 +145,7 @@ def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
     claim = "State reset at run boundaries (a new server per run) makes cached (ON) reruns identical"
     out = []
     for (config, plan), by in by_plan(runs).items():
-        if not is_fresh(next(iter(by.values()))):
+        if not is_fresh(next(iter(by.values()))) or tenant_plan(next(iter(by.values()))):
             continue
         scope = f"{config}/{plan}"
         if ("on", 1) not in by or ("on", 2) not in by:

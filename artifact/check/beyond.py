@@ -1,16 +1,16 @@
 """Results beyond the paper, for `./run.sh check`: margins, what the cache buys, reproducible cached serving,
-which cache tier served each hit, and why quantization amplifies divergence.
+which cache tier served each hit, why quantization amplifies divergence, and other tenants (artifact.check.tenants).
 
 `write_beyond(runs, out)` computes them from the records (artifact.analysis.margins, .benefit, .mitigation, .tiers,
-.quantization), writes their CSVs and figures into the check directory, and returns a `Beyond` holding the verdicts
-(BEYOND-FRESH, BEYOND-MITIGATION-<plan>, BEYOND-TIERS, BEYOND-QUANT-KERNEL, BEYOND-QUANT-MARGIN), a `check.json`
-section (`as_dict`) and the report's context (`report_context`). These verdicts never change check's exit code:
-they are measurements beyond the paper's claims.
+.quantization; artifact.check.tenants), writes their CSVs and figures into the check directory, and returns a
+`Beyond` holding the verdicts (BEYOND-FRESH, BEYOND-MITIGATION-<plan>, BEYOND-TIERS, BEYOND-QUANT-KERNEL,
+BEYOND-QUANT-MARGIN, BEYOND-TENANTS-<plan>), a `check.json` section (`as_dict`) and the report's context
+(`report_context`). These verdicts never change check's exit code: they are measurements beyond the paper's claims.
 
 Files: margins.csv, first_divergence_margins.csv, flip_by_margin.csv, flip_trend.csv, margin_trend.csv,
 benefit_runs.csv, benefit_arms.csv, benefit_ratios.csv, mitigation.csv, tiers.csv, tiers_requests.csv,
-quant_mechanism.csv, quant_mechanism_pairs.csv, beyond_verdicts.csv; flip_margin.png, price.png, tiers.png and
-quant_mechanism.png when the runs allow them.
+quant_mechanism.csv, quant_mechanism_pairs.csv, tenants.csv, tenants_runs.csv, beyond_verdicts.csv; flip_margin.png,
+price.png, tiers.png, quant_mechanism.png and tenants.png when the runs allow them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis import benefit, margins, mitigation, quantization, tiers
+from artifact.analysis.tenants import tenant_plan
+from artifact.check import tenants
 from artifact.records.store import Run
 
 
@@ -48,7 +50,8 @@ class Beyond:
                 "flip_trend": recs("flip_trend.csv"), "margin_trend": recs("margin_trend.csv"),
                 "benefit": recs("benefit_ratios.csv"), "mitigation": recs("mitigation.csv"),
                 "tiers": recs("tiers.csv"), "quant_mechanism": recs("quant_mechanism.csv"),
-                "quant_mechanism_pairs": recs("quant_mechanism_pairs.csv")}
+                "quant_mechanism_pairs": recs("quant_mechanism_pairs.csv"),
+                "tenants": recs("tenants.csv"), "tenants_runs": recs("tenants_runs.csv")}
 
     def report_context(self, data_uri) -> dict:
         """The report's `beyond` block; `data_uri(path)` inlines a figure."""
@@ -78,6 +81,7 @@ class Beyond:
                 "config", "reference", "plan", "reference_kind", "flip_rate", "reference_flip_rate",
                 "margin_median", "reference_margin_median", "delta_median", "reference_delta_median",
                 "margin_only_rate", "kernel_only_rate", "mh_odds_ratio"]),
+            "tenants": tenants.report_rows(t["tenants.csv"]),
         }
 
 
@@ -144,9 +148,12 @@ def analyse(runs: list[Run]) -> Beyond:
     curve = margins.flip_by_margin(runs)
     rows = mitigation.plan_rows(runs, costs)
     fresh = mitigation.fresh_verdicts(runs)
-    tier_tables, tier_verdicts = tiers.analyse(runs)
-    quant_tables, quant_verdicts, positions = quantization.analyse(runs)
-    verdicts = fresh + mitigation.mitigation_verdicts(rows) + tier_verdicts + quant_verdicts
+    # tiers and quantization on runs without a tenant server (several slots interleave the log; load is its own study)
+    alone = [r for r in runs if not tenant_plan(r)]
+    tier_tables, tier_verdicts = tiers.analyse(alone)
+    quant_tables, quant_verdicts, positions = quantization.analyse(alone)
+    load = tenants.section(runs)
+    verdicts = fresh + mitigation.mitigation_verdicts(rows) + tier_verdicts + quant_verdicts + load.verdicts
     tables = {
         "margins.csv": margins.margin_distribution(runs),
         "first_divergence_margins.csv": margins.first_divergence_margins(runs),
@@ -159,6 +166,8 @@ def analyse(runs: list[Run]) -> Beyond:
         "mitigation.csv": rows,
         **tier_tables,
         **quant_tables,
+        "tenants.csv": load.plans,
+        "tenants_runs.csv": load.runs,
         "beyond_verdicts.csv": pd.DataFrame([{**v.as_dict(), "evidence": " | ".join(v.evidence)} for v in verdicts],
                                             columns=["id", "claim", "scope", "status", "observed", "evidence"]),
     }
@@ -240,6 +249,7 @@ def write_beyond(runs: list[Run], out: Path) -> Beyond:
             "price.png": price_figure(b.tables["mitigation.csv"], b.tables["benefit_ratios.csv"], out / "price.png"),
             "tiers.png": tiers.figure(b.tables["tiers.csv"], out / "tiers.png"),
             "quant_mechanism.png": quantization.figure(b.positions, b.tables["quant_mechanism_pairs.csv"],
-                                                       out / "quant_mechanism.png")}
+                                                       out / "quant_mechanism.png"),
+            "tenants.png": tenants.figure(b.tables["tenants.csv"], out / "tenants.png")}
     b.figures = {k: p for k, p in figs.items() if p is not None}
     return b

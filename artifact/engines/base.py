@@ -76,6 +76,12 @@ class EngineSession(Protocol):
         """What the running server reports about itself (build, version, props), for the run manifest."""
         ...
 
+    # Only where the engine's capabilities declare `background_requests`:
+    # def background(self, prompt: str, n_predict: int) -> dict:
+    #     """One request of a background tenant, on its own connection, concurrent with the measured ones: the
+    #     server's own slot choice and cache use (as a plain client), greedy; returns what the server reported
+    #     (prompt_n, cache_n, predicted_n, slot, prompt_ms, predicted_ms) or raises ArtifactError."""
+
 
 @dataclass(frozen=True)
 class Tier:
@@ -98,6 +104,9 @@ class Capabilities:
     # the arms its sessions serve; None: any arm (the cache is switched per request, so the arm is the workload's)
     arms: tuple[str, ...] | None = ("off", "on")
     packages: tuple[str, ...] = ()  # distributions whose versions every manifest lists first
+    # its sessions serve requests of background tenants (`background`) concurrently with the measured ones, on
+    # other slots of the same server (plans with `tenants`, artifact/protocol/tenants.py)
+    background_requests: bool = False
 
     def missing(self, needs: dict) -> list[str]:
         """The needs (capability name -> required value, or for `arms` the arms needed) this engine lacks."""
@@ -158,6 +167,10 @@ class Engine:
 
     def problems(self, cfg, settings) -> list[str]:
         return []
+
+    def slots(self, cfg, plan) -> int:
+        """How many requests a session of this plan serves at once (the measured one and background tenants')."""
+        return 1
 
     # The rest is the engine's own.
     def identity(self, cfg, plan) -> dict:

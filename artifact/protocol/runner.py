@@ -17,6 +17,7 @@ from artifact import engines, workloads
 from artifact.config import Config, Plan
 from artifact.engines.base import EngineSession, RequestError
 from artifact.errors import ArtifactError
+from artifact.protocol import tenants
 from artifact.protocol.requests import new_record, send
 from artifact.protocol.sessions import RunSpec, fingerprints, manifest_base, open_run, run_sessions, say
 from artifact.records.events import EventLog
@@ -59,25 +60,27 @@ class RunExecutor:
     """Executes one run of a workload on a started server and writes its records."""
 
     def __init__(self, cfg: Config, server: EngineSession, workload: Workload, prepared: Prepared, base: dict,
-                 events: EventLog):
+                 events: EventLog, load: tenants.Pools | None = None):
         self.cfg, self.server, self.workload, self.prepared, self.base = cfg, server, workload, prepared, base
-        self.events = events
+        self.events, self.load = events, load
 
     def execute(self, spec: RunSpec, run_dir: Path) -> Path:
         writer = open_run(self.base, spec, self.server, run_dir)
         t0 = time.monotonic()
         records = []
         n = len(self.prepared.units)
-        with open(run_dir / "workload.log", "w") as log:
+        # background tenants (a plan's `tenants`): running from here to the run's end; none for other plans
+        with open(run_dir / "workload.log", "w") as log, tenants.Load(self.load, self.server, run_dir) as load:
             for index, unit_id in enumerate(self.prepared.ids):
-                query = UnitQuery(self.server, self.cfg, writer, unit_id, spec.arm)
+                load.unit(index, unit_id)
+                query = UnitQuery(load.server, self.cfg, writer, unit_id, spec.arm)
                 record = self.workload.run_unit(self.cfg, self.prepared, index, spec, query, log)
                 writer.episode(record)
                 records.append(record)
                 self.events.emit("unit_done", arm=spec.arm, run=spec.run, index=index, n=n, unit=unit_id)
                 say(f"  [{spec.arm} run {spec.run}] {index + 1}/{n} {unit_id}: {self.workload.progress(record)}")
         wall = round(time.monotonic() - t0, 3)
-        writer.finish(wall_s=wall, **self.workload.finish(records))
+        writer.finish(wall_s=wall, **self.workload.finish(records), **load.manifest())
         self.events.emit("run_done", arm=spec.arm, run=spec.run, wall_s=wall)
         return run_dir
 
@@ -88,7 +91,9 @@ def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
     workload.check(cfg, plan)
     engines.check_needs(cfg, plan, workload.needs, f"workload {workload.name}")
     prepared = workload.prepare(cfg)
-    fps = fingerprints(cfg, plan, prepared.ids, prepared.identity)
-    base = {**manifest_base(cfg, plan, prepared.ids, fps), **prepared.manifest}
+    load = tenants.prepare(cfg, plan, workload, prepared)  # None unless the plan has background tenants
+    fps = fingerprints(cfg, plan, prepared.ids, prepared.identity, load=tenants.pairing(load))
+    base = {**manifest_base(cfg, plan, prepared.ids, fps), **prepared.manifest,
+            **({"tenants": load.identity} if load else {})}
     return run_sessions(cfg, plan, results, fps.resume, prepared.label, len(prepared.ids),
-                        lambda server, events: RunExecutor(cfg, server, workload, prepared, base, events))
+                        lambda server, events: RunExecutor(cfg, server, workload, prepared, base, events, load))

@@ -103,12 +103,14 @@ class Fingerprints:
 
 
 def fingerprints(cfg: Config, plan: Plan, unit_ids: list[str], workload_identity: dict,
-                 extra: tuple = ()) -> Fingerprints:
+                 extra: tuple = (), load: dict | None = None) -> Fingerprints:
     inputs = {
         "engine": engines.identity(cfg, plan), "model_sha256": cfg.model.sha256,
         "workload": dataclasses.asdict(cfg.workload), "workload_data": workload_identity,
         "units": unit_ids, "protocol": PROTOCOL,
     }
+    if load:  # background tenants (protocol.tenants.pairing): only plans that have them, so others keep theirs
+        inputs["tenants"] = load
     return Fingerprints(inputs, provenance.fingerprint(inputs),
                         provenance.fingerprint(inputs, cfg.as_dict(), plan.as_dict(), *extra))
 

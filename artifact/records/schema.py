@@ -268,6 +268,8 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("packages", (dict,), "installed distributions", required=False),
     Field("isolation", (dict,), "network namespace and scrubbed environment", required=False),
     Field("server_cmd", (list,), "the server's full command line", required=False),
+    Field("tenants", (dict,), "background tenants (plans with tenants): spec, prompt hashes, schedule, and at the "
+          "end what they sent (artifact/protocol/tenants.py; every request in tenants.jsonl)", required=False),
 ), rules=(
     Rule("finished_at is not before started_at", _timestamps),
     Rule("pairing_fingerprint is the digest of pairing_inputs, which name the manifest's model and engine",

@@ -79,6 +79,13 @@ class Workload:
         """Extra manifest fields of a finished run, from its unit records."""
         return {}
 
+    def tenant_prompts(self, cfg, prepared: Prepared, n: int) -> tuple[list[tuple[str, list[str]]], str]:
+        """For background tenants (plans with `tenants`, artifact/protocol/tenants.py): per unit, its first prompt
+        and `n` prompts of data the protocol never evaluates that share that prompt's prefix as another user of the
+        same application would; and how they were made (recorded in every manifest)."""
+        raise ArtifactError(f"workload {self.name} has no prompts for background tenants; plans with tenants run "
+                            "on a workload that has them (bfcl_multi_turn_base)")
+
     # -- reading results (check, summary, report) --------------------------------------------------------------
 
     def tables(self, runs: list) -> dict:

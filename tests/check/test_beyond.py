@@ -280,7 +280,7 @@ def test_check_writes_beyond_outputs_without_changing_the_exit_code(tmp_path):
     summary = json.loads((out / "check.json").read_text())
     assert code == summary["exit_code"] == 0  # a failed mitigation is a measurement, not an invalid result
     statuses = {v["id"]: v["status"] for v in summary["beyond"]["verdicts"]}
-    assert statuses == {"BEYOND-FRESH": "NOT-RUN", "BEYOND-MITIGATION-fa-off": "FAIL",
+    assert statuses == {"BEYOND-FRESH": "NOT-RUN", "BEYOND-MITIGATION-fa-off": "FAIL", "BEYOND-TENANTS": "NOT-RUN",
                         "BEYOND-TIERS": "NOT-RUN"}  # synthetic runs keep no server log: tiers unknown
     for name in ("margins.csv", "flip_by_margin.csv", "benefit_ratios.csv", "mitigation.csv", "beyond_verdicts.csv",
                  "price.png", "flip_margin.png"):

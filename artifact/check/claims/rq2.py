@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from artifact.analysis.stats import mcnemar_exact
+from artifact.analysis.tenants import under_load
 from artifact.analysis.tables import PAPER_PLAN, Pair, Tables
 from artifact.check.core import (
     ALPHA, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, TESTED, band_verdict, Claim, Context, fmt_p, fmt_rate,
@@ -25,7 +26,7 @@ RULE = {
             "(36.2%; n >= 7); a tie, a rerun not significantly above, or a smaller 0/n is INCONCLUSIVE. "
             "Applies to any configuration, the demo included, under every plan that keeps the configuration's "
             "server settings (plans with server_overrides are mitigation arms, judged in the beyond-the-paper "
-            "section instead). "
+            "section instead; plans with background tenants likewise, BEYOND-TENANTS). "
             "Magnitude: the value band (BAND_RULE) for each ON-vs-OFF and ON-rerun rate the paper reports for a "
             "named configuration; NOT-RUN where that configuration did not run.",
     "minimum_evidence": "the three comparisons the rule compares (ON vs OFF, ON rerun, OFF rerun), each over "
@@ -54,6 +55,8 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             continue  # a plan with one arm only (cram0): no ON-vs-OFF comparison to make
         if any((r.manifest.get("plan_data") or {}).get("server_overrides") for r in g.runs):
             continue  # a mitigation plan (server_overrides) is meant to remove the divergence: judged in "beyond"
+        if any(under_load(r) for r in g.runs):
+            continue  # background tenants: not the protocol's isolated condition (BEYOND-TENANTS in "beyond")
         on_r, off_r = g.stats.get("on_rerun"), g.stats.get("off_rerun")
         reasons = []
         invalid = group_problems(g)

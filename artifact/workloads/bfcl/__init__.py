@@ -2,6 +2,7 @@
 
 driver.py   BFCL's own episode loop, prompt builder, decoder, executor and checker, with only the transport ours
 oracle.py   ground-truth trajectories of held-out episodes: the embedded agent model's training data
+tenants.py  prompts of background tenants that share the measured episodes' system prompt (held-out questions)
 tables.py   how the served model behaved as an agent (tool calls, requests per episode, BFCL's verdicts)
 
 One unit is one episode; a request is one step of it. The arm decides the cache: "off" sends every request with the
@@ -69,6 +70,11 @@ class Bfcl(Workload):
 
     def progress(self, record: dict) -> str:
         return f"{record['verdict']} ({record['n_requests']} requests)"
+
+    def tenant_prompts(self, cfg, prepared: Prepared, n: int):
+        from artifact.workloads.bfcl.tenants import tenant_prompts
+
+        return tenant_prompts(prepared.units, cfg.chat.handler, self.settings(cfg).prompt_variant, n)
 
     def tables(self, runs: list) -> dict:
         from artifact.workloads.bfcl.tables import agent_table

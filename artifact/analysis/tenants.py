@@ -1,0 +1,237 @@
+"""Other tenants, measured: do background tenants on the server change the measured episodes' outputs?
+
+A plan with `tenants` (artifact/protocol/tenants.py) runs the measured episodes while N background tenants share
+the server; its manifests record the load (`tenants`). Each of its runs is set against the isolated baseline, plan
+main of the same configuration, run k against run k of the same arm, episode by episode (`compare_runs`: token ids
+and request counts). The two differ in what produced them by design (the server's slot count and the load), so
+their pairing fingerprints differ; everything else that produces the tokens must be equal (`comparable`), or the
+comparison is refused with the first differing input. Within the plan: ON vs OFF, and the OFF and ON reruns under
+load.
+
+Verdict `BEYOND-TENANTS-<plan>` per configuration and tenant plan: PASS if every OFF run under load equals the
+isolated OFF run in every episode and the OFF reruns under load are identical; FAIL if either diverges — a finding
+(the load itself changes recomputed outputs), not a failure of the protocol; RQ1 stays judged on plans without load.
+INCONCLUSIVE when the tenants sent nothing while a measured request ran (no load was measured) or the OFF rerun under
+load did not run, NOT-RUN without the baseline or the plan's OFF runs, INVALID when the runs may not be compared. The ON arm is reported beside it: its
+divergence from the isolated ON runs, and ON vs OFF under load next to ON vs OFF isolated.
+"""
+
+from __future__ import annotations
+
+from artifact.analysis.compare import Comparison, compare_runs
+from artifact.analysis.groups import by_plan, manifest_table
+from artifact.analysis.stats import wilson_interval
+from artifact.records.store import Run
+
+BASELINE_PLAN = "main"
+PASS, FAIL, NOT_RUN, INCONCLUSIVE, INVALID = "PASS", "FAIL", "NOT-RUN", "INCONCLUSIVE", "INVALID"
+# server arguments a tenant plan changes by design (llama.cpp: slots and the context they share); any other
+# difference from the baseline's pairing inputs refuses the comparison
+LOAD_ARGS = ("-np", "-c")
+
+
+def load_of(run: Run) -> dict:
+    """The run's recorded tenants ({} for a run of a plan without them; the plan's table alone where the manifest
+    lacks the record)."""
+    recorded = manifest_table(run, "tenants")
+    if recorded:
+        return recorded
+    planned = manifest_table(run, "plan_data").get("tenants")
+    return {"spec": planned} if isinstance(planned, dict) and planned else {}
+
+
+def spec_of(run: Run) -> dict:
+    t = load_of(run)
+    return t.get("spec") if isinstance(t.get("spec"), dict) else t
+
+
+def tenant_plan(run: Run) -> bool:
+    """A run of a plan with tenants (the control with 0 tenants included)."""
+    return bool(load_of(run))
+
+
+def under_load(run: Run) -> bool:
+    """A run with at least one background tenant: excluded from the paper's claims (RQ1, RQ2)."""
+    return int(spec_of(run).get("count") or 0) > 0
+
+
+def _without_load_args(args: list) -> list:
+    kept, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in LOAD_ARGS:
+            skip = True
+        else:
+            kept.append(a)
+    return kept
+
+
+def _strip(inputs: dict) -> dict:
+    """Pairing inputs less what a tenant plan changes by design (the tenants, and -np/-c in the server arguments,
+    wherever the engine's identity lists them)."""
+    out = {k: v for k, v in inputs.items() if k != "tenants"}
+    for owner in (out, out.get("engine")):
+        if isinstance(owner, dict) and isinstance(owner.get("server_args"), list):
+            stripped = {**owner, "server_args": _without_load_args(owner["server_args"])}
+            if owner is out:
+                out = stripped
+            else:
+                out["engine"] = stripped
+    return out
+
+
+def comparable(run: Run, base: Run) -> str | None:
+    """Why `run` (under load) may not be set against `base` (isolated), or None: their pairing inputs must be equal
+    except the tenants and the server arguments a tenant plan changes (-np, -c), and list the same episodes."""
+    a, b = manifest_table(run, "pairing_inputs"), manifest_table(base, "pairing_inputs")
+    if not a or not b:
+        return f"{run.label if not a else base.label} has no pairing_inputs (made by an older version)"
+    sa, sb = _strip(a), _strip(b)
+    for key in sorted(set(sa) | set(sb)):
+        if sa.get(key) != sb.get(key):
+            return f"{run.label} and {base.label} differ in {key}, not only in the load"
+    if run.manifest.get("episodes") != base.manifest.get("episodes"):
+        return f"{run.label} and {base.label} list different episodes"
+    return None
+
+
+def _cmp_text(c: Comparison) -> str:
+    first = c.diverged[0] if c.diverged else None
+    where = f" (first: {first.episode_id} request {first.first_request}, token {first.first_token})" if first else ""
+    return f"{c.k}/{c.n}{where}"
+
+
+def _share(k: int, n: int) -> dict:
+    lo, hi = wilson_interval(k, n) if n else (float("nan"), float("nan"))
+    return {"diverged": k, "episodes": n, "rate": k / n if n else float("nan"), "wilson_lo": lo, "wilson_hi": hi}
+
+
+def run_rows(runs: list[Run]) -> list[dict]:
+    """Per run of a tenant plan: its load and its divergence from the isolated run k of the same arm."""
+    plans = by_plan(runs)
+    rows = []
+    for (config, plan), by in plans.items():
+        if not tenant_plan(next(iter(by.values()))):
+            continue
+        base = plans.get((config, BASELINE_PLAN), {})
+        for (arm, k), run in sorted(by.items()):
+            t, spec = load_of(run), spec_of(run)
+            sent, meas = t.get("sent") or {}, t.get("measured") or {}
+            row = {"config": config, "plan": plan, "arm": arm, "run": k, "tenants": int(spec.get("count") or 0),
+                   "prefix": spec.get("prefix"), "slots": t.get("slots"),
+                   "tenant_requests": sent.get("completed"), "tenant_failed": sent.get("failed"),
+                   "tenant_prompt_n": sent.get("prompt_n"), "tenant_cache_n": sent.get("cache_n"),
+                   "tenant_predicted_n": sent.get("predicted_n"), "measured_requests": meas.get("requests"),
+                   "measured_overlapped": meas.get("overlapped"), "overlap_share": meas.get("overlap_share"),
+                   "cached_tokens": sum(dict.get(r, "cache_n") or 0 for r in run.requests),
+                   "wall_s": run.manifest.get("wall_s"), "refused": None,
+                   "vs_isolated_diverged": None, "vs_isolated_episodes": None, "vs_isolated": None}
+            other = base.get((arm, k))
+            why = "no isolated run (plan main) of this arm and run" if other is None else comparable(run, other)
+            if why:
+                row["refused"] = why
+            else:
+                c = compare_runs(run, other)
+                row.update(vs_isolated_diverged=c.k, vs_isolated_episodes=c.n, vs_isolated=_cmp_text(c))
+            rows.append(row)
+    return rows
+
+
+def _pair(by: dict, a: tuple, b: tuple) -> Comparison | None:
+    return compare_runs(by[a], by[b]) if a in by and b in by else None
+
+
+def plan_rows(runs: list[Run], rows: list[dict]) -> list[dict]:
+    """Per configuration and tenant plan: each arm against the isolated baseline (over its runs), the reruns and
+    ON vs OFF under load, ON vs OFF isolated, and the load."""
+    plans = by_plan(runs)
+    out = []
+    for (config, plan), by in plans.items():
+        mine = [r for r in rows if r["config"] == config and r["plan"] == plan]
+        if not mine:
+            continue
+        base = plans.get((config, BASELINE_PLAN), {})
+        row = {"config": config, "plan": plan, "tenants": mine[0]["tenants"], "prefix": mine[0]["prefix"],
+               "slots": mine[0]["slots"], "runs": len(mine),
+               "refused": "; ".join(sorted({r["refused"] for r in mine if r["refused"]})) or None}
+        for arm in ("off", "on"):
+            ok = [r for r in mine if r["arm"] == arm and r["vs_isolated_episodes"] is not None]
+            s = _share(sum(r["vs_isolated_diverged"] for r in ok), sum(r["vs_isolated_episodes"] for r in ok))
+            row.update({f"{arm}_vs_isolated_{key}": v for key, v in s.items()})
+            row[f"{arm}_vs_isolated_runs"] = len(ok)
+            row[f"{arm}_vs_isolated_detail"] = "; ".join(f"run {r['run']}: {r['vs_isolated']}" for r in ok)
+            rerun = _pair(by, (arm, 1), (arm, 2))
+            row[f"{arm}_rerun"] = _cmp_text(rerun) if rerun else None
+            row[f"{arm}_rerun_diverged"] = rerun.k if rerun else None
+            row[f"{arm}_rerun_episodes"] = rerun.n if rerun else None
+            iso = _pair(base, (arm, 1), (arm, 2))
+            row[f"isolated_{arm}_rerun"] = _cmp_text(iso) if iso else None
+        onoff = [compare_runs(by[("on", k)], by[("off", k)]) for k in (1, 2) if ("on", k) in by and ("off", k) in by]
+        iso_onoff = [compare_runs(base[("on", k)], base[("off", k)]) for k in (1, 2)
+                     if ("on", k) in base and ("off", k) in base]
+        row["on_vs_off"] = f"{sum(c.k for c in onoff)}/{sum(c.n for c in onoff)}" if onoff else None
+        row["isolated_on_vs_off"] = f"{sum(c.k for c in iso_onoff)}/{sum(c.n for c in iso_onoff)}" \
+            if iso_onoff else None
+        row["tenant_requests"] = sum(r["tenant_requests"] or 0 for r in mine)
+        row["tenant_failed"] = sum(r["tenant_failed"] or 0 for r in mine)
+        row["measured_requests"] = sum(r["measured_requests"] or 0 for r in mine)
+        row["measured_overlapped"] = sum(r["measured_overlapped"] or 0 for r in mine)
+        shares = [r["overlap_share"] for r in mine if r["overlap_share"] is not None]
+        row["overlap_share_mean"] = sum(shares) / len(shares) if shares else float("nan")
+        row["off_cached_tokens"] = sum(r["cached_tokens"] for r in mine if r["arm"] == "off")
+        row["on_cached_tokens"] = sum(r["cached_tokens"] for r in mine if r["arm"] == "on")
+        out.append(row)
+    return out
+
+
+def verdicts(plans: list[dict]) -> list:
+    """BEYOND-TENANTS-<plan> per configuration and tenant plan (see the module's doc)."""
+    from artifact.analysis.mitigation import Verdict  # noqa: PLC0415  (mitigation imports this module)
+
+    out = []
+    for p in plans:
+        n = p["tenants"]
+        what = (f"{n} background tenant(s) whose prompts {'share' if p['prefix'] == 'shared' else 'do not share'} "
+                "the measured prefix" if n else f"the tenant plans' server ({p['slots']} slots) without load")
+        claim = f"With {what}, cache-OFF outputs equal the isolated ones and OFF reruns stay identical"
+        scope = f"{p['config']}/{p['plan']}"
+        k, m = p["off_vs_isolated_diverged"], p["off_vs_isolated_episodes"]
+        rk = p["off_rerun_diverged"]
+        on_iso = f"{p['on_vs_isolated_diverged']}/{p['on_vs_isolated_episodes']}" if p["on_vs_isolated_runs"] else "-"
+        on = (f"ON vs isolated ON {on_iso}; ON rerun "
+              f"{p['on_rerun'] or '-'} (isolated {p['isolated_on_rerun'] or '-'}); ON vs OFF {p['on_vs_off'] or '-'} "
+              f"(isolated {p['isolated_on_vs_off'] or '-'})")
+        load = (f"load: {p['tenant_requests']} tenant requests ({p['tenant_failed']} failed), "
+                f"{p['measured_overlapped']}/{p['measured_requests']} measured requests overlapped one, "
+                f"{_pct(p['overlap_share_mean'])} of their time on average")
+        evidence = [on, load] + ([f"refused: {p['refused']}"] if p["refused"] else []) + \
+            [f"OFF vs isolated: {p['off_vs_isolated_detail']}"] * bool(p["off_vs_isolated_detail"])
+        if p["refused"] and not p["off_vs_isolated_runs"]:
+            status = INVALID if "differ" in p["refused"] or "pairing" in p["refused"] else NOT_RUN
+            observed = f"not compared: {p['refused']}"
+        elif not p["off_vs_isolated_runs"]:
+            status, observed = NOT_RUN, "no OFF run of this plan with its isolated OFF run (plan main)"
+        else:
+            observed = (f"OFF under load vs isolated diverged in {k}/{m} episodes; OFF rerun under load "
+                        f"{p['off_rerun'] or '-'}")
+            if k or rk:
+                status = FAIL
+                observed += " — a finding: the load changes recomputed outputs (RQ1 is judged without load)"
+            elif n and not p["measured_overlapped"]:
+                status = INCONCLUSIVE
+                observed += "; but no tenant request ran during a measured one: no load was measured"
+            elif rk is None:
+                status = INCONCLUSIVE
+                observed += " (one OFF run only: the rerun under load did not run)"
+            else:
+                status = PASS
+        out.append(Verdict(f"BEYOND-TENANTS-{p['plan']}", claim, scope, status, observed, evidence))
+    if not out:
+        out.append(Verdict("BEYOND-TENANTS", "Background tenants leave the measured outputs unchanged", "-", NOT_RUN,
+                           "no run of a tenant plan (./run.sh run CONFIG --plan tenants1-shared, and --plan main)"))
+    return out
+
+
+def _pct(v) -> str:
+    return "-" if v is None or v != v else f"{100 * v:.0f}%"
