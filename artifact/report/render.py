@@ -20,7 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from artifact import workloads
 from artifact.analysis.groups import cache_condition
 from artifact.report.figure import new_figure
-from artifact.report.fmt import missing, num, pct, rate_cell, records
+from artifact.report.fmt import num, pct, rate_cell, records
 from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example, relative
 from artifact.check.claims import BAND_RULE, EXIT_CODES, STATUSES, Claim
 from artifact.records.store import Run

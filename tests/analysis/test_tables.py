@@ -7,7 +7,6 @@ Cochran-Armitage by hand); the run writer lives in synthetic_runs.py.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from artifact.analysis.tables import (
     QUANT_LEVELS, build_tables, divergence_example, exposure, quant_level, run_problems, top2_margin,
 )
 from artifact.records.store import RunWriter, load_run
-from synthetic_runs import MODEL, OFF, ON1, ON2, main_plan, trend_runs, write_bfcl_run
+from synthetic_runs import OFF, ON1, ON2, main_plan, trend_runs, write_bfcl_run
 
 def test_tab2_rates_intervals_medians_accuracy_exposure(tmp_path):
     runs = main_plan(tmp_path, OFF, ON1, ON2, valid={"e0", "e1"})

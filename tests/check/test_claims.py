@@ -17,7 +17,7 @@ from artifact.check.core import (
 from artifact.check.expected import load_document
 from artifact.check.run import run_check, workload_tables
 from artifact.errors import ArtifactError
-from artifact.records.store import REQUESTS, RunWriter
+from artifact.records.store import REQUESTS
 from synthetic_runs import OFF, ON1, ON2, SHA, main_plan, trend_runs, write_bfcl_run, write_raw_run
 
 QWEN7_Q4KM = {"family": "qwen2.5", "name": "Qwen2.5-7B-Instruct", "quant": "Q4_K_M", "sha256": "cd" * 32,

@@ -30,7 +30,7 @@ from artifact.models import verified_weights
 from artifact.errors import ArtifactError
 from artifact.protocol import sessions
 from artifact.protocol.runner import execute_plan
-from artifact.records.store import RunWriter, find_runs, load_run
+from artifact.records.store import RunWriter, find_runs
 from artifact.workloads.bfcl import driver as bfcl
 from budget import with_workload
 
