@@ -15,10 +15,14 @@ can grow for two reasons, which the paper does not separate:
 Per configuration and plan this module measures, over the positions at risk of its ON/OFF run pairs: the margins,
 |d| (positions where the ON top-2 holds both of the OFF arm's tokens), the flips; and against a reference
 configuration (same engine, model and plan): the configuration that serves the same weights through F32 kernels
-(a recipe product "<LEVEL>-as-F32": the kernel experiment), else the series' F16 level (the quantization series):
+(a recipe product "<LEVEL>-as-F32": the kernel experiment); for an "-as-F32" level, "F16-as-F32"; else the
+series' F16 level (the quantization series):
 
   BEYOND-QUANT-KERNEL  the level's perturbations |d| are larger than the reference's (one-sided Mann-Whitney over
                        positions; positions of one text are dependent, so read p as descriptive);
+  BEYOND-QUANT-WEIGHTS for "<LEVEL>-as-F32" against "F16-as-F32" (the same F32 kernels, weights of different
+                       precision): the coarser weights' perturbations |d| are larger (as KERNEL); with KERNEL PASS
+                       and WEIGHTS not, the kernels, not the weights, carry the amplification;
   BEYOND-QUANT-MARGIN  at equal margins the level flips no more often than the reference, i.e. its margins explain
                        its extra flips: Cochran-Mantel-Haenszel over the margin bins (strata), flip ~ level;
                        FAIL when the level flips significantly more often within margin bins.
@@ -87,6 +91,16 @@ def _identity(run: Run) -> dict:
             "model_name": model.get("name"), "quant": model.get("quant"), "level": level}
 
 
+SAME_WEIGHTS = "same weights through F32 kernels"
+SAME_KERNELS = "F16's weights through the same F32 kernels"
+PERTURBATION_CLAIMS = {  # by whether the reference differs in the weights only (True) or in the kernels
+    False: ("BEYOND-QUANT-KERNEL", "the level's kernels perturb the margins more between the cached and the "
+            "recomputed path (|d| larger than the reference's)"),
+    True: ("BEYOND-QUANT-WEIGHTS", "through the same F32 kernels, the level's weights perturb the margins more "
+           "than F16's weights (|d| larger than the reference's)"),
+}
+
+
 def configurations(runs: list[Run]) -> pd.DataFrame:
     """One row per configuration and plan with ON/OFF pairs: its identity and its reference (or none)."""
     rows = [_identity(next(iter(g.values()))) for g in by_plan(runs).values() if on_off_pairs(g)]
@@ -96,9 +110,13 @@ def configurations(runs: list[Run]) -> pd.DataFrame:
         same = df[(df["engine"] == r["engine"]) & (df["model_name"] == r["model_name"]) & (df["plan"] == r["plan"])]
         twin = same[same["level"] == r["level"] + AS_F32]
         f16 = same[same["level"].str.upper().isin(["F16", "BF16"]) & (same["config"] != r["config"])]
+        f16_f32 = same[same["level"].str.upper().isin(["F16" + AS_F32.upper(), "BF16" + AS_F32.upper()])
+                       & (same["config"] != r["config"])]
         ref, kind = None, None
         if not twin.empty:  # the kernel experiment: the same weights through F32 kernels
-            ref, kind = twin["config"].iloc[0], "same weights through F32 kernels"
+            ref, kind = twin["config"].iloc[0], SAME_WEIGHTS
+        elif r["level"].endswith(AS_F32) and not f16_f32.empty:  # the same F32 kernels, other weights
+            ref, kind = f16_f32["config"].iloc[0], SAME_KERNELS
         elif not f16.empty and not r["level"].endswith(AS_F32) and r["level"].upper() not in ("F16", "BF16"):
             ref, kind = f16["config"].iloc[0], "the series' F16 level"
         refs.append(ref)
@@ -159,15 +177,16 @@ def compare(pos: pd.DataFrame, configs: pd.DataFrame) -> tuple[pd.DataFrame, lis
             larger = row["delta_median"] > row["reference_delta_median"] or \
                 np.mean(np.abs(dp)) > np.mean(np.abs(dr))
             status = PASS if row["kernel_p"] < ALPHA else INCONCLUSIVE if larger else FAIL
+            vid, claim = PERTURBATION_CLAIMS[c["reference_kind"] == SAME_KERNELS]
             verdicts.append(Verdict(
-                "BEYOND-QUANT-KERNEL", "the level's kernels perturb the margins more between the cached and the "
-                "recomputed path (|d| larger than the reference's)", scope, status,
+                vid, claim, scope, status,
                 f"median |d| {_g(row['delta_median'])} vs {_g(row['reference_delta_median'])} nats over "
                 f"{dp.size} / {dr.size} positions; one-sided Mann-Whitney p {_p(row['kernel_p'])} (positions)",
                 evidence))
         else:
-            verdicts.append(Verdict("BEYOND-QUANT-KERNEL", "perturbations larger than the reference's", scope,
-                                    NOT_RUN, "no position at risk with both arms' top-2 in one of the two", evidence))
+            vid, claim = PERTURBATION_CLAIMS[c["reference_kind"] == SAME_KERNELS]
+            verdicts.append(Verdict(vid, claim, scope, NOT_RUN,
+                                    "no position at risk with both arms' top-2 in one of the two", evidence))
         # H-margin: at equal margins, no more flips
         strata = []
         bins = MARGIN_BINS

@@ -75,6 +75,22 @@ def test_the_same_weights_through_f32_kernels_is_the_reference_and_kernels_expla
     assert by_id["BEYOND-QUANT-MARGIN"].status == "FAIL"
 
 
+def test_the_kernel_experiments_grid_separates_kernels_from_weight_precision(tmp_path):
+    """Q8_0 vs its own weights in F32 (kernels differ), Q8_0-as-F32 vs F16-as-F32 (the same F32 kernels, weights of
+    different precision): the perturbation comes with the quantized kernel only, so KERNEL holds and WEIGHTS not."""
+    configuration(tmp_path, "q8", "derived:r/Q8_0", "Q8_0", d=0.1)
+    configuration(tmp_path, "q8-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001)
+    configuration(tmp_path, "f16-f32", "derived:r/F16-as-F32", "F32", d=0.001)
+    tables, verdicts, _ = qm.analyse(find_runs(tmp_path))
+    pairs = {r["config"]: (r["reference"], r["reference_kind"])
+             for r in tables["quant_mechanism_pairs.csv"].to_dict("records")}
+    assert pairs == {"q8": ("q8-f32", qm.SAME_WEIGHTS), "q8-f32": ("f16-f32", qm.SAME_KERNELS)}
+    got = {(v.id, v.scope.split(" vs ")[0]): v.status for v in verdicts}
+    assert got[("BEYOND-QUANT-KERNEL", "q8")] == "PASS" and got[("BEYOND-QUANT-MARGIN", "q8")] == "FAIL"
+    assert got[("BEYOND-QUANT-WEIGHTS", "q8-f32")] != "PASS"
+    assert ("BEYOND-QUANT-KERNEL", "q8-f32") not in got
+
+
 def test_when_only_the_margins_differ_the_margin_explanation_holds(tmp_path):
     """The level has more narrow margins and no larger perturbations (the reference's are a little larger): H-margin
     holds (no excess of flips at equal margins), H-kernel does not."""
