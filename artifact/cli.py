@@ -294,6 +294,6 @@ def main(argv: list[str] | None = None) -> int:
               "re-run on the next invocation)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: the current run stays 'incomplete'; the next invocation re-runs its session",
-              file=sys.stderr)
+        print("interrupted: the current run stays 'incomplete'; the next invocation re-runs its session"
+              if getattr(args, "command", None) in ("run", "demo", "all") else "interrupted", file=sys.stderr)
         return 130

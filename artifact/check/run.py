@@ -240,8 +240,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
                                         encoding="utf-8", errors=TEXT_ERRORS)
         publish(new, out)
     except OSError as exc:
+        kept = f"the previous outputs in {out} are left as they were" if out.exists() else f"{out} was not created"
         raise ArtifactError(f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); "
-                            f"the previous outputs in {out} are left as they were") from None
+                            f"{kept}") from None
     finally:
         shutil.rmtree(new, ignore_errors=True)
     lap("json")

@@ -170,6 +170,9 @@ def _cache_accounting(r: dict) -> str | None:
     token can neither be reported as 0 nor hide behind a null cache_n."""
     cn, pn, pt = _get(r, "cache_n"), _get(r, "prompt_n"), _get(r, "prompt_tokens")
     if pt is None:
+        if _get(r, "error") is None and (cn or pn is not None):
+            return ("field 'prompt_tokens' is null in a served request that reports cache_n or prompt_n: its cache "
+                    "accounting cannot be checked")
         return None
     for name, v in (("cache_n", cn), ("prompt_n", pn)):
         if v is not None and v > pt:
@@ -210,6 +213,8 @@ def _top_logprobs(r: dict) -> str | None:
 
 def _timestamps(m: dict) -> str | None:
     start, end = _get(m, "started_at"), _get(m, "finished_at")
+    if _get(m, "status") == "complete" and end is None:
+        return "field 'finished_at' is null in a run marked complete"
     if start is not None and end is not None and datetime.fromisoformat(end) < datetime.fromisoformat(start):
         return f"field 'finished_at' ({end}) is before started_at ({start})"
     return None

@@ -123,8 +123,11 @@ def _corrupt(path: Path, lineno: int | None, exc: Exception, complete: bool) -> 
 
 
 def read_text(path: Path) -> str:
-    """A record file's text; one line naming the file where it is not readable UTF-8 text."""
+    """A record file's text; one line naming the file where it is not readable UTF-8 text. Only a regular file is
+    opened (a named pipe or a device would block or never end)."""
     try:
+        if path.exists() and not path.is_file() and not path.is_dir():  # a directory: "Is a directory" below
+            raise ArtifactError(f"{path}: not a regular file; the record is corrupt")
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}); the record is corrupt") from None

@@ -317,7 +317,7 @@ def test_rq2b_without_default_reruns_is_not_run(tmp_path):
 
 
 def trend(root, ks: dict, n: int, model=QWEN7_Q4KM):
-    from test_tables import trend_runs
+    from synthetic_runs import trend_runs
 
     return trend_runs(root, ks, n=n, model=model)
 

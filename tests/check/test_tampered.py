@@ -77,6 +77,7 @@ def test_the_control_passes(tmp_path, plan, capsys):
     ({"cache_n": None, "prompt_n": 60}, "field 'cache_n' is null (not reported) although prompt_n (60)"),
     ({"cache_n": 140, "prompt_n": 0}, "field 'cache_n' (140) exceeds prompt_tokens (100)"),
     ({"cache_n": -3}, "field 'cache_n' must be >= 0"),
+    ({"cache_n": 0, "prompt_n": 40, "prompt_tokens": None}, "field 'prompt_tokens' is null in a served request"),
 ])
 def test_cache_accounting_that_does_not_add_up_is_corruption(tmp_path, plan, capsys, fields, why):
     edit_request(plan[0], 1, **fields)  # OFF run 1, second request
@@ -332,3 +333,15 @@ def test_an_out_folder_holding_other_files_is_not_replaced(tmp_path, plan, capsy
     with pytest.raises(ArtifactError, match="it is not a directory"):
         from artifact.check.run import run_check
         run_check(tmp_path, mine / "notes.txt", quiet=True)
+
+
+def test_a_complete_run_without_its_finish_time_is_corruption(tmp_path, plan, capsys):
+    edit_manifest(plan[2], finished_at=None)
+    malformed(tmp_path, capsys, "on-run1/manifest.json", "field 'finished_at' is null in a run marked complete")
+
+
+def test_a_record_file_that_is_a_named_pipe_is_refused_without_blocking(tmp_path, plan, capsys):
+    episodes = plan[0].path / "episodes.jsonl"
+    episodes.unlink()
+    os.mkfifo(episodes)  # reading it would block for ever
+    malformed(tmp_path, capsys, "off-run1/episodes.jsonl: not a regular file")
