@@ -124,3 +124,20 @@ def test_check_writes_the_mechanism_tables_and_figure(tmp_path):
     ctx = b.report_context(lambda p: "data:")
     assert ctx["quant_pairs"][0]["reference"] == "lvl-f32"
     assert {v["id"] for v in b.as_dict()["verdicts"]} >= {"BEYOND-QUANT-KERNEL", "BEYOND-QUANT-MARGIN"}
+
+
+def test_the_committed_cpu_kernel_experiment_rechecks_as_documented(tmp_path):
+    """evidence/cpu-kernels (ARTIFACT.md §2b): the quantized kernels perturb more than the same weights through F32
+    kernels; the same F32 kernels with Q8_0's weights do not perturb more than with F16's."""
+    import csv
+
+    from artifact.cli import main
+    from artifact.config import REPO
+
+    assert main(["check", str(REPO / "evidence" / "cpu-kernels"), "--out", str(tmp_path)]) == 3  # no paper claim
+    rows = list(csv.DictReader((tmp_path / "beyond_verdicts.csv").open()))
+    got = {(r["id"], r["scope"].split(" vs ")[0]): r["status"] for r in rows if r["id"].startswith("BEYOND-QUANT")}
+    assert got[("BEYOND-QUANT-KERNEL", "cpu-agent-q8_0")] == "PASS"
+    assert got[("BEYOND-QUANT-KERNEL", "cpu-agent-q4_k_m")] == "PASS"
+    assert got[("BEYOND-QUANT-KERNEL", "cpu-agent-f16")] == "FAIL"
+    assert got[("BEYOND-QUANT-WEIGHTS", "cpu-agent-q8_0-as-f32")] == "FAIL"
