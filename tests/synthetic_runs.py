@@ -96,7 +96,8 @@ def write_raw_run(run_dir: Path, manifest: dict, requests: list, episodes: list 
     """A run written as files, bypassing RunWriter (whose schema refuses malformed records): for tests of what the
     readers do with records the artifact itself would never write."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    m = {"status": "complete" if complete else "incomplete", **manifest}
+    m = {"status": "complete" if complete else "incomplete",
+         **({"finished_at": "2026-01-01T00:00:00+00:00"} if complete else {}), **manifest}
     (run_dir / "manifest.json").write_text(json.dumps(m))
     (run_dir / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
     (run_dir / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes or []))
