@@ -150,6 +150,7 @@ def test_the_committed_cpu_tenant_runs_recheck_as_documented(tmp_path):
     got = {r["id"]: r["status"] for r in csv.DictReader((tmp_path / "beyond_verdicts.csv").open())
            if r["id"].startswith("BEYOND-TENANTS")}
     assert got == {"BEYOND-TENANTS-tenants0": "PASS", "BEYOND-TENANTS-tenants1-shared": "FAIL",
-                   "BEYOND-TENANTS-tenants1-unshared": "FAIL", "BEYOND-TENANTS-tenants2-shared": "FAIL"}
+                   "BEYOND-TENANTS-tenants1-unshared": "FAIL", "BEYOND-TENANTS-tenants2-shared": "FAIL",
+                   "BEYOND-TENANTS-tenants2-unshared": "FAIL"}
     rq1 = {r["scope"]: r["status"] for r in csv.DictReader((tmp_path / "verdicts.csv").open()) if r["claim"] == "RQ1"}
     assert set(rq1.values()) == {"PASS"} and not any("tenants1" in s or "tenants2" in s for s in rq1)
