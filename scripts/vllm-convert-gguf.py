@@ -44,6 +44,9 @@ def fix_tokenizer(out: Path) -> None:
     tc = json.loads((out / "tokenizer_config.json").read_text())
     tc.update(tokenizer_class="GPT2Tokenizer", add_bos_token=False, add_eos_token=False, eos_token=CHATML_END,
               pad_token=CHATML_END)
+    for key in ("eos_token_id", "pad_token_id"):  # written from the GGUF's (wrong) ids: make them agree
+        if key in tc:
+            tc[key] = vocab[CHATML_END]
     tc.pop("legacy", None)
     (out / "tokenizer_config.json").write_text(json.dumps(tc, ensure_ascii=False, indent=1))
     stm = out / "special_tokens_map.json"
