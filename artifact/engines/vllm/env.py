@@ -134,7 +134,10 @@ def files_sha256(directory: Path) -> dict:
 
 
 def _converted_dir(gguf_sha256: str) -> Path:
-    return cache_root() / "models" / f"{gguf_sha256[:16]}-{CONVERT_DTYPE}"
+    """Keyed by the source, the dtype and the converter script itself: a conversion made by another version of the
+    script is never reused (nor refused as a mismatch of this one's pin)."""
+    script = hashlib.sha256(CONVERT.read_bytes()).hexdigest()[:8]
+    return cache_root() / "models" / f"{gguf_sha256[:16]}-{CONVERT_DTYPE}-{script}"
 
 
 def _read_record(directory: Path) -> dict | None:
