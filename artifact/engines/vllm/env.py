@@ -14,7 +14,7 @@ compile caches it may reuse.
   sha256, dtype and converter (the transformers, tokenizers, safetensors and gguf versions the files' bytes depend
   on; a conversion under another converter has no pin, and its manifests say so). A converted directory whose files
   differ from the pin of its converter, or whose weights differ from any pin of its source and dtype, is an error,
-  never served (`python -m artifact.engines.vllm.env CONFIG [--pin]` converts and checks, or writes the pin).
+  never served (`python -m artifact.engines.vllm.convert CONFIG [--pin]` converts and checks, or writes the pin).
 - Compile caches (torch.compile/inductor) are keyed by the CPU's instruction-set flags: a cache made under AVX-512
   crashes the engine when reused under AVX2.
 """
@@ -242,35 +242,3 @@ def model_dir(model_path: Path, model_sha256: str, quant: str, executable: Path,
                        "pin": {"pinned": pin is not None, "file": str(PINS.relative_to(REPO)),
                                "converter": converter(record)}}
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Convert a configuration's GGUF for vLLM (or reuse the converted directory) and check it against its pin;
-    with --pin, write its files' sha256 as the pin of this converter."""
-    import argparse
-
-    from artifact.config import load_config
-    from artifact.models import verified_weights
-
-    ap = argparse.ArgumentParser(prog="python -m artifact.engines.vllm.env", description=main.__doc__)
-    ap.add_argument("configs", nargs="+", help="configurations (engine.kind = vllm, a GGUF model)")
-    ap.add_argument("--pin", action="store_true", help="write the conversion's files into conversions.json")
-    args = ap.parse_args(argv)
-    try:
-        for name in args.configs:
-            cfg = load_config(name)
-            exe = resolve_executable(cfg.engine.binary)
-            directory, record = model_dir(verified_weights(cfg.model), cfg.model.sha256, cfg.model.quant, exe,
-                                          check_pin=not args.pin)
-            if args.pin:
-                write_pin(record, cfg.model.source)
-                record = {**record, "pin": {**record["pin"], "pinned": True}}
-            print(json.dumps({"config": cfg.name, "dir": str(directory), "pin": record["pin"],
-                              "files_sha256": record["files_sha256"]}, indent=1))
-    except ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
