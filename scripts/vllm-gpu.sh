@@ -137,6 +137,22 @@ phase_check() {
   "$W/vllm-venv/bin/python3" -c "import torch, vllm; print('check: vllm', vllm.__version__, 'torch', torch.__version__, \
 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')"
   "$W/vllm-venv/bin/python3" "$W/repo/artifact/engines/vllm/probe.py" | tee "$W/probe.json"
+  # torch.compile and vLLM's kernels are Triton's, compiled at start with the host's C compiler and Python headers
+  (cd "$W" && TRITON_CACHE_DIR="$W/triton-check" "$W/vllm-venv/bin/python3" - <<'PY'
+import torch, triton, triton.language as tl
+
+@triton.jit
+def add(x, y, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + i, tl.load(x + i, mask=i < n) + tl.load(y + i, mask=i < n), mask=i < n)
+
+a = torch.arange(1000, device="cuda", dtype=torch.float32)
+out = torch.empty_like(a)
+add[(4,)](a, a, out, 1000, BLOCK=256)
+assert torch.equal(out, 2 * a), "triton kernel gave a wrong result"
+print("check: a Triton kernel compiled and ran (triton", triton.__version__ + ")")
+PY
+  )
   (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" - "$W/vllm-venv/bin/python3" <<'PY'
 import json, subprocess, sys
 from artifact.config import load_config
