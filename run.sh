@@ -35,7 +35,7 @@ protocol and results
   check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / INCONCLUSIVE / INVALID / NOT-RUN),
                         tables, figures and a self-contained report.html (default DIR results/, outputs in
                         DIR/check/); exit codes: ./run.sh check --help
-  bench                 benchmarks (check on synthetic paper-scale results; target < 5 s)
+  bench                 benchmarks (check on synthetic paper-scale results, per step; target <= 2.5 s)
   fetch [CONFIG...]     download and verify the pinned weights (default: every configuration `all` runs)
   all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
                         the paper's ten configurations in pinned containers, fanned out over the host's GPUs,

@@ -74,7 +74,7 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
             w.request({"episode_id": eid, "turn": 0, "step": i, "request_index": i,
                        "prompt_sha256": hashlib.sha256((prompts or {}).get((eid, i), f"{eid}/{i}").encode()).hexdigest(), "prompt_tokens": 100,
                        "output_tokens": toks, "output_text": (texts or {}).get((eid, i), f"text {toks}"),
-                       "top_logprobs": (logprobs or {}).get((eid, i), [[[t, -0.1], [t + 1, -2.0]] for t in toks]),
+                       "top_logprobs": (logprobs or {}).get((eid, i), [[[t, -0.1], [t + 1, -2.5]] for t in toks]),
                        "cache_n": cn, "prompt_n": 100 - (cn or 0), "prompt_ms": 10.0, "predicted_ms": 5.0,
                        "stop_type": "eos", "error": (errors or {}).get((eid, i))})
         ok = eid in (valid or set())

@@ -210,16 +210,25 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
                             f"({type(exc).__name__}: {exc}); set ARTIFACT_DEBUG=1 for the traceback") from None
 
 
+class Laps:
+    """The wall and CPU seconds of each named step of one check since the step before (check.json's `timings_s`
+    holds the wall seconds; `./run.sh bench` prints both: bench/bench_check.py)."""
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._last = (time.perf_counter(), time.process_time())
+
+    def __call__(self, name: str) -> None:
+        now = (time.perf_counter(), time.process_time())
+        self.wall[name] = self.wall.get(name, 0.0) + now[0] - self._last[0]
+        self.cpu[name] = self.cpu.get(name, 0.0) + now[1] - self._last[1]
+        self._last = now
+
+
 def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def lap(name: str) -> None:
-        nonlocal t0
-        t = time.perf_counter()
-        timings[name] = t - t0
-        t0 = t
-
+    lap = Laps()
+    timings = lap.wall
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root / CHECK_DIR
     runs = load_results(root)
@@ -245,8 +254,8 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
                             f"{kept}") from None
     finally:
         shutil.rmtree(new, ignore_errors=True)
-    lap("json")
-    run_check.last_timings = dict(timings)  # read by bench/bench_check.py
+    lap("write: check.json, publish")
+    run_check.last_timings, run_check.last_cpu = dict(lap.wall), dict(lap.cpu)  # read by bench/bench_check.py
     if not quiet:
         _print_summary(root, out, runs, tables, claims, code)
     return code
@@ -259,14 +268,15 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
     files = write_csvs(out, tables, wtables, claims)
     lap("csv")
-    from artifact.report.render import render_figures, write_report  # noqa: PLC0415  (matplotlib: slow import)
+    import matplotlib.backends.backend_agg  # noqa: F401, PLC0415  (a slow import: timed on its own)
 
-    figures = render_figures(tables, out)
+    from artifact.report.render import render_figures, write_report  # noqa: PLC0415
+
+    lap("imports: matplotlib, jinja2")
+    figures = render_figures(tables, out, lap)
     files += list(figures)
-    lap("figures")
-    beyond = write_beyond(runs, out)  # results beyond the paper (issue 12); they never change the exit code
+    beyond = write_beyond(runs, out, lap)  # results beyond the paper (issue 12); they never change the exit code
     files += beyond.files
-    lap("beyond")
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
                           claims=claims, problems=problems, exit_code=code, figures=figures,
@@ -307,4 +317,4 @@ def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claim
     sys.stdout.flush()
 
 
-run_check.last_timings = {}
+run_check.last_timings, run_check.last_cpu = {}, {}

@@ -21,7 +21,7 @@ PAYLOAD = ("<script>document.title='pwned';document.body.insertAdjacentHTML('bef
 def report(tmp_path):
     """Results whose first diverging request has model text that tries to run a script; returns report.html."""
     texts = {("e0", 1): "Sure! " + PAYLOAD}
-    lp = {("e0", 1): [[[6, -0.01], [1, -4.0]], [[7, -0.2], [9, -0.9]], [[9, -0.45], [8, -0.5]]]}
+    lp = {("e0", 1): [[[6, -0.05], [1, -4.0]], [[7, -0.7], [9, -1.4]], [[9, -0.7], [8, -0.75]]]}
     for k in (1, 2):
         write_bfcl_run(tmp_path, "off", k, OFF, valid={"e1"})
         write_bfcl_run(tmp_path, "on", k, ON1, texts=texts, logprobs=lp, valid={"e1"})
