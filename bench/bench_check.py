@@ -110,7 +110,8 @@ def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list
                    if vllm else {}),
             })
             prompt += len(toks) + 120
-            prompt_sha = hashlib.sha256(f"{prompt_sha}/{toks}".encode()).hexdigest()  # the next prompt: what came before
+            # the next prompt: the one before and what came back
+            prompt_sha = hashlib.sha256(f"{prompt_sha}/{toks}".encode()).hexdigest()
         valid = rng.random() < 0.1  # BFCL's verdict, and `valid` saying the same (the checker holds them together)
         w.episode({"episode_id": eid, "verdict": "valid" if valid else "state_mismatch",
                    "valid": valid, "n_requests": len(reqs), "error": None})

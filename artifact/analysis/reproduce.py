@@ -143,7 +143,8 @@ def _compare(file: str, a: dict, b: dict, order, where, diffs: dict) -> None:
 
 def compare_records(a: Run, b: Run) -> RunDiff:
     """Every outcome field of two runs' records (see the module's doc)."""
-    diff = RunDiff(a.label if a.label == b.label else f"{a.label} vs {b.label}", (len(a.requests), len(b.requests)), (len(a.episodes), len(b.episodes)))
+    diff = RunDiff(a.label if a.label == b.label else f"{a.label} vs {b.label}", (len(a.requests), len(b.requests)),
+                   (len(a.episodes), len(b.episodes)))
     ra = {(r.get("episode_id"), r.get("request_index")): r for r in a.requests}
     rb = {(r.get("episode_id"), r.get("request_index")): r for r in b.requests}
     ea = {e.get("episode_id"): e for e in a.episodes}

@@ -99,7 +99,8 @@ def plan_problem(run: Run, engine) -> str | None:
     if engine is not None and isinstance(pd.get("server_overrides"), dict):
         want = engine.overrides(plan)
         if pd["server_overrides"] != want:
-            return f"field 'plan_data.server_overrides' is {pd['server_overrides']}, {where} overrides {want or 'nothing'}"
+            return (f"field 'plan_data.server_overrides' is {pd['server_overrides']}, {where} overrides "
+                    f"{want or 'nothing'}")
     if isinstance(m.get("lifecycle"), str) and m["lifecycle"] != plan.lifecycle:
         return f"field 'lifecycle' is {m['lifecycle']!r}, {where} has lifecycle {plan.lifecycle!r}"
     if m["arm"] not in plan.arms:

@@ -109,18 +109,8 @@ def manifest_problem(manifest: dict) -> str | None:
 def log_timings(text: str) -> list[tuple[str, int, str, int]]:
     """Per completion the log shows, in order: (prompt ms as logged, prompt tokens computed, generation ms as
     logged, tokens generated)."""
-    prompt, gen = [], []
-    for line in text.splitlines():
-        if "print_timing" not in line:
-            continue
-        m = PROMPT_EVAL.search(line)
-        if m:
-            prompt.append((m.group(1), int(m.group(2))))
-            continue
-        m = EVAL.search(line)
-        if m:
-            gen.append((m.group(1), int(m.group(2))))
-    return [(p, pn, g, gn) for (p, pn), (g, gn) in zip(prompt, gen)]
+    prompt, gen = PROMPT_EVAL.findall(text), EVAL.findall(text)  # one pass each, in C
+    return [(p, int(pn), g, int(gn)) for (p, pn), (g, gn) in zip(prompt, gen)]
 
 
 def session_log_problems(manifest: dict, runs: list[list[dict]], text: str) -> list[str | None]:
@@ -139,17 +129,19 @@ def session_log_problems(manifest: dict, runs: list[list[dict]], text: str) -> l
     at = 0
     for reqs in runs:
         why = None
-        served = [r for r in reqs if r.get("error") is None]
+        served = [r for r in reqs if _get(r, "error") is None]
         mine, at = timings[at:at + len(served)], at + len(served)
         if len(mine) < len(served):
             out.append(f"its server log holds the timings of {len(timings)} requests, fewer than the session's "
                        "records (requests.jsonl)")
             continue
         for r, (pm, pn, gm, gn) in zip(served, mine):
-            own = (_ms(r.get("prompt_ms")), r.get("prompt_n"), _ms(r.get("predicted_ms")), len(r["output_tokens"]))
+            own = (_ms(_get(r, "prompt_ms")), _get(r, "prompt_n"), _ms(_get(r, "predicted_ms")),
+                   len(r["output_tokens"]))
             if own != (pm, pn, gm, gn):
                 why = (f"episode {r['episode_id']} request {r['request_index']}: requests.jsonl has prompt_ms "
-                       f"{r.get('prompt_ms')}, prompt_n {r.get('prompt_n')}, predicted_ms {r.get('predicted_ms')}, "
+                       f"{_get(r, 'prompt_ms')}, prompt_n {_get(r, 'prompt_n')}, predicted_ms "
+                       f"{_get(r, 'predicted_ms')}, "
                        f"{len(r['output_tokens'])} tokens; its server log says {pm} ms / {pn} tokens, {gm} ms / {gn} "
                        "tokens")
                 break
@@ -158,4 +150,7 @@ def session_log_problems(manifest: dict, runs: list[list[dict]], text: str) -> l
 
 
 def _ms(v) -> str | None:
-    return f"{v:.2f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return f"{v:.2f}" if type(v) in (int, float) else None
+
+
+_get = dict.get  # plain lookups: requests may be lazily decoding records

@@ -58,6 +58,7 @@ def record_problem(run: Run) -> str | None:
     prov = _table(run.manifest.get("items_provenance"))
     data = _table(_table(run.manifest.get("pairing_inputs")).get("workload_data"))
     if "items_sha256" in prov and "items_sha256" in data and prov["items_sha256"] != data["items_sha256"]:
-        return (f"{run.path / 'manifest.json'}: field 'items_provenance.items_sha256' is {prov['items_sha256'][:16]}..., "
+        return (f"{run.path / 'manifest.json'}: field 'items_provenance.items_sha256' is "
+                f"{str(prov['items_sha256'])[:16]}..., "
                 f"the pairing inputs' workload_data.items_sha256 is {str(data['items_sha256'])[:16]}...")
     return None
