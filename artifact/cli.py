@@ -194,14 +194,16 @@ def cmd_compare(args) -> int:
     from artifact.analysis import reproduce
     from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
     from artifact.analysis.summary import render_comparison
-    from artifact.records.store import MANIFEST, find_runs, load_run
+    from artifact.records.store import MANIFEST, load_run
 
     pa, pb = Path(args.run_a), Path(args.run_b)
     if not (pa / MANIFEST).exists() and not (pb / MANIFEST).exists():
         for p in (pa, pb):
             if not p.is_dir():
                 raise ArtifactError(f"{p} is neither a run directory nor a results directory")
-        runs_a, runs_b = _validated(find_runs(pa)), _validated(find_runs(pb))
+        from artifact.check.run import load_results
+
+        runs_a, runs_b = load_results(pa), load_results(pb)  # through the schema, one run per identity
         pairs, only_a, only_b = reproduce.compare_results(runs_a, runs_b)
         if not pairs:
             raise ArtifactError(f"no run of {pa} has the same configuration, plan, arm and run as one of {pb}")

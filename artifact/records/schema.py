@@ -274,7 +274,8 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("packages", (dict,), "installed distributions", required=False),
     Field("isolation", (dict,), "network namespace and scrubbed environment", required=False),
     Field("server_cmd", (list,), "the server's full command line", required=False),
-    Field("server_log", (str,), "the server session's log, relative to the plan directory", required=False),
+    Field("server_log", (str, NoneType), "the server session's log, relative to the plan directory (null: none)",
+          required=False),
     Field("tenants", (dict,), "background tenants (plans with tenants): spec, prompt hashes, schedule, and at the "
           "end what they sent (artifact/protocol/tenants.py; every request in tenants.jsonl)", required=False),
 ), rules=(
