@@ -54,9 +54,12 @@ def engine_of(run: Run):
 
 @functools.lru_cache(maxsize=1)
 def _plans() -> dict:
-    from artifact.config import load_plans  # noqa: PLC0415
+    """configs/plans.toml as tables (plan name -> its table: arms, lifecycle, each engine's table, tenants). Read
+    as data, not through config.load_plans, which imports every engine adapter to validate the tables (the
+    artifact's own tests validate the file; `check` needs only the values)."""
+    from artifact.config import PLANS_FILE, _read_toml  # noqa: PLC0415
 
-    return load_plans()
+    return {name: body for name, body in _read_toml(PLANS_FILE).items() if isinstance(body, dict)}
 
 
 def _same(a, b) -> bool:
@@ -92,20 +95,22 @@ def plan_problem(run: Run, engine) -> str | None:
     if plan is None:
         return None  # a plan this version does not define: its labels are held against the command line only
     where = f"plan {name!r} (configs/plans.toml)"
-    for k, v in (plan.engine_settings.get(key, {}) if engine is not None else {}).items():
+    table = _table(plan.get(key)) if engine is not None else {}
+    for k, v in table.items():
         if k in shown and not _same(shown[k], v):
             return (f"field 'plan' is {name!r}, but the server command line (server_cmd) shows {k} = {shown[k]!r}, "
                     f"where {where} sets {v!r}")
     if engine is not None and isinstance(pd.get("server_overrides"), dict):
-        want = engine.overrides(plan)
+        want = {k: v for k, v in table.items() if k not in engine.cache_keys}  # as Engine.overrides(plan)
         if pd["server_overrides"] != want:
             return (f"field 'plan_data.server_overrides' is {pd['server_overrides']}, {where} overrides "
                     f"{want or 'nothing'}")
-    if isinstance(m.get("lifecycle"), str) and m["lifecycle"] != plan.lifecycle:
-        return f"field 'lifecycle' is {m['lifecycle']!r}, {where} has lifecycle {plan.lifecycle!r}"
-    if m["arm"] not in plan.arms:
-        return f"field 'arm' is {m['arm']!r}, {where} runs arm(s) {', '.join(plan.arms)}"
-    recorded, planned = _tenant_spec(m) or _table(pd.get("tenants")), dict(plan.tenants or {})
+    lifecycle, arms = plan.get("lifecycle", "shared"), list(plan.get("arms") or [])
+    if isinstance(m.get("lifecycle"), str) and m["lifecycle"] != lifecycle:
+        return f"field 'lifecycle' is {m['lifecycle']!r}, {where} has lifecycle {lifecycle!r}"
+    if m["arm"] not in arms:
+        return f"field 'arm' is {m['arm']!r}, {where} runs arm(s) {', '.join(map(str, arms))}"
+    recorded, planned = _tenant_spec(m) or _table(pd.get("tenants")), _table(plan.get("tenants"))
     if bool(recorded) != bool(planned):
         return (f"field 'tenants' records {recorded or 'no background tenants'}, {where} has "
                 f"{planned or 'no background tenants'}")
