@@ -30,7 +30,8 @@ protocol and results
                         check (RQ4)
   run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR]
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions
-  compare RUN_A RUN_B   compare two run directories episode by episode
+  compare A B           two runs (or two results directories) field by field; exit 1 when a field differs
+                        or a side is invalid (./run.sh compare --help)
   summary [DIR]         the paired-protocol table of every run under DIR (default results/)
   check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / INCONCLUSIVE / INVALID / NOT-RUN),
                         tables, figures and a self-contained report.html (default DIR results/, outputs in

@@ -85,14 +85,23 @@ def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list
     vllm = engine == "vllm"
     sha = hashlib.sha256(name.encode()).hexdigest()
     # equal for every run of a configuration (the checker pairs only runs with equal fingerprints, and recomputes it)
-    inputs = {"model_sha256": sha, "engine": {"engine": engine}, "units": list(episodes)}
+    # the engine part shaped as the adapters' identity() (what the checker holds a manifest's engine label against)
+    ident = {"engine": engine, "vllm": "0.11.0", "server_args": ["serve", "<model dir>", "--port", "<port>",
+                                                                  "<arm: --enable-prefix-caching | "
+                                                                  "--no-enable-prefix-caching>"]} if vllm else \
+        {"engine": engine, "binary_sha256": "ee" * 32,
+         "server_args": ["-m", f"<model sha256 {sha}>", "-c", "32768", "-np", "1", "--cache-ram", "8192"]}
+    inputs = {"model_sha256": sha, "engine": ident, "units": list(episodes)}
+    cmd = (["vllm", "serve", f"/models/{name}", "--port", "8000",
+            "--enable-prefix-caching" if arm == "on" else "--no-enable-prefix-caching"] if vllm else
+           ["llama-server", "-m", f"models/{name}.gguf", "-c", "32768", "-np", "1", "--cache-ram", "8192"])
     w = RunWriter(d, {
         "config": name, "plan": "main", "arm": arm, "run": k, "session": arm, "lifecycle": "shared",
         "engine": engine, "engine_build": "vllm 0.11.0" if vllm else "b10435-9e40df63",
         "model": {"family": family, "name": model, "quant": quant, "sha256": sha, "source": f"path:models/{name}.gguf"},
         "plan_data": {"name": "main", "arms": ["off", "on"], "runs": 2, "lifecycle": "shared", "cache_ram_mib": 8192},
         "workload": "bfcl_multi_turn_base", "prompt_variant": "default", "episodes": list(episodes),
-        "server_cmd": ["llama-server", "-m", f"models/{name}.gguf", "-c", "32768", "-np", "1", "--cache-ram", "8192"],
+        "server_cmd": cmd,
         "host": {"cpu": "synthetic", "cpu_count": 16, "gpus": [{"name": "NVIDIA RTX 4090", "driver": "560"}]},
         "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "bench",
         "pairing_inputs": inputs, "pairing_fingerprint": fingerprint(inputs),
@@ -100,21 +109,26 @@ def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list
     })
     for eid, reqs in episodes.items():
         prompt = 3000
+        prompt_sha = hashlib.sha256(eid.encode()).hexdigest()  # an episode's first prompt is its own, in every run
         for i, toks in enumerate(reqs):
             cached = 0 if arm == "off" else (prompt - 50 if i else 2500)
             w.request({
                 "episode_id": eid, "turn": i // 3, "step": i % 3, "request_index": i,
-                "prompt_sha256": hashlib.sha256(f"{eid}/{i}/{toks[:3]}".encode()).hexdigest(),
+                "prompt_sha256": prompt_sha,
                 "prompt_tokens": prompt, "output_tokens": toks, "output_text": " ".join(f"t{t}" for t in toks),
                 "top_logprobs": [_top2(t, ((7 * t + i) % 13 - 6) / 1000 if arm == "on" else 0.0) for t in toks],
-                "cache_n": cached, "prompt_n": prompt - cached, "prompt_ms": 100.0,
-                "predicted_ms": 20.0 * len(toks), "stop_type": "eos", "error": None,
+                # a real server's timings differ on every request and run (identical ones mark a copied run)
+                "cache_n": cached, "prompt_n": prompt - cached, "prompt_ms": round(rng.uniform(80.0, 120.0), 3),
+                "predicted_ms": round(20.0 * len(toks) * rng.uniform(0.9, 1.1), 3), "stop_type": "eos", "error": None,
                 **({"engine_extra": {"usage_cached_tokens": cached, "metrics_prefix_cache_hits": cached}}
                    if vllm else {}),
             })
             prompt += len(toks) + 120
-        w.episode({"episode_id": eid, "verdict": "valid" if rng.random() < 0.1 else "state_mismatch",
-                   "valid": rng.random() < 0.1, "n_requests": len(reqs), "error": None})
+            # the next prompt: the one before and what came back
+            prompt_sha = hashlib.sha256(f"{prompt_sha}/{toks}".encode()).hexdigest()
+        valid = rng.random() < 0.1  # BFCL's verdict, and `valid` saying the same (the checker holds them together)
+        w.episode({"episode_id": eid, "verdict": "valid" if valid else "state_mismatch",
+                   "valid": valid, "n_requests": len(reqs), "error": None})
     w.finish(wall_s=600.0)
 
 

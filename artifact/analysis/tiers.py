@@ -35,7 +35,7 @@ from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import FAIL, NOT_RUN, PASS, Verdict, is_fresh
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
 from artifact.errors import ArtifactError
-from artifact.records.store import Run
+from artifact.records.store import Run, read_server_log
 
 REQUEST_COLUMNS = ["config", "plan", "arm", "run", "episode_id", "request_index", "cache_n", "prompt_tokens",
                    "tier", "certain", "evidence"]
@@ -51,15 +51,10 @@ def session_key(run: Run) -> tuple:
 
 
 def read_log(run: Run) -> str | None:
-    """The run's server-session log (manifest `server_log`, relative to the plan directory), if it was kept."""
-    rel = run.manifest.get("server_log")
-    if not isinstance(rel, str):
-        return None
-    path = run.path.parent / rel
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
+    """The run's server-session log (manifest `server_log`, relative to the plan directory), if it was kept; read
+    under the record files' rules (`store.read_server_log`: an ArtifactError for a path outside the plan directory,
+    a link, a pipe or device, or an oversized file)."""
+    return read_server_log(run)
 
 
 def run_tiers(runs: list[Run]) -> dict[int, list]:

@@ -31,6 +31,7 @@ import pandas as pd
 
 from artifact import workloads
 from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
+from artifact.check import facts
 from artifact.check.beyond import write_beyond
 from artifact.check.claims import (
     CLAIM_RULES, EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT, TESTED, Claim, annotate_with_paper,
@@ -129,13 +130,35 @@ def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) ->
 TEXT_ERRORS = "backslashreplace"
 
 
-def _outputs_of(out: Path) -> set[str]:
-    """The files a previous check wrote into `out` (its check.json lists them), check.json included."""
-    try:
-        files = json.loads((out / "check.json").read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError, AttributeError):
-        files = None
-    return {"check.json", *(f for f in files if isinstance(f, str))} if isinstance(files, list) else {"check.json"}
+# Every name a check may write into its output folder (besides the workloads' own `table_files`): what publish()
+# may replace or remove there. Never read from the folder itself (a planted check.json could name any file).
+OUTPUT_NAMES = frozenset((
+    "check.json", "report.html", "tab2.csv", "tab2_comparisons.csv", "runs.csv", "fig1.csv", "fig2.csv",
+    "fig2_trend.csv", "quant_levels.csv", "verdicts.csv", "fig1.png", "fig2.png",
+    # artifact.check.beyond
+    "margins.csv", "first_divergence_margins.csv", "flip_by_margin.csv", "flip_trend.csv", "margin_trend.csv",
+    "benefit_runs.csv", "benefit_arms.csv", "benefit_ratios.csv", "mitigation.csv", "tiers.csv", "tiers_requests.csv",
+    "quant_mechanism.csv", "quant_mechanism_pairs.csv", "tenants.csv", "tenants_runs.csv", "beyond_verdicts.csv",
+    "flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png",
+))
+
+
+def output_names() -> frozenset[str]:
+    """OUTPUT_NAMES and every registered workload's table files."""
+    own = {f for name in workloads.REGISTRY for f in workloads.get(name).table_files}
+    return OUTPUT_NAMES | own
+
+
+def foreign_entries(out: Path, new: Path) -> list[str]:
+    """What in `out` is not a check's output: an entry whose name is none of a check's own names (`output_names`,
+    and those this check wrote into `new`), or that is not a regular file; and, where `out` holds anything, the
+    whole folder if it has no check.json (a check never leaves a folder without it: not a folder a check made)."""
+    names = output_names() | set(os.listdir(new))
+    entries = sorted(os.listdir(out))
+    foreign = [e for e in entries if e not in names or (out / e).is_symlink() or not (out / e).is_file()]
+    if entries and not foreign and "check.json" not in entries:
+        foreign = [entries[0]]
+    return foreign
 
 
 def staging(out: Path) -> Path:
@@ -152,11 +175,12 @@ def staging(out: Path) -> Path:
 def publish(new: Path, out: Path) -> None:
     """Put the folder `new` in the place of `out`: out is moved aside, new renamed to out, the old one removed (a
     rename is atomic: out is at every moment the previous outputs, whole, or the new ones, or briefly absent).
-    Refuses an `out` that holds anything but a previous check's outputs and this one's: it would be lost."""
-    foreign = sorted(set(os.listdir(out)) - _outputs_of(out) - set(os.listdir(new))) if out.exists() else []
+    Refuses an `out` that holds anything but a check's outputs (`foreign_entries`; never what a list in it names):
+    it would be lost."""
+    foreign = foreign_entries(out, new) if out.exists() else []
     if foreign:
-        raise ArtifactError(f"refusing to replace {out}: it holds {foreign[0]}, which no check wrote; give --out a "
-                            "new or empty directory")
+        raise ArtifactError(f"refusing to replace {out}: it holds {foreign[0]}, which is not an output of check; give "
+                            "--out a new or empty directory")
     if not out.exists():
         os.rename(new, out)
         return
@@ -233,6 +257,8 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     out = Path(out_dir) if out_dir is not None else root / CHECK_DIR
     runs = load_results(root)
     lap("load+validate")
+    facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
+    lap("facts")
     tables = build_tables(runs, root)
     wtables = workload_tables(runs)
     lap("tables")

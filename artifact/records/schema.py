@@ -9,7 +9,8 @@ BFCL's `steps`, the GSM8K bridge's `servings`); a listed one must have its type.
 accounting, its log-probabilities against its tokens; a manifest's timestamps and its pairing fingerprint against
 `pairing_inputs`, the model and the engine), checked after the fields.
 
-    MANIFEST, REQUEST, UNIT    the three record kinds
+    MANIFEST, REQUEST, UNIT    the three record kinds of every run
+    TENANT                     tenants.jsonl, the fourth, of a run with background tenants
     Schema.problem(record)     the first broken field or rule as "field 'x' ...", or None
     Schema.valid(record)       the same test as a bool, compiled (the readers' fast path)
     Schema.decoder(raw)        a msgspec decoder that checks every field's type and range while decoding (the
@@ -350,6 +351,8 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("packages", (dict,), "installed distributions", required=False),
     Field("isolation", (dict,), "network namespace and scrubbed environment", required=False),
     Field("server_cmd", (list,), "the server's full command line", required=False),
+    Field("server_log", (str, NoneType), "the server session's log, relative to the plan directory (null: none)",
+          required=False),
     Field("tenants", (dict,), "background tenants (plans with tenants): spec, prompt hashes, schedule, and at the "
           "end what they sent (artifact/protocol/tenants.py; every request in tenants.jsonl)", required=False),
 ), rules=(
@@ -395,4 +398,52 @@ UNIT = Schema("unit", "episodes.jsonl", (
     Field("steps", (list,), "an agent trajectory: per request, calls and their results", required=False),
 ))
 
-SCHEMAS = {s.kind: s for s in (MANIFEST, REQUEST, UNIT)}
+
+
+# tenants.jsonl (plans with background tenants, artifact/protocol/tenants.py): one line per tenant request and one per
+# measured request (its interval, and the tenant requests in flight during it).
+TENANT_KINDS = {"tenant": ("tenant", "request", "prompt", "prompt_sha256", "error"),
+                "measured": ("tenants_in_flight_at_start",)}
+
+
+def _tenant_kind(r: dict) -> str | None:
+    kind = r["kind"]
+    if kind not in TENANT_KINDS:
+        return f"field 'kind' is {kind!r}, not one of {', '.join(map(repr, TENANT_KINDS))}"
+    missing = next((f for f in TENANT_KINDS[kind] if f not in r), None)
+    if missing is not None:
+        return f"field '{missing}' is missing (a {kind} record has it)"
+    if r["t_end"] < r["t_start"]:
+        return f"field 't_end' ({r['t_end']}) is before t_start ({r['t_start']})"
+    return None
+
+
+TENANT = Schema("tenant", "tenants.jsonl", (
+    Field("kind", (str,), "tenant (a background tenant's request) or measured (a measured request's interval)"),
+    Field("unit", (str,), "the measured unit during which it ran"),
+    Field("t_start", Number, "seconds from the run's start", check=_nonneg),
+    Field("t_end", Number, "seconds from the run's start, not before t_start", check=_nonneg),
+    Field("tenant", (int,), "tenant: which tenant (0, 1, ...)", required=False, check=_nonneg),
+    Field("request", (int,), "tenant: its request number within the unit", required=False, check=_nonneg),
+    Field("prompt", (int,), "tenant: the prompt's position in the unit's pool", required=False, check=_nonneg),
+    Field("prompt_sha256", (str,), "tenant: sha256 of the prompt text", required=False, check=_hex64),
+    Field("error", (str, NoneType), "tenant: why the server did not serve it (null when served)", required=False),
+    Field("slot", (int, NoneType), "tenant: the server's slot", required=False),
+    Field("prompt_tokens", (int, NoneType), "tenant: prompt length", required=False, check=_nonneg),
+    Field("cache_n", (int, NoneType), "tenant: prompt tokens served from cache", required=False, check=_nonneg),
+    Field("prompt_n", (int, NoneType), "tenant: prompt tokens computed", required=False, check=_nonneg),
+    Field("predicted_n", (int, NoneType), "tenant: tokens generated", required=False, check=_nonneg),
+    Field("prompt_ms", (int, float, NoneType), "tenant: the server's prompt time", required=False, check=_nonneg),
+    Field("predicted_ms", (int, float, NoneType), "tenant: the server's generation time", required=False,
+          check=_nonneg),
+    Field("tenants_in_flight_at_start", (int,), "measured: tenant requests in flight when it was sent",
+          required=False, check=_nonneg),
+    Field("tenant_requests_overlapping", (int,), "measured: tenant requests whose interval overlaps it",
+          required=False, check=_nonneg),
+    Field("overlap_s", Number, "measured: seconds of it during which a tenant request was in flight",
+          required=False, check=_nonneg),
+), rules=(
+    Rule("kind is tenant or measured, with that kind's fields; t_end is not before t_start", _tenant_kind),
+))
+
+SCHEMAS = {s.kind: s for s in (MANIFEST, REQUEST, UNIT, TENANT)}

@@ -34,6 +34,7 @@ from artifact.records.schema import (
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
 EPISODES = "episodes.jsonl"
+TENANTS = "tenants.jsonl"  # runs of a plan with background tenants: their requests and the measured intervals
 DISCARDED = "discarded"  # incomplete runs are moved here, never deleted
 
 
@@ -501,7 +502,62 @@ def load_run(path: Path) -> Run:
     return Run(path, manifest)
 
 
-RECORD_FILES = (MANIFEST, REQUESTS, EPISODES)
+RECORD_FILES = (MANIFEST, REQUESTS, EPISODES, TENANTS)
+
+
+def read_tenants(run: Run) -> list[dict] | None:
+    """The run's tenants.jsonl records (None: the run has no such file), decoded as every record file is; the
+    schema (`schema.TENANT`) is the caller's to apply."""
+    path = run.path / TENANTS
+    if not path.exists() and not path.is_symlink():
+        return None
+    return _read_jsonl(path, run.complete)
+
+
+MAX_LOG_BYTES = 256 << 20  # a server log larger than this is not read (a session of 1,000 requests logs ~1 MiB)
+
+
+def read_server_log(run: Run) -> str | None:
+    """The text of the run's server-session log (manifest `server_log`, relative to the run's plan directory), or
+    None where it was not kept. The record files' rules hold for it: a relative path under the plan directory
+    (no '..'), no symbolic link on the way, a regular file (never a pipe or a device, which would block or never
+    end), at most MAX_LOG_BYTES; anything else is an ArtifactError naming the manifest or the file. Bytes that are
+    not UTF-8 are replaced (a log is evidence read by pattern, not a record decoded field by field)."""
+    import stat  # noqa: PLC0415
+
+    rel = run.manifest.get("server_log")
+    if rel is None:
+        return None
+    mf = run.path / MANIFEST
+    parts = Path(rel).parts if isinstance(rel, str) else ()
+    if not parts or Path(rel).is_absolute() or ".." in parts or "\0" in rel:
+        raise ArtifactError(f"{mf}: field 'server_log' ({rel!r}) must be a relative path under the run's plan "
+                            f"directory ({run.path.parent}), without '..'; refusing to read it")
+    path = run.path.parent
+    for part in parts:
+        path = path / part
+        _refuse_link(path, "a server log")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None  # not kept (an evidence folder ships logs apart; a copy may leave them out)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ArtifactError(f"{path}: the server log is not a regular file (a pipe, device or directory); refusing "
+                            "to read it")
+    if st.st_size > MAX_LOG_BYTES:
+        raise ArtifactError(f"{path}: the server log holds {st.st_size} bytes, more than the {MAX_LOG_BYTES} a "
+                            "server log may; refusing to read it")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(MAX_LOG_BYTES + 1)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror})") from None
+    if len(data) > MAX_LOG_BYTES:
+        raise ArtifactError(f"{path}: the server log holds more than {MAX_LOG_BYTES} bytes; refusing to read it")
+    return data.decode("utf-8", errors="replace")
 
 
 def _refuse_link(path: Path, what: str) -> None:
