@@ -532,7 +532,7 @@ def test_compare_names_every_differing_outcome_field_and_exits_non_zero(tmp_path
     elif damage == "cache":
         reqs[2].update(cache_n=60, prompt_n=40)
     elif damage == "logprob":
-        reqs[0]["top_logprobs"][0][1][1] = -2.5
+        reqs[0]["top_logprobs"][0][1][1] = -2.75
     elif damage == "prompt":
         reqs[6]["prompt_sha256"] = "cd" * 32
     if damage != "no episodes.jsonl":
