@@ -278,3 +278,18 @@ def test_bfcls_qwen_handler_renders_what_the_ggufs_own_chat_template_renders():
     assert len(seen) >= 15 and roles == {"system", "user", "assistant", "tool"}
     for messages, prompt in seen:
         assert template.render(messages=messages, add_generation_prompt=True) == prompt
+
+
+def test_the_files_a_staging_command_carries_are_listed_with_their_pins(tmp_path):
+    """`python -m artifact.models files CONFIG...`: each weights file once, relative to $ARTIFACT_WEIGHTS, with its
+    sha256; a derived model lists its recipe's base (the Qwen series: the same joined file as Qwen's Q4_K_M)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ARTIFACT_WEIGHTS": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "artifact.models", "files", "h200/qwen-q4_k_m", "h200/qwen-rq-q3_k_m",
+                        "demo-smollm2-cpu"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    files = json.loads(r.stdout)
+    spec = pypi_parts.load_spec("qwen2.5-coder-0.5b-instruct-q4_k_m")
+    assert files == [{"rel": f"pypi-parts/{spec['name']}/{spec['file']}", "sha256": spec["sha256"],
+                      "bytes": spec["bytes"], "present": False, "path": str(tmp_path / "pypi-parts" / spec["name"] /
+                                                                               spec["file"]),
+                      "configs": ["h200-qwen2.5-coder-0.5b-q4_k_m", "h200-qwen2.5-coder-0.5b-rq-q3_k_m"]}]
