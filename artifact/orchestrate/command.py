@@ -226,6 +226,14 @@ def check_args(args) -> None:
     native_only = [f for f, v in (("--llama-source", args.llama_source), ("--no-build", args.no_build)) if v]
     if native_only and not (args.native or (args.slurm and args.container == "native")):
         raise ArtifactError(f"{native_only[0]} is an option of --native (and of --slurm's native tasks)")
+    if args.jobs_per_gpu < 1:
+        raise ArtifactError("--jobs-per-gpu must be >= 1")
+    sharing = [f for f, v in (("--jobs-per-gpu", args.jobs_per_gpu != 1),
+                              ("--gpu-sharing", args.gpu_sharing != "auto")) if v]
+    if sharing and not args.native:
+        raise ArtifactError(f"{sharing[0]} is an option of --native (a Slurm task or a container has one GPU job)")
+    if sharing and args.cpu:
+        raise ArtifactError(f"{sharing[0]} is for GPUs; with --cpu, --parallel N sets the jobs at once")
 
 
 def cmd_all(args) -> int:
@@ -302,6 +310,11 @@ def add_parser(sub) -> None:
                    "paper's b10434 = commit 7e4c0a9); default: the sdist's b10435")
     g.add_argument("--no-build", action="store_true", help="use the llama-server already installed in the "
                    "environment (labelled by its build record) instead of building it")
+    g.add_argument("--jobs-per-gpu", type=int, default=1, metavar="N", help="jobs at once on each GPU (default 1), "
+                   "each within 1/N of its memory: through CUDA MPS where the host has it, else in time slices")
+    g.add_argument("--gpu-sharing", choices=("auto", "mps", "time-slices"), default="auto", help="with "
+                   "--jobs-per-gpu N > 1: CUDA MPS if the host has it (auto, default), MPS or fail (mps), or the "
+                   "driver's time slices (time-slices)")
     g = sp.add_argument_group("Slurm (--slurm: a job array through sbatch; ARTIFACT.md section 7c)")
     g.add_argument("--slurm", action="store_true", help="submit one array task per configuration x plan and a "
                    "dependent check job; resubmitting resumes")
