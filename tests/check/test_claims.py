@@ -382,7 +382,7 @@ def test_odd_log_probabilities_are_malformed_records(tmp_path):
 
 
 def test_a_position_without_log_probabilities_has_no_margin_in_the_report(tmp_path):
-    lps = {("e0", 0): [[[1, -0.1], [2, -1.0]], None]}
+    lps = {("e0", 0): [[[1, -0.1], [2, -2.5]], None]}
     main_plan(tmp_path, {"e0": [[1, 2]]}, {"e0": [[1, 3]]}, {"e0": [[1, 3]]}, logprobs=lps)
     check(tmp_path)
     assert "Top-2 log-probabilities at the flip: not available" in (tmp_path / "check" / "report.html").read_text()

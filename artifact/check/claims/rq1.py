@@ -9,7 +9,8 @@ from artifact.analysis.compare import record_problems
 from artifact.analysis.tenants import under_load
 from artifact.analysis.tables import Tables
 from artifact.check.core import (
-    FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, TESTED, Claim, Context, fmt_rate, make_claim, off_exposure,
+    FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, TESTED, Claim, Context, cache_unverified, fmt_rate, make_claim,
+    off_exposure,
     pair_evidence, Paper, scope_of, Verdict,
 )
 
@@ -25,8 +26,11 @@ RULE = {
             "shown so; it never hides a non-zero count on another request. No tolerance: bit-identity is "
             "exact, and one diverging episode means a source of nondeterminism escaped the protocol's control "
             "(paper: 0/800). FAIL on any divergence or cached token; INVALID where an OFF run or an OFF pairing "
-            "is invalid; NOT-RUN with a single OFF run. Plans with background tenants (a manifest's tenants with "
-            "count > 0) are not judged here: their OFF requests share the server with other users' requests, which "
+            "is invalid; NOT-RUN with a single OFF run; INCONCLUSIVE where an OFF run of an engine that reports "
+            "cache use on every request it serves (llama.cpp, vLLM) reports none on a served request (cache_n "
+            "null): that run cannot show it was served no cached token. Plans with background tenants (a run whose "
+            "tenants.jsonl holds tenant requests) are not judged here: their OFF requests share the server with "
+            "other users' requests, which "
             "the protocol excludes; they are measured beyond the paper (BEYOND-TENANTS-<plan>), and named in this "
             "claim's evidence.",
     "minimum_evidence": "per configuration-plan, at least one episode compared in every OFF pair in which both "
@@ -61,6 +65,8 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             status, why = INVALID, invalid
         elif not pairs:
             status, why = NOT_RUN, ["only one OFF run: no rerun to compare"]
+        elif unverified := [w for r in offs if (w := cache_unverified(r))]:
+            status, why = INCONCLUSIVE, unverified
         elif not evidence:
             status, why = INCONCLUSIVE, ["no compared episode in which both OFF runs made a request without an "
                                          "error (runs without requests, or whose requests all failed)"]
