@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -99,18 +100,19 @@ def completion(state: State, req: dict) -> tuple[int, dict]:
     with state.lock:
         cached = state.lookup_and_insert(ids, salt)
         state.requests += 1
-        state.prefill_s += 0.002
-        state.decode_s += 0.01
+        # server times vary from run to run, as a real server's do (records with identical timings are copies)
+        state.prefill_s += 0.002 + random.random() * 1e-4
+        state.decode_s += 0.01 + random.random() * 1e-4
     path = "cached" if cached and not state.batch_invariant else "recomputed"
     text = f"fake reply to {hashlib.sha256(prompt.encode()).hexdigest()[:8]} ({path})"[:4 * int(req["max_tokens"])]
     out = tokens_of(text)
     gap = 2.25 if path == "recomputed" else 2.0
-    tops = [{f"token_id:{t}": -0.125, f"token_id:{(t + 1) % 65536}": -0.125 - gap} for t in out]
+    tops = [{f"token_id:{t}": -0.25, f"token_id:{(t + 1) % 65536}": -0.25 - gap} for t in out]
     body = {
         "id": "cmpl-fake", "object": "text_completion", "created": 0, "model": req.get("model"),
         "choices": [{"index": 0, "text": text, "finish_reason": "stop", "stop_reason": None,
                      "token_ids": out if req.get("return_token_ids") else None, "prompt_token_ids": None,
-                     "logprobs": {"text_offset": list(range(0, 4 * len(out), 4)), "token_logprobs": [-0.125] * len(out),
+                     "logprobs": {"text_offset": list(range(0, 4 * len(out), 4)), "token_logprobs": [-0.25] * len(out),
                                   "tokens": [f"token_id:{t}" for t in out], "top_logprobs": tops}}],
         "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out), "total_tokens": len(ids) + len(out),
                   "prompt_tokens_details": {"cached_tokens": cached}},
