@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs, same_prompt_requests
@@ -190,6 +189,7 @@ def _flip_prob(delta: np.ndarray, margins: np.ndarray) -> float:
 def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdict]]:
     """Each configuration against its reference: the two verdicts and the counterfactual split (`pos`:
     `position_frames`)."""
+    from scipy.stats import mannwhitneyu  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     rows, verdicts = [], []
     for c in configs.to_dict("records"):
         if not c["reference"]:

@@ -303,6 +303,7 @@ def _import_analyses() -> None:
     import artifact.check.beyond  # noqa: F401, PLC0415
     import artifact.check.claims  # noqa: F401, PLC0415
     import artifact.report.render  # noqa: F401, PLC0415
+    import scipy.stats  # noqa: F401, PLC0415
 
 
 def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
