@@ -29,7 +29,7 @@ from pathlib import Path
 
 from artifact import workloads
 from artifact.check import facts
-from artifact.check.worker import Drawing, Worker, preload, want_worker
+from artifact.check.worker import Drawing, Worker, want_worker
 from artifact.config import arms
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST
@@ -290,11 +290,11 @@ class Laps:
         self._last = now
 
 
-# What check's worker imports as it starts (what loading a run needs: `load_run`), and before the first figure is
-# asked for (the figure functions' modules; imported while this process runs the analyses).
-LOAD_MODULES = ("artifact.check.run", "numpy", "pyarrow.csv")
-FIGURE_MODULES = ("matplotlib.backends.backend_agg", "matplotlib.figure", "artifact.report.render",
-                  "artifact.check.beyond")
+# What check's worker imports as it starts: what loading a run needs (`load_run`) and the figure functions' modules
+# (matplotlib and pandas; while this process imports pandas, scipy and the analyses): it then shares the loading of
+# the runs, and is ready to draw when the first figure is asked for.
+WORKER_MODULES = ("artifact.check.run", "numpy", "pyarrow.csv", "matplotlib.backends.backend_agg",
+                  "matplotlib.figure", "artifact.report.render", "artifact.check.beyond")
 
 
 def _import_analyses() -> None:
@@ -314,12 +314,11 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     runs = find_results(root)
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
-    worker = Worker(want_worker(records_bytes(runs)), preload=LOAD_MODULES)
+    worker = Worker(want_worker(records_bytes(runs)), modules=WORKER_MODULES)
     new, done = None, False
     try:
         validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, scipy, analyses")))
         lap("load+validate")
-        worker.submit(preload, *FIGURE_MODULES)
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
         from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
 

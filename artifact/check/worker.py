@@ -31,7 +31,7 @@ from artifact.errors import ArtifactError
 
 WORKER_ENV = "ARTIFACT_CHECK_WORKER"  # "1": always a worker, "0": never; unset: by size (`want_worker`)
 WORKER_MIN_BYTES = 16 << 20  # request records from which a worker pays for its start (~1 CPU s of imports)
-TIMEOUT_S = 300.0  # the most one job may take in the worker (loading a run or drawing a figure: about a second)
+TIMEOUT_S = 1800.0  # the most one job may take in the worker (a guard against a hang: a job takes about a second)
 
 
 def want_worker(record_bytes: int) -> bool:
@@ -49,15 +49,14 @@ def _timed(fn, args) -> tuple:
     return out, time.perf_counter() - start[0], time.process_time() - start[1]
 
 
-def _start(preload: tuple[str, ...]) -> None:
+def _start(modules: tuple[str, ...]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is the caller's to handle: it stops the worker
-    for name in preload:
-        importlib.import_module(name)
+    preload(*modules)
 
 
 def preload(*modules: str) -> None:
-    """A job that imports `modules` (queued before the jobs that need them, so that their import is not timed as
-    theirs); for matplotlib, also its font cache (the first figure's set-up)."""
+    """Import `modules` (what the worker's jobs need, before the first: not timed as theirs); for matplotlib, also
+    its font cache (the first figure's set-up)."""
     for name in modules:
         importlib.import_module(name)
     if any(name.startswith("matplotlib") for name in modules):
@@ -115,14 +114,15 @@ class Job:
 
 
 class Worker:
-    """One worker process (`enabled`), or none: every job then runs here when its result is asked for."""
+    """One worker process (`enabled`; it imports `modules` as it starts), or none: every job then runs here when its
+    result is asked for."""
 
-    def __init__(self, enabled: bool = False, preload: tuple[str, ...] = ()):
+    def __init__(self, enabled: bool = False, modules: tuple[str, ...] = ()):
         self._pool: ProcessPoolExecutor | None = None
         if enabled:
             try:
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_start, initargs=(tuple(preload),))
+                                                 initializer=_start, initargs=(tuple(modules),))
                 self._pool.submit(int)  # starts the worker now
             except (OSError, ImportError, NotImplementedError, RuntimeError):  # no processes here: all in process
                 self.close()
