@@ -13,8 +13,9 @@ the numbers).
 
     python bench/bench_check.py [--repeat 3] [--keep DIR] [--profile] [--figure bench/check_timing.png]
 
-It also times `run_check` in fresh interpreters (what `./run.sh check DIR` costs, imports included): the median is
-the number the target is about. bench/README.md keeps the breakdown before and after issue 30.
+It also times `python -m artifact check DIR` in fresh interpreters (what `./run.sh check DIR` costs, imports and its
+worker process included: artifact.check.worker): the median is the number the target is about; beside it, the CPU
+seconds of the checking process alone and of all its processes. bench/README.md keeps the breakdown before and after issue 30.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import cProfile
 import hashlib
 import io
+import json
 import math
 import os
 import pstats
@@ -155,31 +157,22 @@ def breakdown(walls: list[dict[str, float]], cpus: list[dict[str, float]]) -> li
     return [(name, _median([w[name] for w in walls]), _median([c[name] for c in cpus])) for name in walls[0]]
 
 
-# Run in a fresh interpreter: `run_check`, then the CPU seconds of the checking process itself (imports included)
-# and of its worker process (artifact.check.worker; 0 without one), on the last line of stdout.
-FRESH = """import resource, sys, time
-from artifact.check.run import run_check
-code = run_check({root!r}, quiet=True)
-worker = resource.getrusage(resource.RUSAGE_CHILDREN)
-print("cpu", time.process_time(), worker.ru_utime + worker.ru_stime)
-sys.exit(code)
-"""
-
-
 def fresh_process(root: Path) -> tuple[float, float, float]:
-    """Wall and CPU seconds (user + system) of `run_check` in a fresh interpreter: what `./run.sh check DIR` costs,
-    imports (pandas, scipy, pyarrow, msgspec, matplotlib) included; and the CPU seconds of the checking process
-    alone (what is left of it on a quiet machine's critical path; the rest is its worker's, on the other core)."""
+    """Wall and CPU seconds (user + system) of `python -m artifact check DIR` (what `./run.sh check DIR` runs, less
+    the shell's set-up check), imports (pandas, scipy, pyarrow, msgspec, matplotlib) included, its worker process
+    included; and the CPU seconds of the checking process alone (check.json's `cpu_s`: what is left of the CPU time
+    on a quiet machine's critical path; the rest is its worker's, on the other core)."""
     shutil.rmtree(root / "check", ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", FRESH.format(root=str(root))], cwd=REPO, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    subprocess.run([sys.executable, "-m", "artifact", "check", str(root)], cwd=REPO, check=False,
+                   env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    sys.stderr.write(proc.stderr)
-    last = (proc.stdout.strip().splitlines() or [""])[-1].split()
-    own = float(last[1]) if len(last) == 3 and last[0] == "cpu" else math.nan
+    try:
+        own = json.loads((root / "check" / "check.json").read_text())["cpu_s"]["checking process"]
+    except (OSError, ValueError, KeyError):
+        own = math.nan
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), own
 
 

@@ -315,7 +315,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
     worker = Worker(want_worker(records_bytes(runs)), modules=WORKER_MODULES)
-    new, done = None, False
+    new = None
     try:
         validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, scipy, analyses")))
         lap("load+validate")
@@ -336,10 +336,11 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, Drawing(worker))
         summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         summary["timings_s"].update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
+        # this process's CPU seconds since it started, imports included (its worker's are on the other core)
+        summary["cpu_s"] = {"checking process": round(time.process_time(), 3)}
         (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8", errors=TEXT_ERRORS)
         publish(new, out)
-        done = True
     except OSError as exc:
         if new is None:
             raise
@@ -347,7 +348,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         raise ArtifactError(f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); "
                             f"{kept}") from None
     finally:
-        worker.close(kill=not done)  # leaving on an error: the worker stops at once
+        # at once: after a check every job's result has been taken (its teardown would only be waited for); leaving
+        # on an error, what it has not done yet is not wanted
+        worker.close(kill=True)
         if new is not None:
             shutil.rmtree(new, ignore_errors=True)
     lap("write: check.json, publish")

@@ -24,13 +24,13 @@ def _results(root):
 
 def _outputs(out):
     """Every output file's bytes, check.json without its timings and results folder, report.html without its
-    generation time and results folder."""
+    generation time."""
     files = {}
     for p in sorted(out.iterdir()):
         data = p.read_bytes()
         if p.name == "check.json":
             d = json.loads(data)
-            d.pop("timings_s"), d.pop("results_dir")
+            d.pop("timings_s"), d.pop("cpu_s"), d.pop("results_dir")
             data = d
         elif p.name == "report.html":
             data = [line for line in data.decode().splitlines() if "generated" not in line]
