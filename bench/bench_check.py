@@ -15,7 +15,8 @@ the numbers).
 
 It also times `python -m artifact check DIR` in fresh interpreters (what `./run.sh check DIR` costs, imports and its
 worker process included: artifact.check.worker): the median is the number the target is about; beside it, the CPU
-seconds of the checking process alone and of all its processes. bench/README.md keeps the breakdown before and after issue 30.
+seconds of all its processes and of the checking process alone. bench/README.md keeps the breakdown before and
+after issue 30.
 """
 
 from __future__ import annotations

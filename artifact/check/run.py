@@ -37,7 +37,7 @@ from artifact.records.store import REQUESTS, Run, find_runs, validate_records
 
 # pandas, scipy and the analyses (artifact.check.claims, .beyond, artifact.analysis.tables, artifact.report.render)
 # are imported where they are used, not here: a check at scale starts its worker process (artifact.check.worker)
-# first, whose start-up then overlaps these imports, and the worker, which imports this module, needs none of them.
+# first, whose start-up then overlaps these imports (the worker imports this module to load runs: without them).
 
 CHECK_DIR = "check"
 
@@ -82,12 +82,13 @@ def load_run(path: Path, manifest: dict) -> tuple:
 def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None) -> list[Run]:
     """Read and validate every run's records (`check_records`); one run per (config, plan, arm, run). With a
     `worker`, it reads runs from the front of the list while this process, once it has done `meanwhile()`, reads
-    them from the back (each run the worker has not started yet); the first problem in the list's order is raised
-    either way."""
+    them from the back (each run the worker has not started yet); without, in the list's order. The first problem
+    in the list's order is raised either way."""
     worker = worker if worker is not None else Worker()
     jobs = [worker.submit(load_run, run.path, run.manifest) for run in runs]
     meanwhile()
-    for job in reversed(jobs):  # this process's share: from the back, until it meets a run the worker has begun
+    # this process's share, with a worker: from the back, up to a run the worker has begun
+    for job in reversed(jobs if worker.enabled else []):
         if not job.cancel():
             break
         job.run_here()
