@@ -1,5 +1,14 @@
+import os
 import sys
 
 from artifact.cli import main
 
-sys.exit(main())
+code = main()
+if sys.argv[1:2] == ["check"] and isinstance(code, int):
+    # check has written and closed every output, stopped its worker process and left no temporary folder behind:
+    # what is left is the interpreter's teardown of the records and modules it holds (about a second at paper scale
+    # on 2 loaded cores, a tenth of check's time), which nothing needs.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+sys.exit(code)

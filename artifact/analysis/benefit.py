@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from artifact.analysis.groups import by_plan, ok_requests, on_off_pairs
 from artifact.records.store import Run
@@ -61,6 +60,7 @@ def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n
     one set of resamples serves every column (scipy.stats.bootstrap, paired=True, method='percentile', seeded,
     vector-valued statistic). Fewer than two units, or identical units, give NaN intervals.
     """
+    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     on, off = np.asarray(on, dtype=float), np.asarray(off, dtype=float)
     if on.shape != off.shape or on.ndim != 2:
         raise ValueError("ratio_intervals needs two (units, quantities) arrays of one shape")

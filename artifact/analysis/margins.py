@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import (
@@ -229,6 +228,7 @@ def page_test(data: np.ndarray) -> tuple[float, float, str]:
 
     scipy.stats.page_trend_test: exact null distribution for small designs, the normal approximation otherwise.
     """
+    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     res = stats.page_trend_test(np.asarray(data, dtype=float))
     return float(res.statistic), float(res.pvalue), str(res.method)
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs, same_prompt_requests
@@ -190,6 +189,7 @@ def _flip_prob(delta: np.ndarray, margins: np.ndarray) -> float:
 def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdict]]:
     """Each configuration against its reference: the two verdicts and the counterfactual split (`pos`:
     `position_frames`)."""
+    from scipy.stats import mannwhitneyu  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     rows, verdicts = [], []
     for c in configs.to_dict("records"):
         if not c["reference"]:
@@ -281,11 +281,39 @@ def analyse(runs: list[Run]) -> tuple[dict[str, pd.DataFrame], list[Verdict], di
     return {"quant_mechanism.csv": summary(pos, configs), "quant_mechanism_pairs.csv": comparisons}, verdicts, pos
 
 
-def figure(pos: dict, pairs: pd.DataFrame, path):
-    """Left: the distribution of |d| per configuration compared (survival function, log scale); right: flip rate
-    per margin bin. One line per configuration that has or is a reference (`pos`: `position_frames`)."""
+def figure_data(pos: dict, pairs: pd.DataFrame) -> list[tuple] | None:
+    """What `draw_figure` draws, per configuration that has or is a reference (`pos`: `position_frames`): (name,
+    |d| survival curve as (x, y) at up to SURVIVAL_POINTS of its points, or None without any d != 0, flip rate per
+    margin bin); None when there is nothing to draw. Small: it is sent to the process that draws the figures."""
     names = list(dict.fromkeys([*pairs["config"], *pairs["reference"]])) if not pairs.empty else []
     if not names or not pos:
+        return None
+    out = []
+    for name in names:
+        parts = [frame for (config, _), frame in pos.items() if config == name]
+        p = pd.concat(parts, ignore_index=True) if parts else _EMPTY
+        d = np.sort(p["delta"].dropna().abs().to_numpy())
+        d = d[d > 0]
+        curve = None
+        if d.size:  # the survival function at up to SURVIVAL_POINTS of its points (at paper scale d has ~10^5)
+            at = np.unique(np.linspace(0, d.size - 1, SURVIVAL_POINTS).astype(int))
+            curve = (d[at], 1.0 - at / d.size)
+        idx = np.digitize(p["margin"].to_numpy(), MARGIN_BINS[1:-1])
+        rates = [p["flip"].to_numpy()[idx == b].mean() if (idx == b).any() else np.nan
+                 for b in range(len(MARGIN_BINS) - 1)]
+        out.append((name, curve, rates))
+    return out
+
+
+def figure(pos: dict, pairs: pd.DataFrame, path):
+    """`draw_figure` of `figure_data`."""
+    return draw_figure(figure_data(pos, pairs), path)
+
+
+def draw_figure(data: list[tuple] | None, path):
+    """Left: the distribution of |d| per configuration compared (survival function, log scale); right: flip rate
+    per margin bin. One line per configuration that has or is a reference (`data`: `figure_data`)."""
+    if not data:
         return None
     from artifact.report.figure import new_figure, text_room  # noqa: PLC0415  (matplotlib: slow import)
 
@@ -293,18 +321,10 @@ def figure(pos: dict, pairs: pd.DataFrame, path):
               for lo, hi in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])]
     fig = new_figure(10.0, 4.2, bottom=0.45 + text_room(labels, 7, 30))
     ax, ax2 = fig.subplots(1, 2)
-    for k, name in enumerate(names):
+    for k, (name, curve, rates) in enumerate(data):
         color = f"C{k % 10}"  # the same in both panels, whether or not the left one has a line for it
-        parts = [frame for (config, _), frame in pos.items() if config == name]
-        p = pd.concat(parts, ignore_index=True) if parts else _EMPTY
-        d = np.sort(p["delta"].dropna().abs().to_numpy())
-        d = d[d > 0]
-        if d.size:  # the survival function at up to SURVIVAL_POINTS of its points (at paper scale d has ~10^5)
-            at = np.unique(np.linspace(0, d.size - 1, SURVIVAL_POINTS).astype(int))
-            ax.step(d[at], 1.0 - at / d.size, where="post", color=color)
-        idx = np.digitize(p["margin"].to_numpy(), MARGIN_BINS[1:-1])
-        rates = [p["flip"].to_numpy()[idx == b].mean() if (idx == b).any() else np.nan
-                 for b in range(len(MARGIN_BINS) - 1)]
+        if curve is not None:
+            ax.step(curve[0], curve[1], where="post", color=color)
         ax2.plot(range(len(rates)), [100 * x for x in rates], marker="o", color=color, label=name)
     if not ax.lines:
         ax.text(0.5, 0.5, "no position at risk with d != 0", ha="center", va="center", transform=ax.transAxes)

@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 __all__ = [
     "wilson_interval",
@@ -29,6 +28,7 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     k = 0 gives low = 0 and k = n gives high = 1. Raises ValueError for n = 0
     (a rate over no observations has no interval; callers report "not run").
     """
+    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     k, n = int(k), int(n)
     if n <= 0:
         raise ValueError(f"wilson_interval needs n >= 1, got n={n}")
@@ -103,6 +103,7 @@ def cochran_armitage(
     Default scores are 0..m-1. If no group has an event (or every item has one)
     there is nothing to order: returns (0.0, 1.0).
     """
+    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     k_arr = np.asarray(k, dtype=float)
     n_arr = np.asarray(n, dtype=float)
     s = np.arange(k_arr.size, dtype=float) if scores is None else np.asarray(scores, dtype=float)
@@ -129,6 +130,7 @@ def mcnemar_exact(b: int, c: int) -> float:
     Under H0 b ~ Binomial(b + c, 1/2); p = 2 * P(X <= min(b, c)), capped at 1
     (scipy.stats.binomtest). b + c = 0 gives 1.0.
     """
+    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     b, c = int(b), int(c)
     if b < 0 or c < 0:
         raise ValueError(f"mcnemar_exact needs non-negative counts, got b={b}, c={c}")
@@ -148,6 +150,7 @@ def mcnemar_power(n: int, discordant_rate: float, net_shift: float, alpha: float
     2 * P(Bin(d, 1/2) <= b) <= alpha. Values of d with P(D = d) < 1e-16 are
     skipped (their total mass is below float resolution).
     """
+    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     n = int(n)
     r, shift = float(discordant_rate), float(net_shift)
     if n < 1 or not 0 < r <= 1 or abs(shift) > r or not 0 < alpha < 1:
@@ -178,6 +181,7 @@ def mantel_haenszel(tables: Sequence[Sequence[int]], alternative: str = "greater
     "greater" (events more likely when exposed), "less", or "two-sided". Strata with fewer than two units or no
     variance carry no information and are skipped; none left gives (nan, 1.0).
     """
+    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     if alternative not in ("greater", "less", "two-sided"):
         raise ValueError(f"alternative must be greater, less or two-sided, got {alternative!r}")
     sum_a = sum_e = sum_v = num = den = 0.0

@@ -27,7 +27,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from scipy.stats import fisher_exact
 
 from artifact import engines
 from artifact.analysis.compare import pairing_problem
@@ -164,6 +163,7 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
     """BEYOND-TIERS per configuration and plan whose ON reruns share one server (the paper's condition): rerun
     requests served from host memory differ from the earlier ON run more often than those served from the slot
     (certain attributions only). A plan with a server per run (lifecycle fresh) is the control, in the evidence."""
+    from scipy.stats import fisher_exact  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     out = []
     claim = ("ON-rerun requests whose cached prefix came from host memory differ from the earlier ON run more often "
              "than requests served from the slot's own cache")

@@ -26,6 +26,7 @@ from artifact.analysis import benefit, margins, mitigation, quantization, tiers
 from artifact.analysis.tenants import tenant_plan
 from artifact.check import tenants
 from artifact.records.store import Run
+from artifact.check.worker import Drawing
 
 
 @dataclass
@@ -147,7 +148,13 @@ def _no_lap(name: str) -> None:
     """Where check times its steps (`artifact.check.run.Laps`), each analysis ends with a call naming it."""
 
 
-def analyse(runs: list[Run], lap=_no_lap) -> Beyond:
+def _no_figures(name: str, fn, *args) -> None:
+    """Where figures are wanted (`write_beyond`), each is asked for by name as soon as its tables are ready."""
+
+
+def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
+    """The analyses' tables and verdicts; `draw(name, figure function, *its inputs)` is called for each figure as
+    soon as its inputs are ready (check draws them in a worker while the analyses go on)."""
     curve = margins.flip_by_margin(runs)
     margin_tables = {
         "margins.csv": margins.margin_distribution(runs),
@@ -157,6 +164,7 @@ def analyse(runs: list[Run], lap=_no_lap) -> Beyond:
         "margin_trend.csv": margins.margin_trend(runs),
     }
     lap("beyond: margins")
+    draw("flip_margin.png", flip_margin_figure, curve)
     costs = benefit.costs_frame(runs)
     benefit_tables = {"benefit_runs.csv": costs, "benefit_arms.csv": benefit.arm_summary(costs),
                       "benefit_ratios.csv": benefit.ratios_frame(runs)}
@@ -164,14 +172,20 @@ def analyse(runs: list[Run], lap=_no_lap) -> Beyond:
     rows = mitigation.plan_rows(runs, costs)
     fresh = mitigation.fresh_verdicts(runs)
     lap("beyond: mitigation")
+    draw("price.png", price_figure, rows, benefit_tables["benefit_ratios.csv"])
     # tiers and quantization on runs without a tenant server (several slots interleave the log; load is its own study)
     alone = [r for r in runs if not tenant_plan(r)]
     tier_tables, tier_verdicts = tiers.analyse(alone)
     lap("beyond: tiers")
+    draw("tiers.png", tiers.figure, tier_tables["tiers.csv"])
     quant_tables, quant_verdicts, positions = quantization.analyse(alone)
     lap("beyond: quantization")
+    draw("quant_mechanism.png", quantization.draw_figure,
+         quantization.figure_data(positions, quant_tables["quant_mechanism_pairs.csv"]))
+    lap("beyond: quantization figure data")
     load = tenants.section(runs)
     lap("beyond: tenants")
+    draw("tenants.png", tenants.figure, load.plans)
     verdicts = fresh + mitigation.mitigation_verdicts(rows) + tier_verdicts + quant_verdicts + load.verdicts
     tables = {
         **margin_tables,
@@ -253,22 +267,19 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
     return path
 
 
-def write_beyond(runs: list[Run], out: Path, lap=_no_lap) -> Beyond:
-    """Analyse, then write the CSVs and figures into `out` (which exists)."""
-    b = analyse(runs, lap)
+BEYOND_FIGURES = ("flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png")
+
+
+def write_beyond(runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | None = None) -> Beyond:
+    """Analyse, write the CSVs into `out` (which exists), and the figures, through `drawing` (asked for each as soon
+    as its inputs are ready: artifact.check.worker; without one, drawn here once the CSVs are written). Returns
+    once every figure asked of `drawing` is drawn."""
+    drawing = drawing if drawing is not None else Drawing()
+    b = analyse(runs, lap, lambda name, fn, *args: drawing.draw(name, fn, *args, out / name))
     for name, df in b.tables.items():
         df.to_csv(out / name, index=False)
     lap("beyond: csv")
-    t = b.tables
-    figs = {"flip_margin.png": lambda: flip_margin_figure(t["flip_by_margin.csv"], out / "flip_margin.png"),
-            "price.png": lambda: price_figure(t["mitigation.csv"], t["benefit_ratios.csv"], out / "price.png"),
-            "tiers.png": lambda: tiers.figure(t["tiers.csv"], out / "tiers.png"),
-            "quant_mechanism.png": lambda: quantization.figure(b.positions, t["quant_mechanism_pairs.csv"],
-                                                               out / "quant_mechanism.png"),
-            "tenants.png": lambda: tenants.figure(t["tenants.csv"], out / "tenants.png")}
-    for name, draw in figs.items():
-        path = draw()
-        lap(f"figures: {name.removesuffix('.png')}")
-        if path is not None:
-            b.figures[name] = path
+    drawn = drawing.results()
+    lap("figures")
+    b.figures = {name: path for name in BEYOND_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}
     return b

@@ -27,20 +27,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import pandas as pd
-
 from artifact import workloads
-from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
 from artifact.check import facts
-from artifact.check.beyond import write_beyond
-from artifact.check.claims import (
-    CLAIM_RULES, EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT, TESTED, Claim, annotate_with_paper,
-    evaluate_claims,
-)
+from artifact.check.worker import Drawing, Worker, want_worker
 from artifact.config import arms
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST
-from artifact.records.store import Run, find_runs, validate_records
+from artifact.records.store import REQUESTS, Run, find_runs, validate_records
+
+# pandas, scipy and the analyses (artifact.check.claims, .beyond, artifact.analysis.tables, artifact.report.render)
+# are imported where they are used, not here: a check at scale starts its worker process (artifact.check.worker)
+# first, whose start-up then overlaps these imports (the worker imports this module to load runs: without them).
 
 CHECK_DIR = "check"
 
@@ -61,7 +58,8 @@ def check_records(run: Run) -> None:
     validate_records(run)
 
 
-def load_results(results_dir: Path) -> list[Run]:
+def find_results(results_dir: Path) -> list[Run]:
+    """The runs under `results_dir`, by their manifests (their records not read yet)."""
     try:
         runs = find_runs(results_dir)
     except TypeError:  # manifests whose sort keys have mixed types, or are not JSON objects
@@ -69,9 +67,34 @@ def load_results(results_dir: Path) -> list[Run]:
             from None
     if not runs:
         raise ArtifactError(f"no runs (manifest.json files) under {results_dir}")
+    return runs
+
+
+def load_run(path: Path, manifest: dict) -> tuple:
+    """One run's records, read and validated (`check_records`): (requests, episodes, the parsed top-2 arrays), what
+    a `Run` memoises (a job of check's worker process, artifact.check.worker: the three travel together, so that
+    the records the arrays name stay the request records)."""
+    run = Run(path, manifest)
+    check_records(run)
+    return run.requests, run.episodes, run.top2_arrays()
+
+
+def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None) -> list[Run]:
+    """Read and validate every run's records (`check_records`); one run per (config, plan, arm, run). With a
+    `worker`, it reads runs from the front of the list while this process, once it has done `meanwhile()`, reads
+    them from the back (each run the worker has not started yet); without, in the list's order. The first problem
+    in the list's order is raised either way."""
+    worker = worker if worker is not None else Worker()
+    jobs = [worker.submit(load_run, run.path, run.manifest) for run in runs]
+    meanwhile()
+    # this process's share, with a worker: from the back, up to a run the worker has begun
+    for job in reversed(jobs if worker.enabled else []):
+        if not job.cancel():
+            break
+        job.run_here()
     seen: dict[tuple, Run] = {}
-    for run in runs:
-        check_records(run)
+    for run, job in zip(runs, jobs):
+        run._requests, run._episodes, run._top2_arrays = job.result()[0]
         m = run.manifest
         key = (m["config"], m["plan"], m["arm"], m["run"])
         if key in seen:
@@ -79,6 +102,16 @@ def load_results(results_dir: Path) -> list[Run]:
                                 "(move the other out of the results directory)")
         seen[key] = run
     return runs
+
+
+def load_results(results_dir: Path) -> list[Run]:
+    return validate_results(find_results(results_dir))
+
+
+def records_bytes(runs: list[Run]) -> int:
+    """The size of the runs' request records (what decides whether check uses a worker process)."""
+    sizes = [(run.path / REQUESTS).stat().st_size for run in runs if (run.path / REQUESTS).is_file()]
+    return sum(sizes)
 
 
 def workload_tables(runs: list[Run]) -> dict[str, dict[str, pd.DataFrame]]:
@@ -108,6 +141,8 @@ def _json_safe(x):
 
 
 def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415  (slow imports: see the module's imports)
+
     rows = [{"claim": d.claim, "scope": d.scope, "kind": d.kind, "status": d.status, "observed": d.observed,
              "expected": d.expected, "band": d.band, "evidence": " | ".join(d.evidence)}
             for c in claims for d in c.details]
@@ -115,6 +150,8 @@ def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
 
 
 def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) -> list[str]:
+    from artifact.analysis.tables import quant_levels_frame  # noqa: PLC0415
+
     frames = {"tab2.csv": tables.tab2, "tab2_comparisons.csv": tables.comparisons, "runs.csv": tables.runs,
               "fig1.csv": tables.fig1, "fig2.csv": tables.fig2, "fig2_trend.csv": tables.fig2_trend,
               "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
@@ -208,6 +245,8 @@ def _clip(s: str, n: int) -> str:
 
 def exit_code(claims: list[Claim], problems: list[str]) -> int:
     """`claims.EXIT_CODES`: 1 hard failure or invalid runs, 4 another claim fails, 3 nothing tested, else 0."""
+    from artifact.check.claims import FAIL, TESTED  # noqa: PLC0415
+
     if problems or any(c.hard and c.status == FAIL for c in claims):
         return 1
     if any(c.status == FAIL for c in claims):
@@ -236,11 +275,13 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
 
 class Laps:
     """The wall and CPU seconds of each named step of one check since the step before (check.json's `timings_s`
-    holds the wall seconds; `./run.sh bench` prints both: bench/bench_check.py)."""
+    holds the wall seconds; `./run.sh bench` prints both: bench/bench_check.py), and each figure's (`figures`:
+    drawn in a worker at scale, while the steps go on, `artifact.check.worker`)."""
 
     def __init__(self):
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
+        self.figures: dict[str, tuple[float, float]] = {}  # name -> (wall, CPU seconds), where it was drawn
         self._last = (time.perf_counter(), time.process_time())
 
     def __call__(self, name: str) -> None:
@@ -250,58 +291,96 @@ class Laps:
         self._last = now
 
 
+# What check's worker imports as it starts: what loading a run needs (`load_run`) and the figure functions' modules
+# (matplotlib and pandas; while this process imports pandas, scipy and the analyses): it then shares the loading of
+# the runs, and is ready to draw when the first figure is asked for.
+WORKER_MODULES = ("artifact.check.run", "numpy", "pyarrow.csv", "matplotlib.backends.backend_agg",
+                  "matplotlib.figure", "artifact.report.render", "artifact.check.beyond")
+
+
+def _import_analyses() -> None:
+    """pandas, scipy and the analyses, imported on their own (a step of check's timings)."""
+    import artifact.analysis.tables  # noqa: F401, PLC0415
+    import artifact.check.beyond  # noqa: F401, PLC0415
+    import artifact.check.claims  # noqa: F401, PLC0415
+    import artifact.report.render  # noqa: F401, PLC0415
+    import scipy.stats  # noqa: F401, PLC0415
+
+
 def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
     lap = Laps()
     timings = lap.wall
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root / CHECK_DIR
-    runs = load_results(root)
-    lap("load+validate")
-    facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
-    lap("facts")
-    tables = build_tables(runs, root)
-    wtables = workload_tables(runs)
-    lap("tables")
-    claims = evaluate_claims(tables, wtables, root=root, expected_path=expected_path)
-    annotate_with_paper(tables, expected_path)
-    lap("claims")
-    code = exit_code(claims, tables.problems)
-
-    new = staging(out)
+    runs = find_results(root)
+    # at scale a worker process loads part of the runs and then draws the figures while this process imports the
+    # analyses, loads the other runs and runs the analyses (artifact.check.worker)
+    worker = Worker(want_worker(records_bytes(runs)), modules=WORKER_MODULES)
+    new = None
     try:
-        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap)
+        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, scipy, analyses")))
+        lap("load+validate")
+        from artifact.analysis.tables import build_tables  # noqa: PLC0415
+        from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
+
+        facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
+        lap("facts")
+        tables = build_tables(runs, root)
+        wtables = workload_tables(runs)
+        lap("tables")
+        claims = evaluate_claims(tables, wtables, root=root, expected_path=expected_path)
+        annotate_with_paper(tables, expected_path)
+        lap("claims")
+        code = exit_code(claims, tables.problems)
+
+        new = staging(out)
+        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, Drawing(worker))
         summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+        summary["timings_s"].update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
+        # this process's CPU seconds since it started, imports included (its worker's are on the other core)
+        summary["cpu_s"] = {"checking process": round(time.process_time(), 3)}
         (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8", errors=TEXT_ERRORS)
         publish(new, out)
     except OSError as exc:
+        if new is None:
+            raise
         kept = f"the previous outputs in {out} are left as they were" if out.exists() else f"{out} was not created"
         raise ArtifactError(f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); "
                             f"{kept}") from None
     finally:
-        shutil.rmtree(new, ignore_errors=True)
+        # at once: after a check every job's result has been taken (its teardown would only be waited for); leaving
+        # on an error, what it has not done yet is not wanted
+        worker.close(kill=True)
+        if new is not None:
+            shutil.rmtree(new, ignore_errors=True)
     lap("write: check.json, publish")
-    run_check.last_timings, run_check.last_cpu = dict(lap.wall), dict(lap.cpu)  # read by bench/bench_check.py
+    # read by bench/bench_check.py
+    run_check.last_timings, run_check.last_cpu, run_check.last_figures = dict(lap.wall), dict(lap.cpu), \
+        dict(lap.figures)
     if not quiet:
         _print_summary(root, out, runs, tables, claims, code)
     return code
 
 
 def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtables: dict, claims: list[Claim],
-                   code: int, lap) -> dict:
+                   code: int, lap, drawing: Drawing) -> dict:
     """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
+    from artifact.check.beyond import write_beyond  # noqa: PLC0415
+    from artifact.check.claims import CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
+    from artifact.report.render import PAPER_FIGURES, draw_figures, write_report  # noqa: PLC0415
+
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
     files = write_csvs(out, tables, wtables, claims)
     lap("csv")
-    import matplotlib.backends.backend_agg  # noqa: F401, PLC0415  (a slow import: timed on its own)
-
-    from artifact.report.render import render_figures, write_report  # noqa: PLC0415
-
-    lap("imports: matplotlib, jinja2")
-    figures = render_figures(tables, out, lap)
+    draw_figures(tables, out, drawing)
+    # results beyond the paper (issue 12; they never change the exit code); waits for every figure asked for
+    beyond = write_beyond(runs, out, lap, drawing)
+    drawn = drawing.results()
+    lap.figures.update({name: (wall, cpu) for name, (_, wall, cpu) in drawn.items()})
+    figures = {name: path for name in PAPER_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}
     files += list(figures)
-    beyond = write_beyond(runs, out, lap)  # results beyond the paper (issue 12); they never change the exit code
     files += beyond.files
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
@@ -319,6 +398,8 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
 
 
 def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int) -> None:
+    from artifact.check.claims import EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT  # noqa: PLC0415
+
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
     names = ", ".join(workloads.by_workload(runs))
@@ -343,4 +424,4 @@ def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claim
     sys.stdout.flush()
 
 
-run_check.last_timings, run_check.last_cpu = {}, {}
+run_check.last_timings, run_check.last_cpu, run_check.last_figures = {}, {}, {}

@@ -263,7 +263,10 @@ def _parse_pairs(texts: list[bytes]):
     if not rows.strip():
         return np.empty((0, 2), dtype=np.int64), np.empty((0, 2))
     try:
-        table = csv.read_csv(pa.py_buffer(rows), read_options=csv.ReadOptions(column_names=["id", "lp"]),
+        # one thread: Arrow's thread pool can abort the interpreter at exit ("terminate called without an active
+        # exception", apache/arrow#34314; seen once here on `compare`), and check's two processes use both cores anyway
+        table = csv.read_csv(pa.py_buffer(rows),
+                             read_options=csv.ReadOptions(column_names=["id", "lp"], use_threads=False),
                              convert_options=csv.ConvertOptions(column_types={"id": pa.int64(), "lp": pa.float64()},
                                                                 null_values=[], quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

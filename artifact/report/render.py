@@ -116,16 +116,13 @@ def fig2_figure(fig2: pd.DataFrame, trend: pd.DataFrame, path: Path) -> Path | N
     return path
 
 
-def render_figures(tables: Tables, out: Path, lap=lambda name: None) -> dict[str, Path]:
-    """fig1.png and fig2.png (when the runs allow them); `lap(name)` after each (check's timings)."""
-    figs = {}
-    for name, draw in (("fig1", lambda: fig1_figure(tables.fig1, out / "fig1.png")),
-                       ("fig2", lambda: fig2_figure(tables.fig2, tables.fig2_trend, out / "fig2.png"))):
-        path = draw()
-        lap(f"figures: {name}")
-        if path is not None:
-            figs[f"{name}.png"] = path
-    return figs
+PAPER_FIGURES = ("fig1.png", "fig2.png")
+
+
+def draw_figures(tables: Tables, out: Path, drawing) -> None:
+    """Ask `drawing` (artifact.check.worker) for fig1.png and fig2.png in `out` (drawn when the runs allow)."""
+    drawing.draw("fig1.png", fig1_figure, tables.fig1, out / "fig1.png")
+    drawing.draw("fig2.png", fig2_figure, tables.fig2, tables.fig2_trend, out / "fig2.png")
 
 
 def tab2_rows(tables: Tables) -> list[dict]:

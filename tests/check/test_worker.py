@@ -1,0 +1,101 @@
+"""Check's worker process (artifact.check.worker): it loads part of the runs and draws the figures at scale, and
+what check writes does not depend on it: the same outputs, the same first error, and a dead worker's jobs done
+by the checking process."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from artifact.check.run import run_check
+from artifact.check.worker import WORKER_ENV, Worker
+from artifact.cli import main
+from synthetic_runs import OFF, ON1, ON2, main_plan, trend_runs
+
+
+def _results(root):
+    main_plan(root, OFF, ON1, ON2)
+    trend_runs(root, {"Q8_0": 10, "Q4_K_M": 30, "Q3_K_M": 40}, n=40)
+    return root
+
+
+def _outputs(out):
+    """Every output file's bytes, check.json without its timings and results folder, report.html without its
+    generation time."""
+    files = {}
+    for p in sorted(out.iterdir()):
+        data = p.read_bytes()
+        if p.name == "check.json":
+            d = json.loads(data)
+            d.pop("timings_s"), d.pop("cpu_s"), d.pop("results_dir")
+            data = d
+        elif p.name == "report.html":
+            data = [line for line in data.decode().splitlines() if "generated" not in line]
+        files[p.name] = data
+    return files
+
+
+def test_the_outputs_are_the_same_with_and_without_the_worker(tmp_path, monkeypatch):
+    root = _results(tmp_path / "results")
+    outs, codes = {}, {}
+    for choice in ("0", "1"):
+        monkeypatch.setenv(WORKER_ENV, choice)
+        codes[choice] = run_check(root, tmp_path / f"out{choice}", quiet=True)
+        outs[choice] = _outputs(tmp_path / f"out{choice}")
+    assert codes["0"] == codes["1"]
+    assert {n for n in outs["0"] if n.endswith(".png")} >= {"fig1.png", "fig2.png", "flip_margin.png"}
+    assert outs["0"] == outs["1"]
+
+
+def test_the_first_bad_run_in_order_is_named_whoever_loads_it(tmp_path, monkeypatch, capsys):
+    root = _results(tmp_path / "results")
+    runs = sorted(root.rglob("requests.jsonl"))
+    for path in (runs[0], runs[-1]):  # the first run the worker takes, and the first this process takes
+        lines = path.read_text().splitlines()
+        lines[0] = lines[0].replace('"output_tokens": [', '"output_tokens": ["x", ', 1)
+        path.write_text("\n".join(lines) + "\n")
+    errors = {}
+    for choice in ("0", "1"):
+        monkeypatch.setenv(WORKER_ENV, choice)
+        assert main(["check", str(root)]) == 2
+        errors[choice] = capsys.readouterr().err
+    assert str(runs[0]) in errors["0"] and str(runs[-1]) not in errors["0"]
+    assert errors["0"] == errors["1"]
+
+
+def _in_worker() -> bool:
+    return multiprocessing.parent_process() is not None
+
+
+def _dies_in_worker(x):
+    if _in_worker():
+        os._exit(1)  # as a worker killed by the kernel
+    return x + 1
+
+
+def _raises(message):
+    from artifact.errors import ArtifactError
+
+    raise ArtifactError(message)
+
+
+def test_a_dead_worker_s_jobs_run_here_and_errors_come_back_as_raised():
+    worker = Worker(True)
+    try:
+        assert worker.enabled
+        jobs = [worker.submit(_dies_in_worker, k) for k in range(3)]
+        assert [job.result()[0] for job in jobs] == [1, 2, 3]  # run here once the worker died
+        assert worker.submit(_dies_in_worker, 9).result()[0] == 10
+    finally:
+        worker.close()
+    worker = Worker(True)
+    try:
+        with pytest.raises(Exception, match="^one line$") as exc:
+            worker.submit(_raises, "one line").result()
+        assert type(exc.value).__name__ == "ArtifactError"
+        assert worker.submit(_in_worker).result()[0] is True
+    finally:
+        worker.close()
