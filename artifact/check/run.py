@@ -217,14 +217,17 @@ def exit_code(claims: list[Claim], problems: list[str]) -> int:
     return 0
 
 
-def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
-    """Check the results under `results_dir`; returns the exit code (`claims.EXIT_CODES`).
+def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
+              label: str | None = None) -> int:
+    """Check the results under `results_dir`; returns the exit code (`claims.EXIT_CODES`). `label` names the results
+    where `results_dir` is not their home (records unpacked from an evidence folder into a temporary directory: the
+    folder's name); the report's header, check.json's `results_dir` and the printed summary use it.
 
     Input problems raise ArtifactError with one line. Records are validated up front (`check_records`); anything
     still unexpected in them is reported the same way, with the traceback only when ARTIFACT_DEBUG is set.
     """
     try:
-        return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet)
+        return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet, label=label)
     except ArtifactError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OSError) as exc:
@@ -250,7 +253,8 @@ class Laps:
         self._last = now
 
 
-def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
+def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
+               label: str | None = None) -> int:
     lap = Laps()
     timings = lap.wall
     root = Path(results_dir)
@@ -269,7 +273,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
 
     new = staging(out)
     try:
-        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap)
+        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, label or str(root))
         summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8", errors=TEXT_ERRORS)
@@ -283,12 +287,12 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     lap("write: check.json, publish")
     run_check.last_timings, run_check.last_cpu = dict(lap.wall), dict(lap.cpu)  # read by bench/bench_check.py
     if not quiet:
-        _print_summary(root, out, runs, tables, claims, code)
+        _print_summary(Path(label) if label else root, out, runs, tables, claims, code)
     return code
 
 
 def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtables: dict, claims: list[Claim],
-                   code: int, lap) -> dict:
+                   code: int, lap, label: str) -> dict:
     """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
@@ -306,11 +310,11 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
                           claims=claims, problems=problems, exit_code=code, figures=figures,
-                          warnings=tables.warnings, beyond=beyond)
+                          warnings=tables.warnings, beyond=beyond, label=label)
     files.append(report.name)
     lap("report")
     return {
-        "results_dir": str(root), "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
+        "results_dir": label, "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
         "hard_failures": hard_fail, "failures": [c.id for c in claims if c.status == FAIL], "invalid": problems,
         "unisolated_runs": tables.unisolated_runs, "run_warnings": tables.warnings,
         "runs": len(runs), "claims": [c.as_dict() for c in claims], "claim_rules": CLAIM_RULES,
