@@ -198,6 +198,14 @@ def provenance_differences(a: Run, b: Run) -> list[str]:
                       ("cuda_mps", "CUDA MPS")):
         if ha.get(key) != hb.get(key):
             out.append(f"{what}: {ha.get(key)!r} vs {hb.get(key)!r}")
+    # machine identity and GPU sharing, where both records carry them (older records do not)
+    for key, what in (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"),
+                      ("gpu_uuid_sha256", "GPU UUID")):
+        if key in ha and key in hb and ha[key] != hb[key]:
+            out.append(f"{what} (digest): {ha[key]!r} vs {hb[key]!r}")
+    sa, sb = (tuple((h.get("gpu_sharing") or {}).get(k) for k in ("mode", "jobs_per_gpu")) for h in (ha, hb))
+    if "gpu_sharing" in ha and "gpu_sharing" in hb and sa != sb:
+        out.append(f"GPU sharing: {'/'.join(map(str, sa))} vs {'/'.join(map(str, sb))}")
     if ma.get("pairing_fingerprint") != mb.get("pairing_fingerprint"):
         out.append(f"pairing fingerprints differ ({ma.get('pairing_fingerprint')} vs {mb.get('pairing_fingerprint')})")
     return out

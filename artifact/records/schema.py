@@ -337,7 +337,8 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("workload", (str,), "the workload (artifact.workloads.REGISTRY)", required=False),
     Field("engine", (str,), "the engine kind (artifact.engines.REGISTRY)", required=False),
     Field("engine_build", (str, NoneType), "the engine's own build string", required=False),
-    Field("model", (dict,), "family, name, quant, sha256, source (and a derived model's derivation)", required=False),
+    Field("model", (dict,), "family, name, quant, sha256, source (and a derived model's derivation, a pypi-parts "
+          "model's origin)", required=False),
     Field("session", (str,), "the server session the run belongs to", required=False),
     Field("lifecycle", (str,), "shared or fresh", required=False),
     Field("plan_data", (dict,), "the plan as run", required=False),

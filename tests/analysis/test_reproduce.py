@@ -14,7 +14,7 @@ def test_exact_comparison_of_two_builds_names_the_differing_field_and_the_builds
     diff = reproduce.compare_records(a, b)
     assert not diff.exact and [(f.file, f.name, f.differ, f.of) for f in diff.fields] == [
         ("requests.jsonl", "top_logprobs", 1, 2)]
-    assert diff.fields[0].first == "episode e0, request 1, position 0 (A: [[3, -0.1], [4, -2.0]], B: [[3, -0.5], [4, -2.0]])"
+    assert diff.fields[0].first == "episode e0, request 1, position 0 (A: [[3, -0.1], [4, -2.5]], B: [[3, -0.5], [4, -2.0]])"
     assert any("1 of 1 binaries and libraries differ" in p for p in diff.provenance)
     assert "prompt_ms (requests.jsonl)" in diff.timing  # listed, never compared
 

@@ -405,6 +405,17 @@ def test_calls_at_the_step_limit_end_the_episode(tmp_path, capsys):
     assert check(tmp_path, capsys)[0] in (0, 3)
 
 
+def test_the_step_limit_is_read_where_real_manifests_keep_it():
+    """Real manifests keep the workload's own settings under `settings` (the committed evidence's layout)."""
+    from types import SimpleNamespace
+    from artifact.workloads.bfcl.records import DEFAULT_STEP_LIMIT, step_limit
+
+    real = {"workload_settings": {"name": "bfcl_multi_turn_base", "settings": {"max_steps_per_turn": 1}}}
+    assert step_limit(SimpleNamespace(manifest=real)) == 1
+    assert step_limit(SimpleNamespace(manifest={"pairing_inputs": {"workload": {"max_steps_per_turn": 5}}})) == 5
+    assert step_limit(SimpleNamespace(manifest={})) == DEFAULT_STEP_LIMIT
+
+
 def test_valid_must_be_the_verdict(tmp_path, plan, capsys):
     eps = records(plan[0].path / "episodes.jsonl")
     eps[2]["valid"] = True  # verdict "state_mismatch"

@@ -27,8 +27,9 @@ def _table(x) -> dict:
 def step_limit(run: Run) -> int:
     m = run.manifest
     for table in (_table(m.get("workload_settings")), _table(_table(m.get("pairing_inputs")).get("workload"))):
-        if type(table.get("max_steps_per_turn")) is int:
-            return table["max_steps_per_turn"]
+        for t in (table, _table(table.get("settings"))):  # the workload's own settings sit under `settings`
+            if type(t.get("max_steps_per_turn")) is int:
+                return t["max_steps_per_turn"]
     return DEFAULT_STEP_LIMIT
 
 
