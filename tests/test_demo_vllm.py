@@ -9,7 +9,7 @@ depends on the CPU (bench/vllm-demo-budget.md), so the demo's budget must be dec
 - the second runs the demo's [[vllm]] entries exactly as `./run.sh demo --vllm` does (same configuration, plan and
   budget, no override) on the real vLLM 0.11.0 CPU server, then `check`, and asserts RQ4 PASS or FAIL with its
   evidence: what the model and the server actually do (requests without error, cache hits in the ON run) cannot
-  leave it undecided either. Cost: one demo run (4 runs, 2 server starts; ARTIFACT.md §1 gives its time).
+  leave it undecided either. Cost: one demo run (4 runs, 2 server starts), estimated in ARTIFACT.md §1.
 """
 
 from __future__ import annotations
