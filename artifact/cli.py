@@ -90,7 +90,7 @@ def recheck_evidence(results: Path) -> None:
         return
     out = results / "check-evidence"
     with evidence_results(DEMO_EVIDENCE) as runs_dir:
-        run_check(runs_dir, out, quiet=True)
+        run_check(runs_dir, out, quiet=True, label=evidence_label(DEMO_EVIDENCE))
     live = json.loads((results / "check" / "check.json").read_text())
     ev = json.loads((out / "check.json").read_text())
     ev_status = {c["id"]: c for c in ev["claims"]}
@@ -142,8 +142,15 @@ def cmd_check(args) -> int:
     archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
     if archives and not any(results.rglob("manifest.json")):
         with evidence_results(results) as runs_dir:
-            return run_check(runs_dir, args.out or str(results / "check"))
+            return run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
     return run_check(results, args.out)
+
+
+def evidence_label(folder: Path) -> str:
+    """How a check of an evidence folder names its results: the folder (relative to the repository where it lies in
+    it, e.g. `evidence/h200-agent`), never the temporary directory its records were unpacked into."""
+    path = Path(folder).resolve()
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO) else folder)
 
 
 @contextlib.contextmanager

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -61,3 +62,7 @@ def test_check_unpacks_every_records_archive_of_an_evidence_folder(tmp_path):
     r = cli("check", str(evidence))
     assert "check: 2 runs" in r.stderr + r.stdout and (evidence / "check" / "check.json").is_file()
     assert "RQ1 (hard)  PASS" in r.stdout
+    # labelled by the evidence folder (outside the repository: as given), not by the temporary directory
+    assert f"under {evidence}\n" in r.stdout and "artifact-evidence-" not in r.stdout
+    assert json.loads((evidence / "check" / "check.json").read_text())["results_dir"] == str(evidence)
+    assert f"Results: <code>{evidence}</code>" in (evidence / "check" / "report.html").read_text()

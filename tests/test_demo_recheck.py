@@ -2,6 +2,7 @@
 
 
 def test_the_demo_rechecks_the_committed_gpu_evidence_beside_its_own_verdicts(tmp_path, capsys):
+    import json
     import shutil
 
     from artifact import cli
@@ -17,5 +18,8 @@ def test_the_demo_rechecks_the_committed_gpu_evidence_beside_its_own_verdicts(tm
     out = capsys.readouterr().out
     assert "committed H200 records (h200-agent, re-checked)" in out
     assert any(line.startswith("RQ3") and line.rstrip().endswith("PASS") for line in out.splitlines())
-    assert (live / "check-evidence" / "check.json").exists()
+    # the report names the evidence folder, not the temporary directory its records were unpacked into
+    ev = json.loads((live / "check-evidence" / "check.json").read_text())
+    assert ev["results_dir"] == "evidence/h200-agent"
+    assert "Results: <code>evidence/h200-agent</code>" in (live / "check-evidence" / "report.html").read_text()
     shutil.rmtree(live / "check-evidence")

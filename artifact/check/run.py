@@ -256,14 +256,17 @@ def exit_code(claims: list[Claim], problems: list[str]) -> int:
     return 0
 
 
-def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
-    """Check the results under `results_dir`; returns the exit code (`claims.EXIT_CODES`).
+def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
+              label: str | None = None) -> int:
+    """Check the results under `results_dir`; returns the exit code (`claims.EXIT_CODES`). `label` names the results
+    where `results_dir` is not their home (records unpacked from an evidence folder into a temporary directory: the
+    folder's name); the report's header, check.json's `results_dir` and the printed summary use it.
 
     Input problems raise ArtifactError with one line. Records are validated up front (`check_records`); anything
     still unexpected in them is reported the same way, with the traceback only when ARTIFACT_DEBUG is set.
     """
     try:
-        return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet)
+        return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet, label=label)
     except ArtifactError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OSError) as exc:
@@ -307,7 +310,8 @@ def _import_analyses() -> None:
     import scipy.stats  # noqa: F401, PLC0415
 
 
-def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
+def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
+               label: str | None = None) -> int:
     lap = Laps()
     timings = lap.wall
     root = Path(results_dir)
@@ -334,7 +338,8 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         code = exit_code(claims, tables.problems)
 
         new = staging(out)
-        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, Drawing(worker))
+        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, Drawing(worker),
+                                  label or str(root))
         summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         summary["timings_s"].update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
         # this process's CPU seconds since it started, imports included (its worker's are on the other core)
@@ -359,12 +364,12 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     run_check.last_timings, run_check.last_cpu, run_check.last_figures = dict(lap.wall), dict(lap.cpu), \
         dict(lap.figures)
     if not quiet:
-        _print_summary(root, out, runs, tables, claims, code)
+        _print_summary(Path(label) if label else root, out, runs, tables, claims, code)
     return code
 
 
 def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtables: dict, claims: list[Claim],
-                   code: int, lap, drawing: Drawing) -> dict:
+                   code: int, lap, drawing: Drawing, label: str) -> dict:
     """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
     from artifact.check.beyond import write_beyond  # noqa: PLC0415
     from artifact.check.claims import CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
@@ -385,11 +390,11 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
                           claims=claims, problems=problems, exit_code=code, figures=figures,
-                          warnings=tables.warnings, beyond=beyond)
+                          warnings=tables.warnings, beyond=beyond, label=label)
     files.append(report.name)
     lap("report")
     return {
-        "results_dir": str(root), "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
+        "results_dir": label, "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
         "hard_failures": hard_fail, "failures": [c.id for c in claims if c.status == FAIL], "invalid": problems,
         "unisolated_runs": tables.unisolated_runs, "run_warnings": tables.warnings,
         "runs": len(runs), "claims": [c.as_dict() for c in claims], "claim_rules": CLAIM_RULES,

@@ -238,12 +238,13 @@ def workload_sections(runs: list[Run], workload_tables: dict) -> list[dict]:
 
 def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_tables: dict,
                   claims: list[Claim], problems: list[str], exit_code: int,
-                  figures: dict[str, Path], warnings: dict[str, list[str]] | None = None, beyond=None) -> str:
+                  figures: dict[str, Path], warnings: dict[str, list[str]] | None = None, beyond=None,
+                  label: str | None = None) -> str:
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
     context = {
         "title": "Prefix caching and serving reproducibility: check report",
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "results_dir": str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
+        "results_dir": label or str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
         "exit_meaning": EXIT_CODES.get(exit_code, ""), "warnings": warnings or {},
         "unisolated": [label for label, ws in (warnings or {}).items() if ws],
         "claims": claims, "problems": problems, "band_rule": BAND_RULE,
