@@ -17,6 +17,7 @@ from artifact.errors import ArtifactError
 REGISTRY = {
     "llama.cpp": "artifact.engines.llama_cpp",
     "vllm": "artifact.engines.vllm",
+    "endpoint": "artifact.engines.endpoint",
 }
 
 
