@@ -117,14 +117,16 @@ ON1 = {**OFF, "e0": [[1, 2, 3, 4, 5], [6, 7, 9]], "e2": [[1, 2, 3, 4, 0], [6, 7,
 ON2 = {**ON1, "e3": [[9, 2, 3, 4, 5], [6, 7, 8]]}
 
 
-def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, engine: str = "llama.cpp"):
-    """For each quant: OFF run 1 and ON run 1 with the first k of n one-request episodes diverging."""
+def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, engine: str = "llama.cpp",
+               manifest: dict | None = None):
+    """For each quant: OFF run 1 and ON run 1 with the first k of n one-request episodes diverging (`manifest`: extra
+    manifest fields of every run)."""
     runs = []
     for quant, k in ks.items():
         m = {**(model or MODEL), "quant": quant}
         off = {f"e{i}": [[1, 2]] for i in range(n)}
         on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
         cfg = f"t-{quant}"
-        runs += [write_bfcl_run(root, "off", 1, off, config=cfg, model=m, engine=engine),
-                 write_bfcl_run(root, "on", 1, on, config=cfg, model=m, engine=engine)]
+        runs += [write_bfcl_run(root, "off", 1, off, config=cfg, model=m, engine=engine, manifest=manifest),
+                 write_bfcl_run(root, "on", 1, on, config=cfg, model=m, engine=engine, manifest=manifest)]
     return runs

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from artifact.analysis.compare import record_problems
 from artifact.analysis.tenants import under_load
-from artifact.analysis.tables import Tables
+from artifact.analysis.tables import Tables, exposure
 from artifact.check.core import (
-    FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, TESTED, Claim, Context, fmt_rate, make_claim, off_exposure,
-    pair_evidence, Paper, scope_of, Verdict,
+    FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, TESTED, Claim, Context, fmt_rate, make_claim, observation_note,
+    off_exposure, pair_evidence, Paper, scope_of, Verdict,
 )
 
 ID = "RQ1"
@@ -22,7 +22,9 @@ RULE = {
             "diverges in 0 episodes (an episode diverges when any generated token id or the number of requests "
             "differs), and no OFF run of any plan was served a cached prompt token: cache_n = 0 on every "
             "request that reports it, failed requests included. A null cache_n means 'not reported' and is "
-            "shown so; it never hides a non-zero count on another request. No tolerance: bit-identity is "
+            "shown so; it never hides a non-zero count on another request, and an OFF run with requests that do "
+            "not report their cache use (a server the artifact did not start may report none) is INCONCLUSIVE "
+            "(that its cache was off is not shown), whatever its reruns did. No tolerance: bit-identity is "
             "exact, and one diverging episode means a source of nondeterminism escaped the protocol's control "
             "(paper: 0/800). FAIL on any divergence or cached token; INVALID where an OFF run or an OFF pairing "
             "is invalid; NOT-RUN with a single OFF run. Plans with background tenants (a manifest's tenants with "
@@ -30,8 +32,9 @@ RULE = {
             "the protocol excludes; they are measured beyond the paper (BEYOND-TENANTS-<plan>), and named in this "
             "claim's evidence.",
     "minimum_evidence": "per configuration-plan, at least one episode compared in every OFF pair in which both "
-                        "runs made a request without an error; below it INCONCLUSIVE (e.g. runs whose requests "
-                        "all failed).",
+                        "runs made a request without an error, and cache use reported (cache_n not null) on every "
+                        "OFF request; below it INCONCLUSIVE (e.g. runs whose requests all failed, or a server that "
+                        "reports no cache use).",
 }
 
 
@@ -55,12 +58,14 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         invalid = [x for r in offs for x in record_problems(r)] + [why for kind, why in g.refused if kind == "off_rerun"]
         k_tot, n_tot = k_tot + len(diverged), n_tot + len(compared)
         head = g.headline("off_rerun")
-        if diverged or hits:
+        if hits or (diverged and not unreported):
             status, why = FAIL, []
         elif invalid:
             status, why = INVALID, invalid
         elif not pairs:
             status, why = NOT_RUN, ["only one OFF run: no rerun to compare"]
+        elif unreported:
+            status, why = INCONCLUSIVE, [unreported_reason(offs, unreported, len(diverged))]
         elif not evidence:
             status, why = INCONCLUSIVE, ["no compared episode in which both OFF runs made a request without an "
                                          "error (runs without requests, or whose requests all failed)"]
@@ -73,6 +78,7 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         if unreported:
             obs += f" (cache use not reported for {', '.join(unreported)})"
         ev = why + pair_evidence(g, "off_rerun", root, every=True) + [f"OFF run served cached tokens: {h}" for h in hits]
+        ev += observation_note(offs)
         mism = sorted({e for p in pairs for e in p.cmp.prompt_mismatches})
         if mism:
             ev.append(f"warning: identical outputs but different prompts in {len(mism)} episode(s) "
@@ -96,6 +102,16 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         ev.append(f"not judged (background tenants, measured as BEYOND-TENANTS): {', '.join(loaded)}")
     return make_claim(ID, RULE, details, observed, expected, "exact: 0 diverging episodes, 0 cached tokens (no tolerance)",
                   ev)
+
+
+def unreported_reason(offs: list, unreported: list[str], diverged: int) -> str:
+    """Why OFF runs whose requests do not report their cache use cannot decide RQ1."""
+    none = sum(1 for r in offs if exposure(r) is None)
+    head = ("the server reports no cache use" if none == len(offs) else
+            f"cache use not reported on every OFF request ({', '.join(unreported)})")
+    return (f"{head}: that the OFF runs were served no cached token is not shown, so the OFF reruns' "
+            + (f"{diverged} diverging episode(s) are no evidence against the claim either" if diverged else
+               "agreement does not show the claim") + " (RQ1 needs cache_n reported on every OFF request)")
 
 
 def judge(ctx: Context) -> Claim:
