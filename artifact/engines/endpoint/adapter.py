@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -133,10 +134,9 @@ def observes(s: Settings, metrics: bool | None = None) -> dict:
 class Client:
     """HTTP to one server, every failure a one-line ArtifactError."""
 
-    def __init__(self, base: str, timeout: float, log=None):
+    def __init__(self, base: str, timeout: float):
         self.base = base
-        self.http = httpx.Client(base_url=base, timeout=timeout, trust_env=False)
-        self.log = log
+        self.http = httpx.Client(base_url=base, timeout=timeout, trust_env=False)  # no proxy from the environment
 
     def close(self) -> None:
         self.http.close()
@@ -160,7 +160,7 @@ class Client:
 
 def wait_for(client: Client, timeout: float) -> None:
     """Until the server answers /v1/models, at most `timeout` seconds (a server the user just started)."""
-    deadline = time.monotonic() + timeout
+    deadline, said = time.monotonic() + timeout, False
     while True:
         try:
             client.http.get("/v1/models", timeout=5)
@@ -169,6 +169,10 @@ def wait_for(client: Client, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise ArtifactError(f"no server answers at {client.base} ({type(exc).__name__}) after "
                                     f"{timeout:.0f} s (engine.startup_timeout_s): start it first") from None
+            if not said:
+                print(f"waiting up to {timeout:.0f} s for the server at {client.base} (engine.startup_timeout_s)",
+                      file=sys.stderr, flush=True)
+                said = True
             time.sleep(0.5)
 
 
