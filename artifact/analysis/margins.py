@@ -62,16 +62,34 @@ def top2(run: Run | None, record: dict) -> np.ndarray | None:
     """One request's top-2 entries as an (n, 4) array [id1, logprob1, id2, logprob2] (None if not top-2): from the
     run's one-pass parse of its records (`Run.top2`: ~1.4 million positions at paper scale), else from the
     record's own list."""
-    arr = run.top2().get(id(record)) if run is not None else None
-    return arr if arr is not None else _parse_top2(record.get("top_logprobs") or [])
+    if run is not None:
+        table, rows = run.top2_table()
+        at = rows.get(id(record))
+        if at is not None:
+            return table[at[0]:at[0] + at[1]]
+    return _parse_top2(record.get("top_logprobs") or [])
 
 
 def request_margins(record: dict, run: Run | None = None) -> np.ndarray:
     """The margin at every generated position of one request (NaN where the engine gave fewer than two)."""
+    if run is not None:  # the run's margins, computed once (`_margin_table`)
+        table, rows = _margin_table(run)
+        at = rows.get(id(record))
+        if at is not None:
+            return table[at[0]:at[0] + at[1]]
     arr = top2(run, record)
     if arr is not None:
         return np.abs(arr[:, 1] - arr[:, 3])
     return np.array([margin(t) for t in record.get("top_logprobs") or []], dtype=float)
+
+
+def _margin_table(run: Run) -> tuple[np.ndarray, dict]:
+    """The margin at every position of `Run.top2_table` (memoised on the run), and its rows per record."""
+    cached = run.__dict__.get("_margins")
+    if cached is None:
+        table, rows = run.top2_table()
+        cached = run.__dict__["_margins"] = (np.abs(table[:, 1] - table[:, 3]), rows)
+    return cached
 
 
 def _meta(run: Run) -> dict:
@@ -115,7 +133,7 @@ def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
                     continue
                 q_on, q_off = e_on[d.episode_id][d.first_request], e_off[d.episode_id][d.first_request]
                 t = d.first_token
-                m_on, m_off = request_margins(q_on), request_margins(q_off, off)  # ON: this record only
+                m_on, m_off = request_margins(q_on, on), request_margins(q_off, off)
                 rows.append({
                     "config": config, "plan": plan, "quant": _meta(on)["quant"], "run": k,
                     "episode_id": d.episode_id, "request": d.first_request, "token": t,

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import mannwhitneyu
 
+from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import MARGIN_BINS, top2
 from artifact.analysis.mitigation import FAIL, NOT_RUN, PASS, Verdict
@@ -47,40 +48,78 @@ from artifact.records.store import Run
 ALPHA = 0.05
 AS_F32 = "-as-F32"  # a recipe product: a level's weights dequantized to F32 (artifact/models/recipes)
 MIN_FLIPS = 5  # fewer flips in both configurations together: the margin test is INCONCLUSIVE
+SURVIVAL_POINTS = 1000  # points drawn of each |d| survival curve (the figure)
 POSITION_COLUMNS = ["config", "plan", "run", "episode_id", "request_index", "position", "margin", "delta", "flip"]
 
 
 def positions(on: Run, off: Run) -> pd.DataFrame:
     """Every position at risk of one ON/OFF pair: the OFF margin, the perturbation d (NaN where the ON top-2 lacks
-    one of the OFF arm's two tokens) and whether the token flipped there (the last position at risk of its request)."""
-    rows = []
-    m = on.manifest
+    one of the OFF arm's two tokens) and whether the token flipped there (the last position at risk of its request).
+    The requests at risk are found one by one; their positions are then computed at once."""
+    offs, ons, eids, indexes, lengths, flipped = [], [], [], [], [], []
     for q_off, q_on in same_prompt_requests(off, on):
         if dict.get(q_on, "cache_n") == 0:  # no cached tokens: the ON request recomputed exactly as OFF did
             continue
         a_off, a_on = top2(off, q_off), top2(on, q_on)
-        t_off, t_on = q_off["output_tokens"], q_on["output_tokens"]
         if a_off is None or a_on is None:
             continue
+        t_off, t_on = q_off["output_tokens"], q_on["output_tokens"]
         n = min(len(t_off), len(t_on), len(a_off), len(a_on))
-        for i in range(n):
-            ta, la, tb, lb = a_off[i]
-            margin = abs(la - lb)
-            best, second = (ta, tb) if la >= lb else (tb, ta)
-            on_lp = {a_on[i, 0]: a_on[i, 1], a_on[i, 2]: a_on[i, 3]}
-            delta = margin - (on_lp[best] - on_lp[second]) if best in on_lp and second in on_lp else np.nan
-            flip = t_off[i] != t_on[i]
-            rows.append((m["config"], m["plan"], m["run"], q_on["episode_id"], q_on["request_index"], i, margin,
-                         delta, int(flip)))
-            if flip:
-                break
-    return pd.DataFrame(rows, columns=POSITION_COLUMNS)
+        flip = first_difference(t_off[:n], t_on[:n])  # the first position whose tokens differ; later ones: no risk
+        upto = n if flip is None else flip + 1
+        offs.append(a_off[:upto])
+        ons.append(a_on[:upto])
+        eids.append(q_on["episode_id"])
+        indexes.append(q_on["request_index"])
+        lengths.append(upto)
+        flipped.append(flip is not None)
+    if not offs:
+        return _empty()
+    a, b = np.concatenate(offs), np.concatenate(ons)
+    lengths = np.asarray(lengths)
+    margin = np.abs(a[:, 1] - a[:, 3])
+    off_first = a[:, 1] >= a[:, 3]
+    best, second = np.where(off_first, a[:, 0], a[:, 2]), np.where(off_first, a[:, 2], a[:, 0])
+
+    def on_logprob(token):  # the ON arm's log-probability of each token, NaN where its top-2 lacks it
+        return np.where(token == b[:, 0], b[:, 1], np.where(token == b[:, 2], b[:, 3], np.nan))
+
+    delta = margin - (on_logprob(best) - on_logprob(second))
+    ends = np.cumsum(lengths)
+    flip = np.zeros(len(a), dtype=np.int64)
+    flip[ends[np.asarray(flipped)] - 1] = 1
+    m = on.manifest
+    return pd.DataFrame({
+        "config": np.full(len(a), m["config"], dtype=object), "plan": np.full(len(a), m["plan"], dtype=object),
+        "run": np.full(len(a), m["run"], dtype=np.int64),
+        "episode_id": np.repeat(np.array(eids, dtype=object), lengths),
+        "request_index": np.repeat(np.asarray(indexes, dtype=np.int64), lengths),
+        "position": np.arange(len(a)) - np.repeat(ends - lengths, lengths),
+        "margin": margin, "delta": delta, "flip": flip,
+    }, columns=POSITION_COLUMNS)
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: np.empty(0, dtype=t) for c, t in zip(POSITION_COLUMNS, (
+        object, object, np.int64, object, np.int64, np.int64, float, float, np.int64))})
+
+
+def position_frames(runs: list[Run]) -> dict[tuple[str, str], pd.DataFrame]:
+    """(config, plan) -> the positions at risk of its ON/OFF run pairs (those with any)."""
+    out = {}
+    for key, group in by_plan(runs).items():
+        parts = [p for _, on, off in on_off_pairs(group) if not (p := positions(on, off)).empty]
+        if parts:
+            out[key] = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return out
+
+
+_EMPTY = _empty()
 
 
 def position_frame(runs: list[Run]) -> pd.DataFrame:
-    parts = [positions(on, off) for group in by_plan(runs).values() for _, on, off in on_off_pairs(group)]
-    parts = [p for p in parts if not p.empty]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POSITION_COLUMNS)
+    parts = list(position_frames(runs).values())
+    return pd.concat(parts, ignore_index=True) if parts else _empty()
 
 
 def _identity(run: Run) -> dict:
@@ -124,10 +163,11 @@ def configurations(runs: list[Run]) -> pd.DataFrame:
     return df.assign(reference=refs, reference_kind=kinds)
 
 
-def summary(pos: pd.DataFrame, configs: pd.DataFrame) -> pd.DataFrame:
+def summary(pos: dict, configs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and plan: its positions at risk (`pos`: `position_frames`), flips, margins, |d|."""
     rows = []
     for c in configs.to_dict("records"):
-        p = pos[(pos["config"] == c["config"]) & (pos["plan"] == c["plan"])]
+        p = pos.get((c["config"], c["plan"]), _EMPTY)
         d = p["delta"].dropna().abs()
         rows.append({**c, "positions": len(p), "flips": int(p["flip"].sum()),
                      "flip_rate": p["flip"].mean() if len(p) else np.nan,
@@ -147,15 +187,16 @@ def _flip_prob(delta: np.ndarray, margins: np.ndarray) -> float:
     return float(np.mean(1.0 - np.searchsorted(d, margins, side="right") / d.size))
 
 
-def compare(pos: pd.DataFrame, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdict]]:
-    """Each configuration against its reference: the two verdicts and the counterfactual split."""
+def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdict]]:
+    """Each configuration against its reference: the two verdicts and the counterfactual split (`pos`:
+    `position_frames`)."""
     rows, verdicts = [], []
     for c in configs.to_dict("records"):
         if not c["reference"]:
             continue
         scope = f"{c['config']} vs {c['reference']} [{c['plan']}]"
-        p = pos[(pos["config"] == c["config"]) & (pos["plan"] == c["plan"])]
-        r = pos[(pos["config"] == c["reference"]) & (pos["plan"] == c["plan"])]
+        p = pos.get((c["config"], c["plan"]), _EMPTY)
+        r = pos.get((c["reference"], c["plan"]), _EMPTY)
         dp, dr = p["delta"].dropna().to_numpy(), r["delta"].dropna().to_numpy()
         row = {"config": c["config"], "reference": c["reference"], "plan": c["plan"],
                "reference_kind": c["reference_kind"], "positions": len(p), "reference_positions": len(r),
@@ -231,46 +272,51 @@ def _g(x) -> str:
     return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.3g}"
 
 
-def analyse(runs: list[Run]) -> tuple[dict[str, pd.DataFrame], list[Verdict], pd.DataFrame]:
-    """The tables (quant_mechanism.csv, quant_mechanism_pairs.csv), the verdicts, and the positions (for the
-    figure; not written: at paper scale they are millions of rows)."""
-    pos = position_frame(runs)
+def analyse(runs: list[Run]) -> tuple[dict[str, pd.DataFrame], list[Verdict], dict]:
+    """The tables (quant_mechanism.csv, quant_mechanism_pairs.csv), the verdicts, and the positions per
+    configuration and plan (`position_frames`, for the figure; not written: at paper scale over a million rows)."""
+    pos = position_frames(runs)
     configs = configurations(runs)
     comparisons, verdicts = compare(pos, configs)
     return {"quant_mechanism.csv": summary(pos, configs), "quant_mechanism_pairs.csv": comparisons}, verdicts, pos
 
 
-def figure(pos: pd.DataFrame, pairs: pd.DataFrame, path):
+def figure(pos: dict, pairs: pd.DataFrame, path):
     """Left: the distribution of |d| per configuration compared (survival function, log scale); right: flip rate
-    per margin bin. One line per configuration that has or is a reference."""
+    per margin bin. One line per configuration that has or is a reference (`pos`: `position_frames`)."""
     names = list(dict.fromkeys([*pairs["config"], *pairs["reference"]])) if not pairs.empty else []
-    if not names or pos.empty:
+    if not names or not pos:
         return None
-    from artifact.report.figure import new_figure  # noqa: PLC0415  (matplotlib: slow import)
+    from artifact.report.figure import new_figure, text_room  # noqa: PLC0415  (matplotlib: slow import)
 
-    fig = new_figure(10.0, 4.2)
+    labels = [f"[{lo:g}, {hi:g})" if np.isfinite(hi) else f">= {lo:g}"
+              for lo, hi in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])]
+    fig = new_figure(10.0, 4.2, bottom=0.45 + text_room(labels, 7, 30))
     ax, ax2 = fig.subplots(1, 2)
-    for name in names:
-        p = pos[pos["config"] == name]
+    for k, name in enumerate(names):
+        color = f"C{k % 10}"  # the same in both panels, whether or not the left one has a line for it
+        parts = [frame for (config, _), frame in pos.items() if config == name]
+        p = pd.concat(parts, ignore_index=True) if parts else _EMPTY
         d = np.sort(p["delta"].dropna().abs().to_numpy())
         d = d[d > 0]
-        if d.size:
-            ax.step(d, 1.0 - np.arange(d.size) / d.size, where="post", label=name)
+        if d.size:  # the survival function at up to SURVIVAL_POINTS of its points (at paper scale d has ~10^5)
+            at = np.unique(np.linspace(0, d.size - 1, SURVIVAL_POINTS).astype(int))
+            ax.step(d[at], 1.0 - at / d.size, where="post", color=color)
         idx = np.digitize(p["margin"].to_numpy(), MARGIN_BINS[1:-1])
         rates = [p["flip"].to_numpy()[idx == b].mean() if (idx == b).any() else np.nan
                  for b in range(len(MARGIN_BINS) - 1)]
-        ax2.plot(range(len(rates)), [100 * x for x in rates], marker="o", label=name)
+        ax2.plot(range(len(rates)), [100 * x for x in rates], marker="o", color=color, label=name)
+    if not ax.lines:
+        ax.text(0.5, 0.5, "no position at risk with d != 0", ha="center", va="center", transform=ax.transAxes)
     ax.set_xscale("log")
-    ax.set_xlabel("|d|: change of the top-2 margin, cached vs recomputed (nats; d = 0 left out)")
+    ax.set_xlabel("|d|: change of the top-2 margin, cached vs recomputed\n(nats; d = 0 left out)", fontsize=9)
     ax.set_ylabel("share of positions with a larger |d|")
     ax.set_title("Perturbation size (H-kernel: larger for the level)", fontsize=9)
-    labels = [f"[{lo:g}, {hi:g})" if np.isfinite(hi) else f">= {lo:g}"
-              for lo, hi in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])]
     ax2.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
     ax2.set_xlabel("OFF top-2 margin (nats)")
     ax2.set_ylabel("positions that flip (%)")
     ax2.set_title("Flips at equal margins (H-margin: equal curves)", fontsize=9)
-    ax.legend(fontsize=6, frameon=False)
+    ax.legend(*ax2.get_legend_handles_labels(), fontsize=6, frameon=False)
     fig.savefig(path, format="png")
     return path
 

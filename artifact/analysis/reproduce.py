@@ -1,41 +1,178 @@
-"""Does another machine (another build, another GPU) reproduce these records bit for bit?
+"""Are two runs' records the same outcome? `./run.sh compare A B`, field by field.
 
-`./run.sh compare A B` with two results directories pairs their runs by identity (configuration, plan, arm, run)
-and compares every request record exactly: generated token ids, `cache_n` (prompt tokens served from cache),
-top-2 log-probabilities and the prompt's sha256. Unlike the paper's comparisons, it does not require equal pairing
-fingerprints: runs of two builds of the same engine are exactly what it is for. It says how the two sides differ
-in what produced them (engine build, the server binary's and libraries' sha256, GPU, driver, host, CUDA MPS),
-so a reviewer can tell "same build, same records" from "another build, same records" from "another build, other
-records".
+Two run directories are compared with each other; two results directories pair their runs by identity
+(configuration, plan, arm, run) and compare each pair (does another machine, another build, reproduce these
+records?). Unlike the paper's comparisons it does not require equal pairing fingerprints: runs of two builds of the
+same engine are what it is for; it says how the two sides differ in what produced them (engine build, the server
+binary's and libraries' sha256, GPU, driver, host, CUDA MPS).
+
+What is compared: every field of every request record (matched by episode and request_index) and of every episode
+record (matched by episode), and the manifest's list of episodes: the generated token ids (as integers: 75 and
+75.0 are not the same value), the text, the cache counts, the log-probabilities, the prompts, and each episode's
+calls, results and verdict; a workload's own fields too (the GSM8K servings). Values are equal only as JSON values
+of the same type. Timing fields (TIMING) are different by design on every rerun: they are listed, never compared.
+Each side is validated first through the one records schema (`check`'s `check_records`: a malformed record is an
+error, exit 2) and for being whole (an incomplete run, or one not whole, is INVALID).
+
+    compare_records(a, b)        RunDiff: the differing fields, each with its first differing episode and position
+    compare_results(dir_a, dir_b)
+    render(diffs, only_a, only_b)
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from artifact.records.store import Run, find_runs
+from artifact.records.store import EPISODES, MANIFEST, REQUESTS, Run
 
-FIELDS = ("output_tokens", "cache_n", "top_logprobs", "prompt_sha256")
+# Fields whose values differ on every rerun by design (server and wall times): reported, not compared.
+TIMING = {REQUESTS: ("prompt_ms", "predicted_ms", "engine_extra.wall_ms"),
+          EPISODES: (),
+          MANIFEST: ("started_at", "finished_at", "wall_s")}
+MANIFEST_OUTCOME = ("episodes",)  # the manifest's part of the outcome (the rest says what produced it)
+_MISSING = object()
+
+
+def same(x, y) -> bool:
+    """Equal as JSON values of the same types (1 is not 1.0, nor true; NaN equals NaN)."""
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, list):
+        return len(x) == len(y) and all(map(same, x, y))
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+    if isinstance(x, float) and math.isnan(x):
+        return math.isnan(y)
+    return x == y
+
+
+def first_position(x, y) -> int | None:
+    """The first index at which two lists (or two texts) differ (the shorter one's length where one is the other's
+    prefix)."""
+    if isinstance(x, str) and isinstance(y, str):
+        n = len(os.path.commonprefix([x, y]))
+        return n if x != y and n else None  # (texts that differ from the start are shown whole)
+    if not (isinstance(x, list) and isinstance(y, list)):
+        return None
+    for i, (u, v) in enumerate(zip(x, y)):
+        if not same(u, v):
+            return i
+    return min(len(x), len(y)) if len(x) != len(y) else None
+
+
+def _show(v) -> str:
+    text = "(missing)" if v is _MISSING else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass
-class RunIdentity:
-    label: str
+class FieldDiff:
+    file: str  # requests.jsonl, episodes.jsonl or manifest.json
+    name: str  # the field, dotted into engine_extra
+    differ: int  # matched records whose field differs
+    of: int  # matched records
+    first: str  # where it first differs, with both values
+
+
+@dataclass
+class RunDiff:
+    label: str  # "A vs B"
     requests: tuple[int, int]
-    identical: dict  # field -> requests (of the matched ones) whose field is equal
-    matched: int
-    first_difference: str | None  # "episode E request I: field F" (the first in episode order)
+    episodes: tuple[int, int]
+    fields: list[FieldDiff] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)  # records on one side only (the first of each kind)
+    timing: list[str] = field(default_factory=list)  # timing fields present, not compared
     provenance: list[str] = field(default_factory=list)  # how the two sides differ in what produced them
 
     @property
     def exact(self) -> bool:
-        return (self.requests[0] == self.requests[1] == self.matched
-                and all(v == self.matched for v in self.identical.values()))
+        return not self.fields and not self.unmatched
 
 
-def _key(r: dict) -> tuple:
-    return dict.get(r, "episode_id"), dict.get(r, "request_index")
+def _flat(rec: dict, file: str) -> dict:
+    """A record's fields, engine_extra's spread out ("engine_extra.x"), timing fields left out."""
+    out = {}
+    keys = list(rec) + (["top_logprobs"] if "top_logprobs" in rec and "top_logprobs" not in dict.keys(rec) else [])
+    for k in keys:  # (a LazyRecord holds top_logprobs as text until asked: `in` and `get` see it)
+        v = rec.get(k)
+        if k == "engine_extra" and isinstance(v, dict):
+            out.update({f"engine_extra.{x}": y for x, y in v.items()})
+        else:
+            out[k] = v
+    return {k: v for k, v in out.items() if k not in TIMING[file]}
+
+
+def _timing_present(records: list[dict], file: str) -> set[str]:
+    present = set()
+    for rec in records:
+        for name in TIMING[file]:
+            head, _, tail = name.partition(".")
+            if (tail and isinstance(rec.get(head), dict) and tail in rec[head]) or (not tail and head in rec):
+                present.add(name)
+    return present
+
+
+def _order(run: Run):
+    pos = {e: i for i, e in enumerate(run.manifest["episodes"])}
+    return lambda key: (pos.get(key[0], len(pos)), str(key[0]), key[1] if isinstance(key[1], int) else -1)
+
+
+def _compare(file: str, a: dict, b: dict, order, where, diffs: dict) -> None:
+    """Compare matched records (key -> record on each side) field by field, in `order`."""
+    for key in sorted(set(a) & set(b), key=order):
+        fa, fb = _flat(a[key], file), _flat(b[key], file)
+        for name in list(dict.fromkeys([*fa, *fb])):
+            va, vb = fa.get(name, _MISSING), fb.get(name, _MISSING)
+            if va is not _MISSING and vb is not _MISSING and same(va, vb):
+                continue
+            d = diffs.setdefault((file, name), [0, None])
+            d[0] += 1
+            if d[1] is None:
+                pos = first_position(va, vb)
+                at = f", position {pos}" if pos is not None else ""
+                if pos is not None and isinstance(va, str):  # texts: from the first differing character
+                    shown = (va[pos:pos + 40], vb[pos:pos + 40])
+                elif pos is not None:
+                    shown = (va[pos] if pos < len(va) else _MISSING, vb[pos] if pos < len(vb) else _MISSING)
+                else:
+                    shown = (va, vb)
+                d[1] = f"{where(key)}{at} (A: {_show(shown[0])}, B: {_show(shown[1])})"
+
+
+def compare_records(a: Run, b: Run) -> RunDiff:
+    """Every outcome field of two runs' records (see the module's doc)."""
+    diff = RunDiff(a.label if a.label == b.label else f"{a.label} vs {b.label}", (len(a.requests), len(b.requests)),
+                   (len(a.episodes), len(b.episodes)))
+    ra = {(r.get("episode_id"), r.get("request_index")): r for r in a.requests}
+    rb = {(r.get("episode_id"), r.get("request_index")): r for r in b.requests}
+    ea = {e.get("episode_id"): e for e in a.episodes}
+    eb = {e.get("episode_id"): e for e in b.episodes}
+    order = _order(a)
+    diffs: dict = {}
+    _compare(REQUESTS, ra, rb, order, lambda k: f"episode {k[0]}, request {k[1]}", diffs)
+    _compare(EPISODES, {(k, 0): v for k, v in ea.items()}, {(k, 0): v for k, v in eb.items()}, order,
+             lambda k: f"episode {k[0]}", diffs)
+    for name in MANIFEST_OUTCOME:
+        va, vb = a.manifest.get(name, _MISSING), b.manifest.get(name, _MISSING)
+        if not (va is not _MISSING and vb is not _MISSING and same(va, vb)):
+            pos = first_position(va, vb)
+            diffs[(MANIFEST, name)] = [1, f"position {pos}" if pos is not None else f"(A: {_show(va)}, B: {_show(vb)})"]
+    counts = {REQUESTS: len(set(ra) & set(rb)), EPISODES: len(set(ea) & set(eb)), MANIFEST: 1}
+    for (file, name), (n, first) in diffs.items():
+        diff.fields.append(FieldDiff(file, name, n, counts[file], first))
+    for what, x, y, show in ((REQUESTS, ra, rb, lambda k: f"episode {k[0]} request {k[1]}"),
+                             (EPISODES, ea, eb, lambda k: f"episode {k}")):
+        for side, mine, other in (("A", x, y), ("B", y, x)):
+            only = [k for k in mine if k not in other]
+            if only:
+                diff.unmatched.append(f"{len(only)} {what} record(s) only in {side} (first: {show(only[0])})")
+    diff.timing = sorted(f"{name} ({file})" for file, recs in ((REQUESTS, a.requests + b.requests),
+                                                                (MANIFEST, [a.manifest, b.manifest]))
+                         for name in _timing_present(recs, file))
+    diff.provenance = provenance_differences(a, b)
+    return diff
 
 
 def provenance_differences(a: Run, b: Run) -> list[str]:
@@ -61,32 +198,17 @@ def provenance_differences(a: Run, b: Run) -> list[str]:
                       ("cuda_mps", "CUDA MPS")):
         if ha.get(key) != hb.get(key):
             out.append(f"{what}: {ha.get(key)!r} vs {hb.get(key)!r}")
+    # machine identity and GPU sharing, where both records carry them (older records do not)
+    for key, what in (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"),
+                      ("gpu_uuid_sha256", "GPU UUID")):
+        if key in ha and key in hb and ha[key] != hb[key]:
+            out.append(f"{what} (digest): {ha[key]!r} vs {hb[key]!r}")
+    sa, sb = (tuple((h.get("gpu_sharing") or {}).get(k) for k in ("mode", "jobs_per_gpu")) for h in (ha, hb))
+    if "gpu_sharing" in ha and "gpu_sharing" in hb and sa != sb:
+        out.append(f"GPU sharing: {'/'.join(map(str, sa))} vs {'/'.join(map(str, sb))}")
     if ma.get("pairing_fingerprint") != mb.get("pairing_fingerprint"):
         out.append(f"pairing fingerprints differ ({ma.get('pairing_fingerprint')} vs {mb.get('pairing_fingerprint')})")
     return out
-
-
-def compare_records(a: Run, b: Run) -> RunIdentity:
-    rb = {_key(r): r for r in b.requests}
-    identical = {f: 0 for f in FIELDS}
-    matched, first = 0, None
-    for r in sorted(a.requests, key=lambda r: (a.manifest["episodes"].index(dict.get(r, "episode_id"))
-                                               if dict.get(r, "episode_id") in a.manifest["episodes"] else 1 << 30,
-                                               dict.get(r, "request_index") or 0)):
-        other = rb.get(_key(r))
-        if other is None:
-            first = first or f"episode {_key(r)[0]} request {_key(r)[1]}: only in {a.label}"
-            continue
-        matched += 1
-        for f in FIELDS:
-            if r.get(f) == other.get(f):
-                identical[f] += 1
-            elif first is None:
-                first = f"episode {_key(r)[0]} request {_key(r)[1]}: {f}"
-    if first is None and len(b.requests) > matched:
-        first = f"{len(b.requests) - matched} request(s) only in {b.label}"
-    return RunIdentity(a.label, (len(a.requests), len(b.requests)), identical, matched, first,
-                       provenance_differences(a, b))
 
 
 def identity_of(run: Run) -> tuple:
@@ -94,32 +216,42 @@ def identity_of(run: Run) -> tuple:
     return m["config"], m["plan"], m["arm"], m["run"]
 
 
-def compare_results(dir_a: Path, dir_b: Path) -> tuple[list[RunIdentity], list[str], list[str]]:
-    """(the matched runs' comparisons, run labels only under A, only under B)."""
-    a = {identity_of(r): r for r in find_runs(dir_a)}
-    b = {identity_of(r): r for r in find_runs(dir_b)}
+def compare_results(runs_a: list[Run], runs_b: list[Run]) -> tuple[list[tuple[Run, Run, RunDiff]], list[str],
+                                                                     list[str]]:
+    """(each matched pair and its diff, run labels only under A, only under B)."""
+    a = {identity_of(r): r for r in runs_a}
+    b = {identity_of(r): r for r in runs_b}
     both = [k for k in a if k in b]
-    return ([compare_records(a[k], b[k]) for k in both], [a[k].label for k in a if k not in b],
+    return ([(a[k], b[k], compare_records(a[k], b[k])) for k in both], [a[k].label for k in a if k not in b],
             [b[k].label for k in b if k not in a])
 
 
-def render(results: list[RunIdentity], only_a: list[str], only_b: list[str]) -> str:
-    lines = []
-    for r in results:
-        verdict = "IDENTICAL" if r.exact else "DIFFERENT"
-        counts = ", ".join(f"{f} {n}/{r.matched}" for f, n in r.identical.items())
-        lines.append(f"{verdict:9}  {r.label}: requests {r.requests[0]} vs {r.requests[1]}; equal {counts}"
-                     + ("" if r.exact else f"; first difference: {r.first_difference}"))
-    provenance = sorted({p for r in results for p in r.provenance})
+def render_diff(d: RunDiff) -> list[str]:
+    verdict = "IDENTICAL" if d.exact else "DIFFERENT"
+    lines = [f"{verdict:9}  {d.label}: {d.requests[0]} vs {d.requests[1]} requests, {d.episodes[0]} vs "
+             f"{d.episodes[1]} episodes"]
+    for f in d.fields:
+        what = "records" if f.file == MANIFEST else f.file.split(".")[0]
+        lines.append(f"  {f.file} field '{f.name}' differs in {f.differ} of {f.of} {what}; first: {f.first}")
+    lines += [f"  {u}" for u in d.unmatched]
+    return lines
+
+
+def render(diffs: list[RunDiff], only_a: list[str], only_b: list[str]) -> str:
+    lines = [line for d in diffs for line in render_diff(d)]
+    timing = sorted({t for d in diffs for t in d.timing})
+    if timing:
+        lines.append(f"timing fields, different by design, not compared: {', '.join(timing)}")
+    provenance = sorted({p for d in diffs for p in d.provenance})
     if provenance:
         lines.append("what produced them differs: " + "; ".join(provenance))
-    elif results:
+    elif diffs:
         lines.append("what produced them: the same (engine build, binary and library hashes, GPU, host)")
     for which, labels in (("first", only_a), ("second", only_b)):
         if labels:
             lines.append(f"{len(labels)} run(s) only in the {which}, not compared ({', '.join(labels[:3])}"
                          f"{', ...' if len(labels) > 3 else ''})")
-    exact = sum(r.exact for r in results)
-    lines.append(f"{exact} of {len(results)} matched runs identical request by request "
-                 f"({sum(r.matched for r in results)} requests compared)")
+    exact = sum(d.exact for d in diffs)
+    lines.append(f"{exact} of {len(diffs)} compared run pair(s) identical in every outcome field "
+                 f"({sum(min(d.requests) for d in diffs)} requests compared)")
     return "\n".join(lines)

@@ -50,8 +50,28 @@ def tenant_plan(run: Run) -> bool:
     return bool(load_of(run))
 
 
+def recorded_load(run: Run) -> dict | None:
+    """What the run's tenants.jsonl says about its load (artifact.check.facts.tenant_counts: tenants that sent
+    requests, their requests, the measured requests and how many a tenant request overlapped); None without the
+    file. Memoised on the run."""
+    cache = run.__dict__.setdefault("_recorded_load", {})
+    if "load" not in cache:
+        from artifact.check.facts import tenant_counts  # noqa: PLC0415
+        from artifact.records.store import read_tenants  # noqa: PLC0415
+
+        rows = read_tenants(run)
+        cache["load"] = None if rows is None else tenant_counts(
+            [r for r in rows if isinstance(r, dict) and r.get("kind") in ("tenant", "measured")])
+    return cache["load"]
+
+
 def under_load(run: Run) -> bool:
-    """A run with at least one background tenant: excluded from the paper's claims (RQ1, RQ2)."""
+    """A run with at least one background tenant that sent requests (its tenants.jsonl says so; the manifest's
+    count for records without the file): excluded from the paper's claims (RQ1, RQ2). `check` holds the manifest's
+    count against the file before (artifact.check.facts)."""
+    load = recorded_load(run)
+    if load is not None:
+        return load["tenants"] > 0
     return int(spec_of(run).get("count") or 0) > 0
 
 
@@ -127,6 +147,10 @@ def run_rows(runs: list[Run]) -> list[dict]:
                    "cached_tokens": sum(dict.get(r, "cache_n") or 0 for r in run.requests),
                    "wall_s": run.manifest.get("wall_s"), "refused": None,
                    "vs_isolated_diverged": None, "vs_isolated_episodes": None, "vs_isolated": None}
+            load = recorded_load(run)  # the load as tenants.jsonl records it, over the manifest's summary
+            if load is not None:
+                row.update(tenant_requests=load["requests"] - load["failed"], tenant_failed=load["failed"],
+                           measured_requests=load["measured"], measured_overlapped=load["overlapped"])
             other = base.get((arm, k))
             why = "no isolated run (plan main) of this arm and run" if other is None else comparable(run, other)
             if why:

@@ -35,7 +35,7 @@ from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import FAIL, NOT_RUN, PASS, Verdict, is_fresh
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
 from artifact.errors import ArtifactError
-from artifact.records.store import Run
+from artifact.records.store import Run, read_server_log
 
 REQUEST_COLUMNS = ["config", "plan", "arm", "run", "episode_id", "request_index", "cache_n", "prompt_tokens",
                    "tier", "certain", "evidence"]
@@ -51,15 +51,10 @@ def session_key(run: Run) -> tuple:
 
 
 def read_log(run: Run) -> str | None:
-    """The run's server-session log (manifest `server_log`, relative to the plan directory), if it was kept."""
-    rel = run.manifest.get("server_log")
-    if not isinstance(rel, str):
-        return None
-    path = run.path.parent / rel
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
+    """The run's server-session log (manifest `server_log`, relative to the plan directory), if it was kept; read
+    under the record files' rules (`store.read_server_log`: an ArtifactError for a path outside the plan directory,
+    a link, a pipe or device, or an oversized file)."""
+    return read_server_log(run)
 
 
 def run_tiers(runs: list[Run]) -> dict[int, list]:
@@ -184,13 +179,14 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
         return int(host["differ"].sum()), len(host), int(slot["differ"].sum()), len(slot)
 
     strata = []
-    for config, plan in sorted({(c, p) for c, p in zip(requests["config"], requests["plan"])}):
+    scopes = {(c, p) for c, p in zip(requests["config"], requests["plan"])}
+    for config, plan in sorted(scopes):
         if (config, plan) not in shared:
             continue
         req = requests[(requests["config"] == config) & (requests["plan"] == plan)]
         shares = ", ".join(f"{t} {n}" for t, n in req["tier"].value_counts().sort_index().items())
         evidence = [f"ON requests by tier: {shares}"]
-        for c, p in sorted({(c, p) for c, p in zip(requests["config"], requests["plan"])} - shared):
+        for c, p in sorted(scopes - shared):
             if c == config:
                 kh, nh, ks, ns = counts(c, p)
                 evidence.append(f"control, plan {p} (a server per run): first requests host {kh}/{nh}, slot "
@@ -250,12 +246,14 @@ def figure(summary: pd.DataFrame, path: Path) -> Path | None:
     df = summary[(summary["level"] == "request") & summary["tier"].isin(PLOTTED)] if not summary.empty else summary
     if df.empty:
         return None
-    from artifact.report.figure import new_figure  # noqa: PLC0415  (matplotlib: slow import)
+    from artifact.report.figure import new_figure, overhang, text_room  # noqa: PLC0415  (matplotlib)
 
     df = df.assign(kind=df["reference"].map(lambda s: "OFF run 1" if s.startswith("off") else "the earlier ON run"))
     df = df.groupby(["config", "plan", "tier", "kind"], as_index=False)[["n", "differ"]].sum()
     groups = sorted({(c, p) for c, p in zip(df["config"], df["plan"])})
-    fig = new_figure(10.0, 4.4)
+    names = [f"{c} [{p}]" for c, p in groups]
+    fig = new_figure(10.0, 4.4, bottom=0.2 + text_room(names, 6, 35), left=0.75 + overhang(names[0], 6, 35),
+                     wspace=0.12)
     axes = fig.subplots(1, 2, sharey=True)
     width = 0.38
     for ax, kind in zip(axes, ("OFF run 1", "the earlier ON run")):
@@ -271,7 +269,7 @@ def figure(summary: pd.DataFrame, path: Path) -> Path | None:
                 lo.append(max(0.0, rate - 100 * a))
                 hi.append(max(0.0, 100 * b - rate))
             ax.bar(xs, rates, width, yerr=[lo, hi], capsize=2, color=PLOTTED[tier], label=tier)
-        ax.set_xticks(range(len(groups)), [f"{c} [{p}]" for c, p in groups], rotation=35, ha="right", fontsize=6)
+        ax.set_xticks(range(len(groups)), names, rotation=35, ha="right", fontsize=6)
         ax.set_title(f"Same-prompt ON requests that differ from {kind}", fontsize=9)
     axes[0].set_ylabel("requests (%, 95% Wilson)")
     axes[0].legend(fontsize=7, frameon=False, title="cached prefix from", title_fontsize=7)

@@ -143,26 +143,39 @@ def _rerun(r: dict, arm: str) -> str:
     return "-" if n is None else f"{int(r[f'{arm}_rerun_diverged'])}/{int(n)}"
 
 
-def analyse(runs: list[Run]) -> Beyond:
-    costs = benefit.costs_frame(runs)
+def _no_lap(name: str) -> None:
+    """Where check times its steps (`artifact.check.run.Laps`), each analysis ends with a call naming it."""
+
+
+def analyse(runs: list[Run], lap=_no_lap) -> Beyond:
     curve = margins.flip_by_margin(runs)
-    rows = mitigation.plan_rows(runs, costs)
-    fresh = mitigation.fresh_verdicts(runs)
-    # tiers and quantization on runs without a tenant server (several slots interleave the log; load is its own study)
-    alone = [r for r in runs if not tenant_plan(r)]
-    tier_tables, tier_verdicts = tiers.analyse(alone)
-    quant_tables, quant_verdicts, positions = quantization.analyse(alone)
-    load = tenants.section(runs)
-    verdicts = fresh + mitigation.mitigation_verdicts(rows) + tier_verdicts + quant_verdicts + load.verdicts
-    tables = {
+    margin_tables = {
         "margins.csv": margins.margin_distribution(runs),
         "first_divergence_margins.csv": margins.first_divergence_margins(runs),
         "flip_by_margin.csv": curve,
         "flip_trend.csv": margins.flip_trend(curve),
         "margin_trend.csv": margins.margin_trend(runs),
-        "benefit_runs.csv": costs,
-        "benefit_arms.csv": benefit.arm_summary(costs),
-        "benefit_ratios.csv": benefit.ratios_frame(runs),
+    }
+    lap("beyond: margins")
+    costs = benefit.costs_frame(runs)
+    benefit_tables = {"benefit_runs.csv": costs, "benefit_arms.csv": benefit.arm_summary(costs),
+                      "benefit_ratios.csv": benefit.ratios_frame(runs)}
+    lap("beyond: benefit")
+    rows = mitigation.plan_rows(runs, costs)
+    fresh = mitigation.fresh_verdicts(runs)
+    lap("beyond: mitigation")
+    # tiers and quantization on runs without a tenant server (several slots interleave the log; load is its own study)
+    alone = [r for r in runs if not tenant_plan(r)]
+    tier_tables, tier_verdicts = tiers.analyse(alone)
+    lap("beyond: tiers")
+    quant_tables, quant_verdicts, positions = quantization.analyse(alone)
+    lap("beyond: quantization")
+    load = tenants.section(runs)
+    lap("beyond: tenants")
+    verdicts = fresh + mitigation.mitigation_verdicts(rows) + tier_verdicts + quant_verdicts + load.verdicts
+    tables = {
+        **margin_tables,
+        **benefit_tables,
         "mitigation.csv": rows,
         **tier_tables,
         **quant_tables,
@@ -183,11 +196,11 @@ def flip_margin_figure(curve: pd.DataFrame, path: Path) -> Path | None:
     ran = curve[curve["positions"] > 0] if not curve.empty else curve
     if ran.empty:
         return None
-    from artifact.report.figure import new_figure  # noqa: PLC0415  (matplotlib: slow import)
+    from artifact.report.figure import new_figure, text_room  # noqa: PLC0415  (matplotlib: slow import)
 
-    fig = new_figure(10.0, 4.2)
-    ax, ax2 = fig.subplots(1, 2)
     labels = [str(b) for b in curve.drop_duplicates("bin").sort_values("bin")["margin_bin"]]
+    fig = new_figure(10.0, 4.2, bottom=0.45 + text_room(labels, 7, 30))
+    ax, ax2 = fig.subplots(1, 2)
     for (config, plan), g in ran.groupby(["config", "plan"], sort=True):
         g = g.sort_values("bin")
         rate = g["flip_rate"].astype(float)
@@ -231,7 +244,7 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
         ax.annotate(f"{r['config']} [{r['plan']}]", (r["x"], 100 * rate), fontsize=6,
                     xytext=(4, 4 + 9 * (i % 3)), textcoords="offset points")
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("ON wall / wall with the cache off (plan main); < 1: the cache saves time")
+    ax.set_xlabel("ON wall / wall with the cache off (plan main); < 1: the cache saves time", fontsize=9)
     ax.set_ylabel("ON vs OFF episode pairs diverging (%)")
     ax.set_ylim(-5, 105)
     ax.set_xlim(0, max(1.2, float(np.nanmax(df["x"])) * 1.15))
@@ -240,16 +253,22 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
     return path
 
 
-def write_beyond(runs: list[Run], out: Path) -> Beyond:
+def write_beyond(runs: list[Run], out: Path, lap=_no_lap) -> Beyond:
     """Analyse, then write the CSVs and figures into `out` (which exists)."""
-    b = analyse(runs)
+    b = analyse(runs, lap)
     for name, df in b.tables.items():
         df.to_csv(out / name, index=False)
-    figs = {"flip_margin.png": flip_margin_figure(b.tables["flip_by_margin.csv"], out / "flip_margin.png"),
-            "price.png": price_figure(b.tables["mitigation.csv"], b.tables["benefit_ratios.csv"], out / "price.png"),
-            "tiers.png": tiers.figure(b.tables["tiers.csv"], out / "tiers.png"),
-            "quant_mechanism.png": quantization.figure(b.positions, b.tables["quant_mechanism_pairs.csv"],
-                                                       out / "quant_mechanism.png"),
-            "tenants.png": tenants.figure(b.tables["tenants.csv"], out / "tenants.png")}
-    b.figures = {k: p for k, p in figs.items() if p is not None}
+    lap("beyond: csv")
+    t = b.tables
+    figs = {"flip_margin.png": lambda: flip_margin_figure(t["flip_by_margin.csv"], out / "flip_margin.png"),
+            "price.png": lambda: price_figure(t["mitigation.csv"], t["benefit_ratios.csv"], out / "price.png"),
+            "tiers.png": lambda: tiers.figure(t["tiers.csv"], out / "tiers.png"),
+            "quant_mechanism.png": lambda: quantization.figure(b.positions, t["quant_mechanism_pairs.csv"],
+                                                               out / "quant_mechanism.png"),
+            "tenants.png": lambda: tenants.figure(t["tenants.csv"], out / "tenants.png")}
+    for name, draw in figs.items():
+        path = draw()
+        lap(f"figures: {name.removesuffix('.png')}")
+        if path is not None:
+            b.figures[name] = path
     return b

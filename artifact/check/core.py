@@ -288,6 +288,23 @@ def observation_note(runs: list) -> list[str]:
             "about that server as it answered, not about a pinned build"] if keys else []
 
 
+def cache_unverified(run) -> str | None:
+    """Why a run cannot show what its cache served (None if it can): it ran on an engine that reports cache use on
+    every request it serves (`Capabilities.reports_cache_use`), yet some of its served requests report none (a null
+    cache_n). Such a null is not the engine's answer; read as 0, it would let a cache hit pass for none."""
+    from artifact.check.facts import engine_of  # noqa: PLC0415
+
+    engine = engine_of(run)
+    if engine is None or not engine.capabilities.reports_cache_use:
+        return None
+    served = [r for r in run.requests if dict.get(r, "error") is None]
+    null = sum(dict.get(r, "cache_n") is None for r in served)
+    if not null:
+        return None
+    return (f"{run.label} reports no cache use on {null} of its {len(served)} served requests (cache_n null), "
+            f"although {engine.kind} reports it on every request it serves: not shown to be served no cached token")
+
+
 def paired_flags(x: Pair, y: Pair) -> tuple[int, int, int]:
     """Over the episodes both comparisons compared: (n, b, c), b = diverged in x only, c = diverged in y only."""
     fx = {d.episode_id: d.diverged for d in x.cmp.episodes}

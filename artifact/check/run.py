@@ -31,6 +31,7 @@ import pandas as pd
 
 from artifact import workloads
 from artifact.analysis.tables import Tables, build_tables, quant_levels_frame
+from artifact.check import facts
 from artifact.check.beyond import write_beyond
 from artifact.check.claims import (
     CLAIM_RULES, EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT, TESTED, Claim, annotate_with_paper,
@@ -129,13 +130,35 @@ def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) ->
 TEXT_ERRORS = "backslashreplace"
 
 
-def _outputs_of(out: Path) -> set[str]:
-    """The files a previous check wrote into `out` (its check.json lists them), check.json included."""
-    try:
-        files = json.loads((out / "check.json").read_text(encoding="utf-8")).get("files")
-    except (OSError, ValueError, AttributeError):
-        files = None
-    return {"check.json", *(f for f in files if isinstance(f, str))} if isinstance(files, list) else {"check.json"}
+# Every name a check may write into its output folder (besides the workloads' own `table_files`): what publish()
+# may replace or remove there. Never read from the folder itself (a planted check.json could name any file).
+OUTPUT_NAMES = frozenset((
+    "check.json", "report.html", "tab2.csv", "tab2_comparisons.csv", "runs.csv", "fig1.csv", "fig2.csv",
+    "fig2_trend.csv", "quant_levels.csv", "verdicts.csv", "fig1.png", "fig2.png",
+    # artifact.check.beyond
+    "margins.csv", "first_divergence_margins.csv", "flip_by_margin.csv", "flip_trend.csv", "margin_trend.csv",
+    "benefit_runs.csv", "benefit_arms.csv", "benefit_ratios.csv", "mitigation.csv", "tiers.csv", "tiers_requests.csv",
+    "quant_mechanism.csv", "quant_mechanism_pairs.csv", "tenants.csv", "tenants_runs.csv", "beyond_verdicts.csv",
+    "flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png",
+))
+
+
+def output_names() -> frozenset[str]:
+    """OUTPUT_NAMES and every registered workload's table files."""
+    own = {f for name in workloads.REGISTRY for f in workloads.get(name).table_files}
+    return OUTPUT_NAMES | own
+
+
+def foreign_entries(out: Path, new: Path) -> list[str]:
+    """What in `out` is not a check's output: an entry whose name is none of a check's own names (`output_names`,
+    and those this check wrote into `new`), or that is not a regular file; and, where `out` holds anything, the
+    whole folder if it has no check.json (a check never leaves a folder without it: not a folder a check made)."""
+    names = output_names() | set(os.listdir(new))
+    entries = sorted(os.listdir(out))
+    foreign = [e for e in entries if e not in names or (out / e).is_symlink() or not (out / e).is_file()]
+    if entries and not foreign and "check.json" not in entries:
+        foreign = [entries[0]]
+    return foreign
 
 
 def staging(out: Path) -> Path:
@@ -152,11 +175,12 @@ def staging(out: Path) -> Path:
 def publish(new: Path, out: Path) -> None:
     """Put the folder `new` in the place of `out`: out is moved aside, new renamed to out, the old one removed (a
     rename is atomic: out is at every moment the previous outputs, whole, or the new ones, or briefly absent).
-    Refuses an `out` that holds anything but a previous check's outputs and this one's: it would be lost."""
-    foreign = sorted(set(os.listdir(out)) - _outputs_of(out) - set(os.listdir(new))) if out.exists() else []
+    Refuses an `out` that holds anything but a check's outputs (`foreign_entries`; never what a list in it names):
+    it would be lost."""
+    foreign = foreign_entries(out, new) if out.exists() else []
     if foreign:
-        raise ArtifactError(f"refusing to replace {out}: it holds {foreign[0]}, which no check wrote; give --out a "
-                            "new or empty directory")
+        raise ArtifactError(f"refusing to replace {out}: it holds {foreign[0]}, which is not an output of check; give "
+                            "--out a new or empty directory")
     if not out.exists():
         os.rename(new, out)
         return
@@ -210,20 +234,31 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
                             f"({type(exc).__name__}: {exc}); set ARTIFACT_DEBUG=1 for the traceback") from None
 
 
+class Laps:
+    """The wall and CPU seconds of each named step of one check since the step before (check.json's `timings_s`
+    holds the wall seconds; `./run.sh bench` prints both: bench/bench_check.py)."""
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._last = (time.perf_counter(), time.process_time())
+
+    def __call__(self, name: str) -> None:
+        now = (time.perf_counter(), time.process_time())
+        self.wall[name] = self.wall.get(name, 0.0) + now[0] - self._last[0]
+        self.cpu[name] = self.cpu.get(name, 0.0) + now[1] - self._last[1]
+        self._last = now
+
+
 def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False) -> int:
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def lap(name: str) -> None:
-        nonlocal t0
-        t = time.perf_counter()
-        timings[name] = t - t0
-        t0 = t
-
+    lap = Laps()
+    timings = lap.wall
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root / CHECK_DIR
     runs = load_results(root)
     lap("load+validate")
+    facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
+    lap("facts")
     tables = build_tables(runs, root)
     wtables = workload_tables(runs)
     lap("tables")
@@ -245,8 +280,8 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
                             f"{kept}") from None
     finally:
         shutil.rmtree(new, ignore_errors=True)
-    lap("json")
-    run_check.last_timings = dict(timings)  # read by bench/bench_check.py
+    lap("write: check.json, publish")
+    run_check.last_timings, run_check.last_cpu = dict(lap.wall), dict(lap.cpu)  # read by bench/bench_check.py
     if not quiet:
         _print_summary(root, out, runs, tables, claims, code)
     return code
@@ -259,14 +294,15 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
     files = write_csvs(out, tables, wtables, claims)
     lap("csv")
-    from artifact.report.render import render_figures, write_report  # noqa: PLC0415  (matplotlib: slow import)
+    import matplotlib.backends.backend_agg  # noqa: F401, PLC0415  (a slow import: timed on its own)
 
-    figures = render_figures(tables, out)
+    from artifact.report.render import render_figures, write_report  # noqa: PLC0415
+
+    lap("imports: matplotlib, jinja2")
+    figures = render_figures(tables, out, lap)
     files += list(figures)
-    lap("figures")
-    beyond = write_beyond(runs, out)  # results beyond the paper (issue 12); they never change the exit code
+    beyond = write_beyond(runs, out, lap)  # results beyond the paper (issue 12); they never change the exit code
     files += beyond.files
-    lap("beyond")
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
                           claims=claims, problems=problems, exit_code=code, figures=figures,
@@ -307,4 +343,4 @@ def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claim
     sys.stdout.flush()
 
 
-run_check.last_timings = {}
+run_check.last_timings, run_check.last_cpu = {}, {}

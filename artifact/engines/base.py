@@ -126,6 +126,9 @@ class Capabilities:
     # its sessions load the configuration's weights (sha256-verified before every start); False: the weights are the
     # server's own (a server the artifact did not start), the configuration's model source is "server:"
     loads_weights: bool = True
+    # every request it serves reports how many prompt tokens came from cache (`cache_n`, never null): a served
+    # request of its runs with a null cache_n says nothing about cache use, and the claims do not read it as 0
+    reports_cache_use: bool = False
 
     def missing(self, needs: dict) -> list[str]:
         """The needs (capability name -> required value, or for `arms` the arms needed) this engine lacks."""
@@ -214,6 +217,33 @@ class Engine:
 
     def open_session(self, cfg, plan, arm: str, model_path: Path, log_path: Path) -> "EngineSession":
         raise NotImplementedError
+
+    # --- what a run recorded about its server, held against itself (`./run.sh check`, artifact.check.facts) -----
+    identity_keys: tuple[str, ...] = ("engine",)  # keys every `identity()` of this engine holds
+
+    def command_settings(self, manifest: dict) -> dict:
+        """The engine's settings (its `settings_type` field names) as the run's recorded server command line
+        (`server_cmd`) shows them: only those it shows. The checker holds the plan's labels (plan_data, the plan's
+        definition in configs/plans.toml, cache_condition) against them."""
+        return {}
+
+    def manifest_problem(self, manifest: dict) -> str | None:
+        """Why a manifest's record of its server is not this engine's or contradicts itself ("field 'x' ...: both
+        values"), or None. Here: the pairing inputs' engine identity holds `identity_keys`; an engine adds its own
+        facts (the command line against the identity it was paired by, the binary's digests)."""
+        ident = (manifest.get("pairing_inputs") or {}).get("engine")
+        if isinstance(ident, dict):
+            missing = [k for k in self.identity_keys if k not in ident]
+            if missing:
+                return (f"field 'pairing_inputs.engine' lacks {', '.join(missing)}, which every {self.kind} identity "
+                        f"records (its keys: {', '.join(sorted(map(str, ident)))}): not a {self.kind} server's record")
+        return None
+
+    def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:
+        """For one server session (its runs' requests, each run's in send order, the runs in the order they ran)
+        and the session's own log: per run, why its records disagree with the log (None where they agree, or
+        where the engine's log does not tell). The default tells nothing."""
+        return [None] * len(runs)
 
     def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list[Tier]:
         """Per request of one server session (all its runs' requests in send order; `log_text` the session's

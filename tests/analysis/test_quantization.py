@@ -24,15 +24,15 @@ def arm_records(d: float, margins=MARGINS):
     for e in range(N_EP):
         eid = f"e{e}"
         toks = [10 + i for i in range(len(margins))]
-        off_top = [[[t, -0.01], [t + 100, -0.01 - m]] for t, m in zip(toks, margins)]
+        off_top = [[[t, -0.7], [t + 100, -0.7 - m]] for t, m in zip(toks, margins)]  # probabilities sum to < 1
         on_top, on_toks = [], []
         for t, m in zip(toks, margins):
             mo = m - d
             if mo >= 0:
-                on_top.append([[t, -0.01], [t + 100, -0.01 - mo]])
+                on_top.append([[t, -0.7], [t + 100, -0.7 - mo]])
                 on_toks.append(t)
             else:
-                on_top.append([[t + 100, -0.01], [t, -0.01 + mo]])
+                on_top.append([[t + 100, -0.7], [t, -0.7 + mo]])
                 on_toks.append(t + 100)
                 break
         off_eps[eid] = [[1, 2], toks]

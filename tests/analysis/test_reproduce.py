@@ -1,20 +1,30 @@
-"""Exact comparison of the records of two builds or machines (`./run.sh compare RESULTS_A RESULTS_B`)."""
+"""Field-by-field comparison of the records of two runs, builds or machines (`./run.sh compare A B`)."""
 
 from artifact.analysis import reproduce
 
 
-def test_exact_comparison_of_two_builds_counts_every_field(make_run, tmp_path):
+def test_exact_comparison_of_two_builds_names_the_differing_field_and_the_builds(make_run, tmp_path):
     a = make_run("off", 1, {"e0": [[1, 2], [3]]}, manifest={"binary": {"sha256": "s", "files": {"libggml.so": "1"}}})
     same = reproduce.compare_records(a, a)
-    assert same.exact and same.matched == 2 and same.provenance == []
+    assert same.exact and same.fields == [] and same.provenance == []
     from synthetic_runs import write_bfcl_run
     b = write_bfcl_run(tmp_path / "other", "off", 1, {"e0": [[1, 2], [3]]}, config="synthetic", cache_n=0,
                        logprobs={("e0", 1): [[[3, -0.5], [4, -2.0]]]},
                        manifest={"binary": {"sha256": "s", "files": {"libggml.so": "2"}}})
     diff = reproduce.compare_records(a, b)
-    assert not diff.exact and diff.identical["output_tokens"] == 2 and diff.identical["top_logprobs"] == 1
-    assert diff.first_difference == "episode e0 request 1: top_logprobs"
+    assert not diff.exact and [(f.file, f.name, f.differ, f.of) for f in diff.fields] == [
+        ("requests.jsonl", "top_logprobs", 1, 2)]
+    assert diff.fields[0].first == "episode e0, request 1, position 0 (A: [[3, -0.1], [4, -2.5]], B: [[3, -0.5], [4, -2.0]])"
     assert any("1 of 1 binaries and libraries differ" in p for p in diff.provenance)
+    assert "prompt_ms (requests.jsonl)" in diff.timing  # listed, never compared
+
+
+def test_values_are_equal_only_as_json_values_of_the_same_type():
+    assert reproduce.same([1, 2], [1, 2]) and not reproduce.same([75], [75.0]) and not reproduce.same(1, True)
+    assert reproduce.same({"a": [None]}, {"a": [None]}) and not reproduce.same({"a": 1}, {"a": 1, "b": 2})
+    assert reproduce.same(float("nan"), float("nan"))
+    assert reproduce.first_position([1, 2, 3], [1, 2]) == 2 and reproduce.first_position("abc", "abd") == 2
+    assert reproduce.first_position("abc", "xbc") is None
 
 
 def test_compare_of_two_results_directories_exits_0_only_when_every_matched_run_is_identical(tmp_path):

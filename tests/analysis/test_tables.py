@@ -96,9 +96,9 @@ def test_divergence_example_text_tokens_and_margins(tmp_path):
     on = {"e0": [[5, 6], [10, 11, 14, 13]]}
     texts_on = {("e0", 1): "The answer is 43"}
     texts_off = {("e0", 1): "The answer is 42"}
-    # at the flip (request 1, token 2): ON 14 (-0.30) over 12 (-0.35); OFF 12 (-0.20) over 14 (-0.60)
-    lp_on = {("e0", 1): [[[10, -0.01], [3, -5.0]], [[11, -0.02], [3, -4.0]], [[14, -0.30], [12, -0.35]], [[13, -0.1], [1, -3]]]}
-    lp_off = {("e0", 1): [[[10, -0.01], [3, -5.0]], [[11, -0.02], [3, -4.0]], [[12, -0.20], [14, -0.60]], [[13, -0.1], [1, -3]]]}
+    # at the flip (request 1, token 2): ON 14 (-0.70) over 12 (-0.75); OFF 12 (-0.60) over 14 (-1.00)
+    lp_on = {("e0", 1): [[[10, -0.01], [3, -5.0]], [[11, -0.02], [3, -4.0]], [[14, -0.70], [12, -0.75]], [[13, -0.1], [1, -3]]]}
+    lp_off = {("e0", 1): [[[10, -0.01], [3, -5.0]], [[11, -0.02], [3, -4.0]], [[12, -0.60], [14, -1.00]], [[13, -0.1], [1, -3]]]}
     runs = [write_bfcl_run(tmp_path, "off", 1, off, texts=texts_off, logprobs=lp_off),
             write_bfcl_run(tmp_path, "on", 1, on, texts=texts_on, logprobs=lp_on)]
     ex = divergence_example(build_tables(runs, tmp_path).groups)

@@ -89,7 +89,8 @@ def test_off_outputs_that_change_under_load_are_a_finding(tmp_path):
 def test_the_control_without_load_is_judged_by_rq1_and_gets_its_own_verdict(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON2)
     spec0 = {**SPEC, "count": 0}
-    loaded_plan(tmp_path, "tenants0", OFF, OFF, ON1, ON2, spec=spec0, load=load_record(spec0, overlapped=0))
+    loaded_plan(tmp_path, "tenants0", OFF, OFF, ON1, ON2, spec=spec0, load=load_record(spec0, overlapped=0,
+                                                                                         completed=0))
     v, _ = verdict(tmp_path, "tenants0")
     assert v.status == "PASS" and "without load" in v.claim  # no load is expected: not INCONCLUSIVE
     run_check(tmp_path, quiet=True)

@@ -129,11 +129,13 @@ def test_a_vllm_on_run_served_no_cached_token_is_no_evidence_for_rq4(tmp_path, c
 @pytest.mark.parametrize("fields, why", [
     ({"output_tokens": [1.0, 2, 3, 4, 5]}, "field 'output_tokens' must list token ids (integers >= 0)"),
     ({"output_tokens": ["1", 2, 3, 4, 5]}, "field 'output_tokens' must list token ids"),
-    ({"top_logprobs": [[[1, -0.1], [2, -2.0]]] * 4}, "field 'top_logprobs' has 4 positions for 5 output_tokens"),
-    ({"top_logprobs": [[[1, -0.1], [2, -2.0]]] * 5}, "position 1: the emitted token 2 is not the most likely"),
-    ({"top_logprobs": [[[t, -2.0], [t + 1, -0.1]] for t in (1, 2, 3, 4, 5)]}, "position 0 is not ordered best first"),
-    ({"top_logprobs": [[[1.5, -0.1], [2, -2.0]]] + [[[t, -0.1], [0, -2.0]] for t in (2, 3, 4, 5)]},
+    ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] * 4}, "field 'top_logprobs' has 4 positions for 5 output_tokens"),
+    ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] * 5}, "position 1: the emitted token 2 is not the most likely"),
+    ({"top_logprobs": [[[t, -2.5], [t + 1, -0.1]] for t in (1, 2, 3, 4, 5)]}, "position 0 is not ordered best first"),
+    ({"top_logprobs": [[[1.5, -0.1], [2, -2.5]]] + [[[t, -0.1], [0, -2.5]] for t in (2, 3, 4, 5)]},
      "position 0 must be null or a list of [token id, logprob] pairs"),
+    ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] + [[[t, -0.1], [0, -2.5]] for t in (2.0, 3, 4, 5)]},
+     "position 1 must be null or a list of [token id, logprob] pairs"),  # 2.0: as text the same number, not an id
     ({"request_index": -1}, "field 'request_index' must be >= 0"),
     ({"prompt_tokens": "100"}, "field 'prompt_tokens' must be int/null"),
 ])
@@ -142,8 +144,42 @@ def test_request_contents_are_validated(tmp_path, plan, capsys, fields, why):
     malformed(tmp_path, capsys, "on-run1/requests.jsonl:1: ", why)
 
 
+GOOD = [[[t, -0.1], [t + 10, -2.5]] for t in (1, 2, 3, 4, 5)]  # ON run 1's first request: output [1, 2, 3, 4, 5]
+
+
+def _at(i: int, position: list) -> list:
+    return GOOD[:i] + [position] + GOOD[i + 1:]
+
+
+@pytest.mark.parametrize("top, why", [
+    (_at(2, [[3, 0.5], [13, -2.5]]), "position 2: log-probability 0.5 is above 0 (tolerance 1e-06)"),
+    (_at(1, [[2, -0.1], [12, float("-inf")]]), "position 1: log-probability -inf is not finite"),
+    (_at(0, [[1, float("nan")], [11, -2.5]]), "position 0: log-probability nan is not finite"),
+    (_at(3, [[4, -0.1], [4, -2.5]]), "position 3: token 4 is listed twice"),
+    (_at(4, [[5, -0.1], [15, -1.0]]), "position 4: the probabilities sum to 1.27271686 > 1 (tolerance 1e-06)"),
+    (_at(0, [[1, -1e-300], [11, -1e-3]]), "position 0: the probabilities sum to 1.9990005 > 1"),
+])
+@pytest.mark.parametrize("decoder", ["typed", "strict"])
+def test_log_probabilities_no_softmax_gives_are_corruption(tmp_path, plan, capsys, top, why, decoder):
+    """Above 0, not finite, a token twice, probabilities past 1 (issue 25): exit 2 naming file, line, field and
+    position, whichever decoder reads the line (an unknown field sends it to the strict one; -Infinity and NaN,
+    which are not JSON, always go there), never a numpy warning."""
+    extra = {"x_unlisted": 1} if decoder == "strict" else {}
+    edit_request(plan[2], 0, top_logprobs=top, **extra)
+    err = malformed(tmp_path, capsys, "on-run1/requests.jsonl:1: field 'top_logprobs' ", why)
+    assert "Warning" not in err
+
+
+def test_log_probabilities_within_the_rounding_tolerance_are_accepted(tmp_path, capsys):
+    """float32 arithmetic: a top log-probability of +5e-7 or 0.0, and probabilities summing to 1 + 6e-8 (as the
+    H200 evidence holds), are what a softmax gives."""
+    lps = {("e0", 0): [[[1, 5e-7], [2, -20.0]], [[2, 0.0], [9, -16.63]]]}
+    main_plan(tmp_path, {"e0": [[1, 2]]}, {"e0": [[1, 2]]}, {"e0": [[1, 2]]}, logprobs=lps)
+    assert check(tmp_path, capsys)[0] in (0, 3)
+
+
 def test_a_position_without_log_probabilities_and_a_tie_are_not_violations(tmp_path, capsys):
-    lps = {("e0", 0): [[[1, -0.1], [2, -2.0]], None, [[7, -0.5], [3, -0.5]], [[4, -0.1], [0, -3.0]],
+    lps = {("e0", 0): [[[1, -0.1], [2, -2.5]], None, [[7, -0.75], [3, -0.75]], [[4, -0.1], [0, -3.0]],
                        [[5, -0.1], [0, -3.0]]]}
     main_plan(tmp_path, OFF, ON1, ON2, logprobs=lps)
     assert check(tmp_path, capsys)[0] == 0
@@ -313,7 +349,7 @@ def test_a_failed_write_leaves_the_previous_outputs_whole(tmp_path, plan, capsys
     out = tmp_path / "check"
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     # the next check would say RQ1 FAIL, exit 1
-    edit_request(plan[0], 1, output_tokens=[6, 7, 9], top_logprobs=[[[t, -0.1], [t + 1, -2.0]] for t in (6, 7, 9)])
+    edit_request(plan[0], 1, output_tokens=[6, 7, 9], top_logprobs=[[[t, -0.1], [t + 1, -2.5]] for t in (6, 7, 9)])
     done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path), "4096"], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2 and "Traceback" not in done.stderr

@@ -56,7 +56,12 @@ def serve(server, cfg, prompt: str, cache_prompt: bool, index: int, out: list) -
 
 def test_each_arm_serves_greedy_recorded_completions_and_reports_its_cache_use(cfg, tmp_path):
     plan = load_plan("main")
-    model = verified_weights(cfg.model) if engines.get(cfg.engine.kind).capabilities.loads_weights else None
+    engine = engines.get(cfg.engine.kind)
+    model = verified_weights(cfg.model) if engine.capabilities.loads_weights else None
+    # the pairing identity holds the keys check holds every manifest of this engine to (Engine.manifest_problem)
+    ident = engine.identity(cfg, plan)
+    assert set(engine.identity_keys) <= set(ident) and ident["engine"] == cfg.engine.kind
+    assert Engine.manifest_problem(engine, {"pairing_inputs": {"engine": ident}}) is None
     outputs = {}
     for arm in ("off", "on"):
         written: list = []
@@ -74,6 +79,8 @@ def test_each_arm_serves_greedy_recorded_completions_and_reports_its_cache_use(c
         assert getattr(getattr(server, "proc", None), "proc", None) is None and log.read_text()  # stopped, log kept
         for rec in written:  # every record the writer would accept, as the protocol sends it
             assert REQUEST.valid(rec), REQUEST.problem(rec)
+            # an engine that declares it reports cache use reports it on every request it serves (check relies on it)
+            assert rec["cache_n"] is not None or not engine.capabilities.reports_cache_use
             assert len(rec["top_logprobs"]) == len(rec["output_tokens"]) and rec["output_tokens"]
         assert first["output_tokens"] == second["output_tokens"]  # greedy: the same prompt, the same tokens
         if arm == "off":

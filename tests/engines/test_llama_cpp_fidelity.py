@@ -344,3 +344,34 @@ def test_log_probabilities_align_to_tokens_when_the_server_drops_a_position():
     assert llama_server.align_top_logprobs([5], []) == [None]
     with pytest.raises(ArtifactError, match="do not align"):
         llama_server.align_top_logprobs([5, 6], [entry(8)])
+
+
+def test_the_recorded_command_line_and_binary_are_held_against_the_identity(cfg):
+    """A manifest as LlamaServer records it (the command line `server_args` makes, the binary's digests, the
+    identity with its placeholders) passes the checker's engine facts; an edited argument or digest does not, and
+    the settings the command line shows are read back (artifact.check.facts)."""
+    import hashlib
+    import json
+
+    from artifact.engines.llama_cpp.adapter import ENGINE, Settings, cache_condition, server_args
+
+    settings = Settings(ubatch_size=512, flash_attn="on", cache_ram_mib=0)
+    files = {"llama-server": "aa" * 32, "libggml.so": "bb" * 32}
+    combined = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    ident = {"engine": "llama.cpp", "binary_sha256": "aa" * 32, "binary_files_sha256": combined,
+             "server_args": server_args(cfg, settings, f"<model sha256 {cfg.model.sha256}>", "<port>"),
+             "request_fields": {"id_slot": -1}}
+    m = {"model": {"sha256": cfg.model.sha256}, "pairing_inputs": {"engine": ident},
+         "server_cmd": ["/bin/llama-server"] + server_args(cfg, settings, "/models/x.gguf", "40001"),
+         "binary": {"path": "/bin/llama-server", "sha256": "aa" * 32, "files_sha256": combined, "files": files},
+         "cache_condition": cache_condition(settings)}
+    assert ENGINE.manifest_problem(m) is None
+    shown = ENGINE.command_settings(m)
+    assert shown == {"ubatch_size": 512, "flash_attn": settings.flash_attn, "gpu_layers": settings.gpu_layers,
+                     "slots": 1, "cache_ram_mib": 0, "slot_prompt_similarity": 0.1, "pin_slot": False}
+    edited = {**m, "server_cmd": [a if a != "512" else "1" for a in m["server_cmd"]]}
+    assert "the server ran another command line" in ENGINE.manifest_problem(edited)
+    assert "not the one the runs were paired by" in ENGINE.manifest_problem({**m, "binary": {**m["binary"],
+                                                                                              "sha256": "cc" * 32}})
+    assert "is not the digest of binary.files" in ENGINE.manifest_problem(
+        {**m, "binary": {**m["binary"], "files": {**files, "libggml.so": "dd" * 32}}})

@@ -119,3 +119,24 @@ def test_flags_the_adapter_owns_cannot_be_overridden(vcfg):
             serve_args(cfg, "m", "1", "--no-enable-prefix-caching")
     args = serve_args(vcfg, "m", "1", "--no-enable-prefix-caching")
     assert args[-1] == "--no-enable-prefix-caching" and "--enable-prompt-tokens-details" in args
+
+
+def test_the_recorded_command_line_is_held_against_the_identity_it_was_paired_by():
+    """A manifest as VllmServer records it (the command line `serve_args` makes, the identity with its placeholders)
+    passes the checker's engine facts; another arm's flag or another argument does not (artifact.check.facts)."""
+    from artifact.engines.vllm.adapter import ARM_FLAGS, ENGINE
+
+    cfg = load_config("demo-smollm2-cpu-vllm")
+    ident = {"engine": "vllm", "vllm": "0.11.0",
+             "server_args": serve_args(cfg, "<model dir>", "<port>", "<arm: " + " | ".join(ARM_FLAGS.values()) + ">")}
+    for arm in ("off", "on"):
+        m = {"arm": arm, "pairing_inputs": {"engine": ident},
+             "server_cmd": ["/venv/bin/vllm"] + serve_args(cfg, "/models/m", "41234", ARM_FLAGS[arm]),
+             "cache_condition": {"arm_flag": ARM_FLAGS[arm]}}
+        assert ENGINE.manifest_problem(m) is None
+    m["server_cmd"] = ["/venv/bin/vllm"] + serve_args(cfg, "/models/m", "41234", ARM_FLAGS["off"])  # arm "on"
+    assert "lacks --enable-prefix-caching, the flag of arm 'on'" in ENGINE.manifest_problem(m)
+    m["server_cmd"] = ["/venv/bin/vllm"] + serve_args(dataclasses.replace(
+        cfg, server=dataclasses.replace(cfg.server, batch_size=1)), "/models/m", "41234", ARM_FLAGS["on"])
+    assert "the server ran another command line" in ENGINE.manifest_problem(m)
+    assert "not `vllm serve`" in ENGINE.manifest_problem({**m, "server_cmd": ["llama-server", "--port", "1"]})

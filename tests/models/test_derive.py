@@ -9,21 +9,37 @@ from artifact.models import derive
 from artifact.models.hub import sha256_file
 
 RECIPE = "smollm2-135m-bfcl-agent"
+QWEN = "qwen2.5-coder-0.5b-requant"
 
 
 def test_recipe_pins_the_adapter_and_every_configuration_agrees_with_its_products():
     recipe = derive.load_recipe(RECIPE)
     assert sha256_file(derive.RECIPES / recipe["adapter"]["file"]) == recipe["adapter"]["sha256"]
     assert recipe["data"]["pairs"] == 945 and "80..multi_turn_base_199" in recipe["data"]["episodes"]
-    used = 0
+    used: dict = {}
     for path in sorted(CONFIG_DIR.rglob("*.toml")):
         if path.name == "plans.toml" or "derived:" not in path.read_text():
             continue
         cfg = load_config(str(path))
         name, level = derive.parse_source(cfg.model.source)
-        assert name == RECIPE and cfg.model.sha256 == recipe["products"][level], path
-        used += 1
-    assert used >= 5  # the CPU demo and the four H200 levels
+        assert cfg.model.sha256 == derive.load_recipe(name)["products"][level], path
+        used[name] = used.get(name, 0) + 1
+    assert used[RECIPE] >= 5  # the CPU demo and the four H200 levels
+    assert used[QWEN] == 4  # the Qwen series requantized from 4-bit weights: F16, Q8_0, Q4_K_M, Q3_K_M
+
+
+def test_a_recipe_without_an_adapter_makes_its_series_from_the_base_alone():
+    """The Qwen series: F16 is the fetched Q4_K_M dequantized, every other level quantized from that F16; products
+    are named after the base's sha256 (no adapter), and every configuration says they are requantized."""
+    recipe = derive.load_recipe(QWEN)
+    assert "adapter" not in recipe and recipe["base"]["source"].startswith("pypi-parts:")
+    assert [name for name, _ in derive._steps_to(recipe, "Q3_K_M")] == ["F16", "Q3_K_M"]
+    assert recipe["base"]["sha256"][:12] in derive.product_name(recipe, "Q8_0")
+    assert set(recipe["products"]) == {"F16", "Q8_0", "Q4_K_M", "Q3_K_M"}
+    assert derive.describe(f"derived:{QWEN}/Q8_0")["adapter"] is None
+    for level in recipe["products"]:
+        cfg = load_config(f"h200/qwen-rq-{level.lower()}")
+        assert "requantized from 4-bit weights" in cfg.model.name and cfg.model.quant == level
 
 
 @pytest.mark.parametrize("source", ["derived:", "derived:x", "derived:x/", "derived:../x/F16", "derived:x/a/b"])

@@ -166,7 +166,7 @@ def test_fetch_checks_disk_space_before_downloading_fake_hub(tmp_path, env, hub)
 
 @pytest.mark.parametrize("edit, message", [
     ('revision = "{REV}"', "model.revision must be the 40-hex-digit commit"),
-    ('sha256 = ""', "model.sha256 is for pypi:/path:/derived: sources"),
+    ('sha256 = ""', "model.sha256 is for pypi:/path:/derived:/pypi-parts: sources"),
     ("files = [", "model.files[0]: size must be >= 0 and path relative"),
 ])
 def test_bad_hf_source_is_one_line_error(tmp_path, edit, message):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from artifact.config import REPO, load_config
+from artifact.orchestrate import native
 from artifact.orchestrate.fanout import DONE, Slot, pick, simulate
 from artifact.orchestrate.matrix import Job
 from artifact.orchestrate.native import NativeFanout
@@ -54,6 +55,13 @@ STAND_IN = textwrap.dedent("""
         fh.write(json.dumps({"job": name, "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start,
                              "end": time.time()}) + "\\n")
 """)
+
+
+# The same, with the manifest's host record made by the real provenance.host() in the job's process (it reads the
+# ARTIFACT_GPU_SHARING the fan-out gave the job).
+STAND_IN_HOST = STAND_IN.replace('manifest={"engine_build": "fake-build"}',
+                                 'manifest={"engine_build": "fake-build", '
+                                 '"host": __import__("artifact.provenance").provenance.host()}')
 
 
 def test_scheduling_policy_longest_first_each_slot_takes_the_next_job_that_fits():
@@ -99,6 +107,98 @@ def test_fanout_on_fake_gpu_slots_runs_cpu_jobs_one_per_gpu_longest_first_fittin
     for j in jobs:
         logs = list((results / j.cfg.name / "main" / "logs").glob(f"native-*-gpu{where[j.cfg.name]}.log"))
         assert len(logs) == 1 and "[off run 1] 1/1" in logs[0].read_text()
+
+
+def sharing_args(**kw):
+    return type("Args", (), {"cpu": False, "parallel": 1, "jobs_per_gpu": 1, "gpu_sharing": "auto", **kw})()
+
+
+def test_fanout_on_fake_gpu_slots_runs_several_jobs_per_gpu_and_every_manifest_says_how(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """--jobs-per-gpu 2 on two FAKE GPUs (no GPU, no MPS here: time slices): each GPU is two slots with half its
+    memory, two jobs run at once on one GPU, never three, and each job's manifest (written by the real provenance in
+    the job's process) and the progress table say how the GPU was shared."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-cuda-mps-control
+    results, trace = tmp_path / "results", tmp_path / "trace.jsonl"
+    jobs = fake_jobs([(f"j{i}", 9 if i < 2 else 4, 1.0 - i * 0.1) for i in range(6)])
+    gpus = [Slot("gpu0", ("0",), 20.0), Slot("gpu1", ("1",), 10.0)]
+    slots = native.shared_slots(gpus, 2)
+    assert [(s.label, s.device_ids, s.memory_gib) for s in slots] == [
+        ("gpu0.0", ("0",), 10.0), ("gpu1.0", ("1",), 5.0), ("gpu0.1", ("0",), 10.0), ("gpu1.1", ("1",), 5.0)]
+    sharing = native.plan_sharing(sharing_args(jobs_per_gpu=2))
+    assert sharing.mode == native.SLICES and "no nvidia-cuda-mps-control" in sharing.words()
+
+    def command(job, slot):
+        argv, env = native.job_command(job, slot, results=results, episodes=None, sharing=sharing)
+        env = {**env, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}
+        return [sys.executable, "-c", STAND_IN_HOST, str(results), job.cfg.name, str(job.hours * 3), str(trace)], env
+
+    fan = NativeFanout(results, {"llama.cpp": "fake-build"}, command, progress_every=1.0, sharing=sharing)
+    outcomes = fan.run(jobs, slots)
+    assert {o.status for o in outcomes} == {DONE}
+    ran = [json.loads(line) for line in trace.read_text().splitlines()]
+    for g in ("0", "1"):
+        mine = [r for r in ran if r["gpu"] == g]
+        at_once = max(sum(r["start"] <= t["start"] < r["end"] for r in mine) for t in mine)
+        assert at_once == 2, (g, mine)  # two jobs shared the GPU at once, never three
+    assert {r["job"] for r in ran if r["gpu"] == "1"} <= {"j2", "j3", "j4", "j5"}  # 9 GiB jobs fit only gpu0's halves
+    for j in jobs:
+        for m in (results / j.cfg.name / "main").glob("*/manifest.json"):
+            share = json.loads(m.read_text())["host"]["gpu_sharing"]
+            assert share["mode"] == "time slices" and share["jobs_per_gpu"] == 2
+            assert share["slot"] in {"gpu0.0", "gpu0.1", "gpu1.0", "gpu1.1"} and share["gpus"] in (["0"], ["1"])
+    err = capsys.readouterr().err
+    assert "GPU sharing: up to 2 jobs per GPU at once, through time slices" in err
+
+
+def fake_mps_control(bin_dir: Path) -> Path:
+    """A FAKE nvidia-cuda-mps-control (there is no NVIDIA driver here): `-d` makes the control socket's file in
+    $CUDA_MPS_PIPE_DIRECTORY, `quit` on stdin removes it; every call is logged."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    tool = bin_dir / "nvidia-cuda-mps-control"
+    tool.write_text('#!/bin/sh\necho "$* pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY" >> "$(dirname "$0")/calls"\n'
+                    'if [ "$1" = -d ]; then mkdir -p "$CUDA_MPS_PIPE_DIRECTORY"; : > "$CUDA_MPS_PIPE_DIRECTORY/control"; '
+                    'exit 0; fi\nread cmd; [ "$cmd" = quit ] && rm -f "$CUDA_MPS_PIPE_DIRECTORY/control"\n')
+    tool.chmod(0o755)
+    return tool
+
+
+def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one_that_served_before(tmp_path,
+                                                                                                   monkeypatch):
+    tool = fake_mps_control(tmp_path / "bin")
+    pipe = tmp_path / "mps-pipe"
+    monkeypatch.setenv("PATH", f"{tool.parent}:/usr/bin:/bin")
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    plan = native.plan_sharing(sharing_args(jobs_per_gpu=3))
+    assert plan.mode == native.MPS and "started for the run" in plan.reason and not plan.started_here
+    sharing = native.start_sharing(plan, tmp_path / "logs" / "mps")
+    assert sharing.started_here and (pipe / "control").exists()
+    slot = Slot("gpu0.2", ("0",), 40.0)
+    env = sharing.job_env(slot)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
+    assert json.loads(env["ARTIFACT_GPU_SHARING"]) == {
+        "mode": "CUDA MPS", "jobs_per_gpu": 3, "slot": "gpu0.2", "gpus": ["0"], "mps_pipe_directory": str(pipe),
+        "mps_daemon": "started by ./run.sh all --native"}
+    native.stop_sharing(sharing)
+    assert not (pipe / "control").exists()
+    calls = (tool.parent / "calls").read_text().splitlines()
+    assert calls[0].startswith(f"-d pipe={pipe} log={tmp_path / 'logs' / 'mps'}") and len(calls) == 2
+    # a daemon already serving: used as it is, neither started nor stopped
+    (pipe / "control").write_text("")
+    plan = native.plan_sharing(sharing_args(jobs_per_gpu=2))
+    assert "already serving" in plan.reason
+    sharing = native.start_sharing(plan, tmp_path / "logs" / "mps")
+    native.stop_sharing(sharing)
+    assert (pipe / "control").exists() and len((tool.parent / "calls").read_text().splitlines()) == 2
+    assert json.loads(sharing.job_env(slot)["ARTIFACT_GPU_SHARING"])["mps_daemon"] == "already running"
+    # -d that starts nothing: time slices, said
+    (pipe / "control").unlink()
+    tool.write_text("#!/bin/sh\necho 'An instance of this daemon is already running' >&2; exit 1\n")
+    sharing = native.start_sharing(native.plan_sharing(sharing_args(jobs_per_gpu=2)), tmp_path / "logs" / "mps")
+    assert sharing.mode == native.SLICES and "already running" in sharing.reason
+    # one job per GPU needs no daemon; --gpu-sharing time-slices asks for none
+    assert native.plan_sharing(sharing_args()).mode == native.ONE
+    assert native.plan_sharing(sharing_args(jobs_per_gpu=2, gpu_sharing="time-slices")).mode == native.SLICES
 
 
 def test_fanout_stop_reaches_the_running_jobs_and_leaves_them_interrupted(tmp_path):
@@ -149,6 +249,29 @@ def test_native_dry_run_on_a_fake_two_gpu_host_plans_one_job_per_gpu(tmp_path):
     assert "qwen2.5-7b-f16/main" not in next(ln for ln in lines if "gpu1 (15 GiB)" in ln)
 
 
+def test_native_dry_run_with_several_jobs_per_fake_gpu_plans_the_slots_and_says_how_the_gpu_is_shared(tmp_path):
+    """The agent matrix, six jobs on one FAKE H200 (fake nvidia-smi), all at once: six slots of 1/6 of its memory,
+    the sharing (time slices without nvidia-cuda-mps-control, CUDA MPS with a FAKE one), the build command."""
+    env = fake_nvidia_smi(tmp_path / "one", "0, NVIDIA H200, 143771, 580.1")
+    argv = ["all", "--native", "--dry-run", "--matrix", "configs/ci/native-h200-agent.toml", "--cuda-archs", "90",
+            "--jobs-per-gpu", "6"]
+    r = cli(*argv, env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "GPU sharing: up to 6 jobs per GPU at once, through time slices (no nvidia-cuda-mps-control" in out
+    assert "on 6 GPU slots" in out and "jobs sharing one take longer each" in out
+    schedule = out.split("schedule (")[1].splitlines()
+    rows = [ln.strip() for ln in schedule if ln.strip().startswith("gpu0.")]
+    assert len(rows) == 6 and all(r.split(":")[1].strip().count(" 0.00-") == 1 for r in rows), rows  # all at once
+    assert rows[0].startswith("gpu0.0 (23 GiB):")
+    build = next(ln for ln in out.splitlines() if ln.strip().startswith("build: "))
+    assert build.split()[1].endswith("scripts/build-llama-server.sh") and build.split()[2].endswith("/bin/python")
+    assert build.split()[3:] == native.cuda_cmake_args("90")
+    fake_mps_control(tmp_path / "one")
+    r = cli(*argv, env={**env, "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe")})
+    assert r.returncode == 0 and "through CUDA MPS (a control daemon started for the run" in r.stdout, r.stderr
+
+
 def test_native_dry_run_without_any_gpu_and_with_a_llama_cpp_checkout(tmp_path):
     r = cli("all", "--native", "--dry-run", env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
@@ -172,6 +295,11 @@ def test_native_errors_are_one_line(tmp_path):
         (["all", "--native", "--matrix", "configs/ci/all.toml"], "error: no NVIDIA driver found"),
         (["all", "--llama-source", str(tmp_path), "--dry-run"], "error: --llama-source is an option of --native"),
         (["all", "--native", "--status"], "error: --status is an option of --slurm"),
+        (["all", "--native", "--dry-run", "--jobs-per-gpu", "0"], "error: --jobs-per-gpu must be >= 1"),
+        (["all", "--dry-run", "--jobs-per-gpu", "2"], "error: --jobs-per-gpu is an option of --native"),
+        (["all", "--native", "--cpu", "--jobs-per-gpu", "2"], "error: --jobs-per-gpu is for GPUs"),
+        (["all", "--native", "--dry-run", "--jobs-per-gpu", "2", "--gpu-sharing", "mps"],
+         "error: --gpu-sharing mps: no nvidia-cuda-mps-control on PATH"),
     ]
     for argv, start in cases:
         r = cli(*argv, env={"PATH": "/usr/bin:/bin"}, timeout=300)
@@ -196,6 +324,8 @@ def test_all_native_cpu_end_to_end(tmp_path):
         assert m["status"] == "complete" and m["engine_build"] == "b10435-9e40df63"
         assert m["isolation"]["network"] == "loopback-only" and m["host"]["container"] is None
         assert not m["isolation"]["secrets_in_initial_environment"]
+        assert m["host"]["gpu_sharing"] == {"mode": "CPU slots", "jobs_at_once": 1, "slot": "cpu0", "gpus": []}
+        assert len(m["host"]["boot_id_sha256"]) == 12  # the machine, digested (tests/test_provenance_host.py)
     assert len(list((pdir / "logs").glob("native-*-cpu0.log"))) == 1
     assert (results / "check" / "report.html").is_file()
     # a second invocation resumes: every session is complete and reused, nothing runs again

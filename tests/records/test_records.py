@@ -100,3 +100,50 @@ def test_sessions_group_runs_by_server_lifecycle():
     fresh = [[(s.arm, s.run, s.session) for s in sess] for sess in sessions(load_plan("fresh"))]
     assert fresh == [[("off", 1, "off-run1")], [("off", 2, "off-run2")], [("on", 1, "on-run1")],
                      [("on", 2, "on-run2")]]
+
+
+BASE = json.dumps({**REQ, "output_tokens": [1, 2], "output_text": "t: x", "top_logprobs": [[[1, -0.1], [5, -2.5]],
+                   [[2, -0.2], [6, -3.0]]], "engine_extra": {"k": "a:b", "n": {"m": 1}}})
+
+
+@pytest.mark.parametrize("line, twice", [
+    (BASE, None),
+    (BASE.replace('"cache_n": 0', '"cache_n": 0, "cache_n": 2'), "cache_n"),
+    (BASE.replace('"k": "a:b"', '"k": "a:b", "k": "c"'), "k"),  # in a nested object
+    (BASE.replace('"output_text": "t: x"', '"output_text": "t: x:::", "output_text": "c"'), "output_text"),
+    (BASE.replace('"output_text": "t: x"', '"output_text": "t\\u003a", "output_text": "c"'), "output_text"),
+    (BASE.replace('"n": {"m": 1}', '"n": {"m": 1, "m": 2}'), "m"),
+    (BASE.replace('"top_logprobs": [[[1', '"top_logprobs": [{"a": 1, "a": 2}], "x": [[[1'), "a"),
+    (BASE[:-1] + ', "serving": "x: y"}', None),  # a field the schema does not list: kept
+    (BASE.replace('"output_tokens": [1, 2]', '"output_tokens": [1.0, 2]'), None),  # refused later, by the schema
+    (BASE.replace('"top_logprobs": [[[1, -0.1]', '"top_logprobs": [[[1, -Infinity]'), None),
+    (BASE.replace('"output_text": "t: x"', '"output_text": "bad \\ud800 text"'), None),
+])
+def test_the_typed_decoder_reads_what_the_strict_decoder_reads(tmp_path, line, twice):
+    """requests.jsonl's fast reader (msgspec, typed) gives the records json gives, and refuses a key written twice
+    anywhere in a line as the strict reader does, the keys and colons it could miscount included."""
+    d = tmp_path / "r"
+    write_raw_run(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]}, [])
+    (d / REQUESTS).write_text(line + "\n")
+    if twice is not None:
+        for reader in (read_requests, _read_jsonl):
+            with pytest.raises(ArtifactError, match=f"requests.jsonl:1: a JSON object holds the key '{twice}' twice"):
+                reader(d / REQUESTS)
+        return
+    (typed,), (strict,) = read_requests(d / REQUESTS), _read_jsonl(d / REQUESTS)
+    assert typed.get("top_logprobs") == strict.get("top_logprobs") and dict(typed) == strict
+
+
+def test_a_key_twice_inside_top_logprobs_text_is_corruption(tmp_path):
+    """top_logprobs are kept as text by the typed decoder; an object in them holding a key twice is found when the
+    run's records are validated, as the strict decoder would find it."""
+    from artifact.records.store import validate_records
+
+    d = tmp_path / "cfg" / "main" / "on-run1"
+    write_raw_run(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]}, [])
+    top = BASE[BASE.index('"top_logprobs": ') + 16:BASE.index(', "engine_extra"')]
+    (d / REQUESTS).write_text(BASE.replace(top, '[{"a": 1, "a": 2}, null]') + "\n")
+    (run,) = find_runs(tmp_path)
+    with pytest.raises(ArtifactError, match="requests.jsonl:1: a JSON object holds the key 'a' twice; the record is "
+                                            "corrupt"):
+        validate_records(run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from artifact.check.run import run_check
 from artifact.report.render import TEMPLATE, environment
-from synthetic_runs import OFF, ON1, write_bfcl_run
+from synthetic_runs import OFF, ON1, timings, write_bfcl_run
 
 TITLE = "Prefix caching and serving reproducibility: check report"
 PAYLOAD = ("<script>document.title='pwned';document.body.insertAdjacentHTML('beforeend','<p id=\"pwned\">x</p>')"
@@ -21,7 +22,7 @@ PAYLOAD = ("<script>document.title='pwned';document.body.insertAdjacentHTML('bef
 def report(tmp_path):
     """Results whose first diverging request has model text that tries to run a script; returns report.html."""
     texts = {("e0", 1): "Sure! " + PAYLOAD}
-    lp = {("e0", 1): [[[6, -0.01], [1, -4.0]], [[7, -0.2], [9, -0.9]], [[9, -0.45], [8, -0.5]]]}
+    lp = {("e0", 1): [[[6, -0.05], [1, -4.0]], [[7, -0.7], [9, -1.4]], [[9, -0.7], [8, -0.75]]]}
     for k in (1, 2):
         write_bfcl_run(tmp_path, "off", k, OFF, valid={"e1"})
         write_bfcl_run(tmp_path, "on", k, ON1, texts=texts, logprobs=lp, valid={"e1"})
@@ -113,9 +114,12 @@ def write_bridge_run(root, data: str):
                                                          ("warm2", warm))):
             cache_n = 49 if serving.startswith("warm") else 0
             w.request({"episode_id": item, "item_id": item, "serving": serving, "turn": 0, "step": 0,
-                       "request_index": index, "prompt_sha256": "ab" * 32, "prompt_tokens": 50, "output_tokens": toks,
-                       "output_text": text, "top_logprobs": [None] * len(toks), "cache_n": cache_n, "prompt_n": 50 - cache_n,
-                       "prompt_ms": 1.0, "predicted_ms": 1.0, "stop_type": "eos", "error": None,
+                       "request_index": index, "prompt_sha256": hashlib.sha256(item.encode()).hexdigest(),
+                       "prompt_tokens": 50, "output_tokens": toks, "output_text": text,
+                       "top_logprobs": [None] * len(toks), "cache_n": cache_n, "prompt_n": 50 - cache_n,
+                       # each item its own prompt, each serving its own server timings (as a real run's)
+                       **dict(zip(("prompt_ms", "predicted_ms"), timings(item, serving))),
+                       "stop_type": "eos", "error": None,
                        "cache_check": "ok"})
         w.episode({"episode_id": item, "item_id": item, "reference": ref, "n_requests": 4})
     w.finish(wall_s=1.0)

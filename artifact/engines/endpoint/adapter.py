@@ -344,9 +344,12 @@ def describe(s: Settings, arm: str) -> str:
 class Endpoint(Engine):
     kind = KIND
     # one server per arm by default; `url` with a cache control switches the cache per request (capabilities_for)
+    # reports_cache_use False: a server reports cached tokens only where it has a field or counter for them (vLLM
+    # without its /metrics reports none on a miss); a null cache_n is "not reported", and RQ1 says so (INCONCLUSIVE)
     capabilities = Capabilities(per_request_cache_switch=False, cache_tiers=(), metrics_endpoint=None, image=None,
-                                arms=("off", "on"), packages=(), loads_weights=False)
+                                arms=("off", "on"), packages=(), loads_weights=False, reports_cache_use=False)
     settings_type = Settings
+    identity_keys = ("engine", "servers", "model_id", "cache_control", "request_fields", "unknown")
 
     def problems(self, cfg: Config, s: Settings) -> list[str]:
         out = []

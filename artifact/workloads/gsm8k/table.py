@@ -55,6 +55,13 @@ def serving_problem(record: dict | None) -> str | None:
 
 
 def _data(run: Run) -> str:
+    """Where the items came from, as each item's own record says ("mixed" if they differ); the manifest's label for
+    records whose items do not name their source (check refuses a label that contradicts the items: records.py)."""
+    from artifact.workloads.gsm8k.records import item_sources
+
+    own = item_sources(run)
+    if own:
+        return own.pop() if len(own) == 1 else "mixed"
     prov = run.manifest.get("items_provenance") or {}
     if "synthetic" in prov:
         return "synthetic" if prov["synthetic"] else "gsm8k"
