@@ -23,7 +23,7 @@ def engine_identity(engine: str, model: dict, cache_ram_mib: int) -> dict:
     if engine == "endpoint":  # a server the user started: what it reports of itself, no command line, no binary
         return {"engine": engine, "servers": {"off": {"models": ["testlm"]}, "on": {"models": ["testlm"]}},
                 "model_id": "testlm", "cache_control": "per server", "request_fields": {"temperature": 0.0},
-                "unknown": ["server_cmd", "binary", "weights_sha256", "exclusive"]}
+                "unknown": ["server_cmd", "binary", "weights_sha256"]}
     if engine == "vllm":
         return {"engine": engine, "vllm": "0.11.0", "build": "cpu",
                 "server_args": ["serve", "<model dir>", "--port", "<port>", "--seed", "42",
