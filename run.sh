@@ -41,8 +41,10 @@ protocol and results
   demo --vllm [--episodes N] [--results DIR]
                         plan main on vLLM 0.11.0's CPU build (sets it up on first use: ~8 GB, a few minutes), then
                         check (RQ4)
-  run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR]
-                        one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions
+  run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR] [--engine-setting KEY=VALUE ...]
+                        one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions; e.g.
+                        run endpoint --engine-setting url_on=URL --engine-setting url_off=URL: servers you run
+                        yourself (ARTIFACT.md section 9)
   compare A B           two runs (or two results directories) field by field; exit 1 when a field differs
                         or a side is invalid (./run.sh compare --help)
   summary [DIR]         the paired-protocol table of every run under DIR (default results/)
@@ -174,6 +176,12 @@ case "$cmd" in
   demo|run)
     setup
     if [ "$cmd" = demo ] && printf '%s\n' "$@" | grep -qx -- --vllm; then setup_vllm; fi
+    # A run against servers the user started reaches exactly their loopback ports through the isolation (the engine's
+    # loopback_servers; scripts/isolate.sh ARTIFACT_FORWARD); an engine that starts its own server inside it names none.
+    if [ "$cmd" = run ]; then
+      ARTIFACT_FORWARD=$(PYTHONPATH=$here "$py" -m artifact forwards "${@:2}") || exit 2
+      export ARTIFACT_FORWARD
+    fi
     clean_exec "$py" -m artifact "$@" ;;
   bench)
     shift

@@ -22,6 +22,8 @@ commands:
   demo      the paired protocol on the embedded CPU default (SmolLM2-135M, llama-server b10435), then a summary;
             demo --vllm: the same on vLLM 0.11.0's CPU build (RQ4)
   run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
+            [--engine-setting KEY=VALUE ...]  (an engine's settings; e.g. the URLs of servers you run yourself,
+            ARTIFACT.md section 9)
   compare   two runs field by field:       compare RUN_DIR_A RUN_DIR_B; two results directories (another
             machine's runs of the same configurations): compare RESULTS_A RESULTS_B (exit codes: compare --help)
   summary   the paired-protocol table of every run under a results directory
@@ -32,13 +34,21 @@ commands:
 """
 
 
-def execute(config: str, plan_name: str | None, episodes: int | None, results: Path) -> list[Path]:
+def engine_settings(pairs: list[str] | None) -> dict:
+    """`--engine-setting KEY=VALUE` options as a table over the configuration's [engine.settings]."""
+    from artifact.config import parse_setting
+
+    return dict(parse_setting(p) for p in pairs or [])
+
+
+def execute(config: str, plan_name: str | None, episodes: int | None, results: Path,
+            settings: list[str] | None = None) -> list[Path]:
     """Run (or resume) one configuration's protocol under a plan (default: its workload's)."""
     from artifact import workloads
     from artifact.config import load_config, load_plan
     from artifact.protocol.runner import execute_plan, with_episodes
 
-    cfg = with_episodes(load_config(config), episodes)
+    cfg = with_episodes(load_config(config, engine_settings(settings)), episodes)
     return execute_plan(cfg, load_plan(plan_name or workloads.get(cfg.workload.name).default_plan), results)
 
 
@@ -56,8 +66,32 @@ def cmd_run(args) -> int:
     from artifact.analysis.summary import render_results
     from artifact.records.store import load_run
 
-    run_dirs = execute(args.config, args.plan, args.episodes, Path(args.results))
+    run_dirs = execute(args.config, args.plan, args.episodes, Path(args.results), args.engine_setting)
     print(render_results([load_run(d) for d in run_dirs]))
+    return 0
+
+
+def forwards(argv: list[str]) -> int:
+    """Internal (`forwards RUN_ARGS...`: run.sh asks it before it isolates a run): the host loopback servers the
+    configuration's engine talks to, which scripts/isolate.sh relays into the isolation (none for an engine that
+    starts its own server). Takes `run`'s arguments and ignores all but the configuration and its engine settings."""
+    from artifact import engines
+    from artifact.config import load_config
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("config", nargs="?")
+    p.add_argument("--engine-setting", action="append", default=[])
+    for option in ("--plan", "--episodes", "--results"):  # run's options with a value, so that no value is the config
+        p.add_argument(option)
+    args, _ = p.parse_known_args(argv)
+    if args.config is None or {"-h", "--help"} & set(argv):
+        return 0
+    try:
+        cfg = load_config(args.config, engine_settings(args.engine_setting))
+        print(" ".join(engines.get(cfg.engine.kind).loopback_servers(cfg)))
+    except ArtifactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 
@@ -263,6 +297,11 @@ def parser() -> argparse.ArgumentParser:
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    def engine_setting_arg(sp):
+        sp.add_argument("--engine-setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="one of the engine's settings over the configuration's [engine.settings] (repeatable; "
+                        "VALUE is read as TOML: true, 8, \"text\"; else as text), e.g. url_on=http://127.0.0.1:8080")
+
     def results_arg(sp):
         sp.add_argument("--results", default=str(DEFAULT_RESULTS), help="results directory (default: results/)")
 
@@ -279,6 +318,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--plan", default=None,
                     help="a plan from configs/plans.toml (default: main; bridge for a GSM8K configuration)")
     sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: the config's)")
+    engine_setting_arg(sp)
     results_arg(sp)
     sp.set_defaults(func=cmd_run)
 
@@ -321,6 +361,9 @@ def _interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["forwards"]:
+        return forwards(argv[1:])
     args = parser().parse_args(argv)
     # Ctrl-C and `kill` alike unwind through the protocol's cleanup (the server is stopped, the run stays
     # 'incomplete'), even when the shell that started us ignored SIGINT (background jobs).

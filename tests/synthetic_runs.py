@@ -20,6 +20,10 @@ def engine_identity(engine: str, model: dict, cache_ram_mib: int) -> dict:
     """The engine's part of the pairing inputs, shaped as the adapters' `identity()`: llama.cpp's binary sha256 and
     server arguments (port and model as placeholders), vLLM's version and `serve` arguments (the arm's flag as a
     placeholder); `server_command` is the command line each run records."""
+    if engine == "endpoint":  # a server the user started: what it reports of itself, no command line, no binary
+        return {"engine": engine, "servers": {"off": {"models": ["testlm"]}, "on": {"models": ["testlm"]}},
+                "model_id": "testlm", "cache_control": "per server", "request_fields": {"temperature": 0.0},
+                "unknown": ["server_cmd", "binary", "weights_sha256"]}
     if engine == "vllm":
         return {"engine": engine, "vllm": "0.11.0", "build": "cpu",
                 "server_args": ["serve", "<model dir>", "--port", "<port>", "--seed", "42",
@@ -28,9 +32,12 @@ def engine_identity(engine: str, model: dict, cache_ram_mib: int) -> dict:
             "server_args": ["-m", f"<model sha256 {model['sha256']}>", "--cache-ram", str(cache_ram_mib)]}
 
 
-def server_command(inputs: dict, arm: str) -> list[str]:
-    """The command line a run's manifest records: its engine identity's server_args with the placeholders filled."""
+def server_command(inputs: dict, arm: str) -> list[str] | None:
+    """The command line a run's manifest records: its engine identity's server_args with the placeholders filled
+    (None for a server the artifact did not start)."""
     ident = inputs.get("engine") if isinstance(inputs.get("engine"), dict) else {}
+    if ident.get("engine") == "endpoint":
+        return None  # not known: the manifest has no server_cmd
     if ident.get("engine") == "vllm":
         fill = {"<model dir>": "/models/testlm", "<port>": "8000"}
         return ["vllm"] + [fill.get(a, VLLM_FLAGS.get(arm, a) if a.startswith("<arm") else a)
@@ -190,14 +197,16 @@ ON1 = {**OFF, "e0": [[1, 2, 3, 4, 5], [6, 7, 9]], "e2": [[1, 2, 3, 4, 0], [6, 7,
 ON2 = {**ON1, "e3": [[9, 2, 3, 4, 5], [6, 7, 8]]}
 
 
-def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, engine: str = "llama.cpp"):
-    """For each quant: OFF run 1 and ON run 1 with the first k of n one-request episodes diverging."""
+def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, engine: str = "llama.cpp",
+               manifest: dict | None = None):
+    """For each quant: OFF run 1 and ON run 1 with the first k of n one-request episodes diverging (`manifest`: extra
+    manifest fields of every run)."""
     runs = []
     for quant, k in ks.items():
         m = {**(model or MODEL), "quant": quant}
         off = {f"e{i}": [[1, 2]] for i in range(n)}
         on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
         cfg = f"t-{quant}"
-        runs += [write_bfcl_run(root, "off", 1, off, config=cfg, model=m, engine=engine),
-                 write_bfcl_run(root, "on", 1, on, config=cfg, model=m, engine=engine)]
+        runs += [write_bfcl_run(root, "off", 1, off, config=cfg, model=m, engine=engine, manifest=manifest),
+                 write_bfcl_run(root, "on", 1, on, config=cfg, model=m, engine=engine, manifest=manifest)]
     return runs

@@ -273,6 +273,21 @@ def off_exposure(offs: list, root: Path | None) -> tuple[int, list[str], list[st
     return cached, hits, unreported
 
 
+def unobserved(runs: list, key: str) -> list[str]:
+    """The runs whose engine did not observe `key` of its server (manifest `observes`: artifact.engines.base.OBSERVES;
+    a manifest without it comes from an engine that starts its own server, which observes everything)."""
+    return [r.label for r in runs if isinstance(r.manifest.get("observes"), dict)
+            and r.manifest["observes"].get(key, True) is False]
+
+
+def observation_note(runs: list) -> list[str]:
+    """An evidence line naming what the runs' engine could not observe of its server (none if it observed all)."""
+    keys = sorted({k for r in runs if isinstance(r.manifest.get("observes"), dict)
+                   for k, v in r.manifest["observes"].items() if v is False})
+    return [f"not observable by the engine (a server the artifact did not start): {', '.join(keys)}; the verdict is "
+            "about that server as it answered, not about a pinned build"] if keys else []
+
+
 def cache_unverified(run) -> str | None:
     """Why a run cannot show what its cache served (None if it can): it ran on an engine that reports cache use on
     every request it serves (`Capabilities.reports_cache_use`), yet some of its served requests report none (a null

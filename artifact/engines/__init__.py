@@ -17,6 +17,7 @@ from artifact.errors import ArtifactError
 REGISTRY = {
     "llama.cpp": "artifact.engines.llama_cpp",
     "vllm": "artifact.engines.vllm",
+    "endpoint": "artifact.engines.endpoint",
 }
 
 
@@ -37,15 +38,16 @@ def describe_cache(cfg, plan, arm: str) -> str:
     return get(cfg.engine.kind).describe_cache(cfg, plan, arm)
 
 
-def open_session(cfg, plan, arm: str, model_path: Path, log_path: Path):
-    """A not yet started server session for one arm's runs (use it as a context manager)."""
+def open_session(cfg, plan, arm: str, model_path: Path | None, log_path: Path):
+    """A not yet started server session for one arm's runs (use it as a context manager); `model_path` is the
+    verified weights, None for an engine that loads none (`Capabilities.loads_weights`)."""
     return get(cfg.engine.kind).open_session(cfg, plan, arm, model_path, log_path)
 
 
 def check_needs(cfg, plan, needs: dict, who: str) -> None:
     """Refuse, in one line and before anything starts, a workload whose needs the engine lacks."""
     engine = get(cfg.engine.kind)
-    missing = engine.capabilities.missing({"arms": tuple(plan.arms), **needs})
+    missing = engine.capabilities_for(cfg).missing({"arms": tuple(plan.arms), **needs})
     if missing:
         raise ArtifactError(f"{cfg.name}: {who} needs {', '.join(missing)}, which engine {engine.kind} does not "
                             f"have (plan '{plan.name}'); run it on an engine that does")

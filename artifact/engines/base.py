@@ -92,6 +92,22 @@ class Tier:
     evidence: str  # why, in one line
 
 
+# What an engine can observe of the server its sessions talk to (`Engine.observes`, recorded in every manifest as
+# `observes`): a key true (or a string saying how) is observed, false is not. The analyses and claims read it from the
+# records, never from the engine's name: a claim that needs what was not observed says so (INCONCLUSIVE).
+OBSERVES = {
+    "server_cmd": "the server's full command line",
+    "binary": "the server binary's identity (sha256 of its files)",
+    "weights_sha256": "the sha256 of the weights the server computes with",
+    "cache_use": "the prompt tokens served from cache, per request (how: the source)",
+    "cache_control": "who sets each arm's cache condition: the artifact (per request or per server) or the user",
+    "logprobs": "the top-2 log-probabilities of every generated token",
+    "exclusive": "that no other client's requests reached the server during the runs",
+}
+STARTED_BY_ARTIFACT = {"server_cmd": True, "binary": True, "weights_sha256": True, "cache_use": "per request",
+                       "cache_control": "the artifact", "logprobs": True, "exclusive": True}
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What an engine can do, declared by its adapter; the protocol checks a workload's needs against it before
@@ -107,6 +123,9 @@ class Capabilities:
     # its sessions serve requests of background tenants (`background`) concurrently with the measured ones, on
     # other slots of the same server (plans with `tenants`, artifact/protocol/tenants.py)
     background_requests: bool = False
+    # its sessions load the configuration's weights (sha256-verified before every start); False: the weights are the
+    # server's own (a server the artifact did not start), the configuration's model source is "server:"
+    loads_weights: bool = True
     # every request it serves reports how many prompt tokens came from cache (`cache_n`, never null): a served
     # request of its runs with a null cache_n says nothing about cache use, and the claims do not read it as 0
     reports_cache_use: bool = False
@@ -174,6 +193,20 @@ class Engine:
     def slots(self, cfg, plan) -> int:
         """How many requests a session of this plan serves at once (the measured one and background tenants')."""
         return 1
+
+    def capabilities_for(self, cfg) -> Capabilities:
+        """The capabilities under a configuration's settings (an engine whose settings change them overrides it)."""
+        return self.capabilities
+
+    def observes(self, cfg, plan) -> dict:
+        """What this engine observes of its server (`OBSERVES`), recorded in every manifest; a session may refine it
+        in its provenance. An engine that starts its own server observes everything."""
+        return dict(STARTED_BY_ARTIFACT)
+
+    def loopback_servers(self, cfg) -> list[str]:
+        """"host:port" of loopback servers outside the run's network namespace that its sessions talk to (the
+        isolation forwards exactly these; scripts/isolate.sh). An engine that starts its own server has none."""
+        return []
 
     # The rest is the engine's own.
     def identity(self, cfg, plan) -> dict:

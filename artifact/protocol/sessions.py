@@ -135,6 +135,8 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
         "protocol": PROTOCOL, "fingerprint": fps.resume,
         "pairing_fingerprint": fps.pairing, "pairing_inputs": fps.pairing_inputs,
         "host": provenance.host(), "packages": provenance.packages(cfg), "isolation": isolation,
+        # what the engine observes of its server (engines.base.OBSERVES; a session may refine it in its provenance)
+        "observes": engines.get(cfg.engine.kind).observes(cfg, plan),
     }
 
 
@@ -201,7 +203,9 @@ def run_sessions(cfg: Config, plan: Plan, results: Path, fp: str, units: str, n_
                 continue
             if state == "partial":
                 discard(pdir, session)
-            model_path = verified_weights(cfg.model)  # sha256 checked before every server start
+            # sha256 checked before every server start (an engine that talks to a server it did not start loads none)
+            loads = engines.get(cfg.engine.kind).capabilities_for(cfg).loads_weights
+            model_path = verified_weights(cfg.model) if loads else None
             log_path = pdir / "logs" / f"server-{name}-{now_iso().replace(':', '')}.log"
             say(f"[{cfg.name}/{plan.name}] session {name}: starting {cfg.engine.kind} "
                 f"({engines.describe_cache(cfg, plan, session[0].arm)}), {units} x {len(session)} runs")

@@ -350,7 +350,11 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("fingerprint", (str,), "resume identity (configuration and plan as written)", required=False),
     Field("host", (dict,), "CPU, GPUs, driver, OS, Python, CUDA MPS", required=False),
     Field("packages", (dict,), "installed distributions", required=False),
-    Field("isolation", (dict,), "network namespace and scrubbed environment", required=False),
+    Field("isolation", (dict,), "network namespace, host loopback ports forwarded into it, scrubbed environment",
+          required=False),
+    Field("observes", (dict,), "what the engine observed of its server (server_cmd, binary, weights_sha256, "
+          "cache_use, cache_control, logprobs, exclusive: artifact.engines.base.OBSERVES); missing: everything "
+          "(an engine that starts its own server)", required=False),
     Field("server_cmd", (list,), "the server's full command line", required=False),
     Field("server_log", (str, NoneType), "the server session's log, relative to the plan directory (null: none)",
           required=False),

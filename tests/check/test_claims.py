@@ -222,6 +222,32 @@ def test_rq4_with_vllm_runs(tmp_path):
     code, claims, _ = check(tmp_path)
     assert claims["RQ4"]["status"] == PASS and code == 0
     assert "cache use not reported" in claims["RQ1"]["details"][0]["observed"]
+    # that the OFF runs were served no cached token is not shown: RQ1 cannot be decided (never a guessed PASS)
+    assert claims["RQ1"]["status"] == INCONCLUSIVE
+    # vLLM reports cache use on every request it serves: a null there is not its answer (check.core.cache_unverified)
+    assert "although vllm reports it on every request it serves" in claims["RQ1"]["details"][0]["evidence"][0]
+
+
+# a server the artifact did not start (engine endpoint): what its engine could not observe
+UNOBSERVED = {"observes": {"server_cmd": False, "binary": False, "weights_sha256": False, "cache_use": "as reported",
+                           "cache_control": "per server, declared by the user", "logprobs": True, "exclusive": False}}
+
+
+def test_rq1_off_reruns_that_diverge_where_cache_use_is_not_reported_are_no_evidence_either_way(tmp_path):
+    diverged = {**OFF, "e1": [[9, 9]]}
+    write_bfcl_run(tmp_path, "off", 1, OFF, cache_n="null", engine="endpoint", manifest=UNOBSERVED)
+    write_bfcl_run(tmp_path, "off", 2, diverged, cache_n="null", engine="endpoint", manifest=UNOBSERVED)
+    _, claims, _ = check(tmp_path)
+    rq1 = claims["RQ1"]["details"][0]
+    assert claims["RQ1"]["status"] == INCONCLUSIVE and "1 diverging episode(s) are no evidence" in rq1["evidence"][0]
+    assert any("not observable by the engine" in e and "weights_sha256" in e for e in rq1["evidence"])
+
+
+def test_rq3_levels_whose_weights_are_not_observable_are_only_declared(tmp_path):
+    trend_runs(tmp_path, {"F16": 10, "Q8_0": 40, "Q4_K_M": 70}, engine="endpoint", manifest=UNOBSERVED)  # z = 9.49 if the levels held
+    _, claims, _ = check(tmp_path)
+    assert claims["RQ3"]["status"] == INCONCLUSIVE and "z = 9.49" in claims["RQ3"]["observed"]
+    assert "the weights are not observable" in claims["RQ3"]["details"][0]["evidence"][0]
 
 
 # --- RQ5 on a stub Tab. 3 -------------------------------------------------------------------------------------

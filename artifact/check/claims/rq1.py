@@ -7,11 +7,10 @@ from pathlib import Path
 
 from artifact.analysis.compare import record_problems
 from artifact.analysis.tenants import under_load
-from artifact.analysis.tables import Tables
+from artifact.analysis.tables import Tables, exposure
 from artifact.check.core import (
     FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, TESTED, Claim, Context, cache_unverified, fmt_rate, make_claim,
-    off_exposure,
-    pair_evidence, Paper, scope_of, Verdict,
+    observation_note, off_exposure, pair_evidence, Paper, scope_of, Verdict,
 )
 
 ID = "RQ1"
@@ -23,9 +22,12 @@ RULE = {
             "diverges in 0 episodes (an episode diverges when any generated token id or the number of requests "
             "differs), and no OFF run of any plan was served a cached prompt token: cache_n = 0 on every "
             "request that reports it, failed requests included. A null cache_n means 'not reported' and is "
-            "shown so; it never hides a non-zero count on another request. No tolerance: bit-identity is "
-            "exact, and one diverging episode means a source of nondeterminism escaped the protocol's control "
-            "(paper: 0/800). FAIL on any divergence or cached token; INVALID where an OFF run or an OFF pairing "
+            "shown so; it never hides a non-zero count on another request, and an OFF run with served requests "
+            "that do not report their cache use, on an engine that does not report it on every request (a server "
+            "the artifact did not start may report none), is INCONCLUSIVE (that its cache was off is not shown), "
+            "whatever its reruns did. No tolerance: bit-identity is exact, and one diverging episode means a "
+            "source of nondeterminism escaped the protocol's control (paper: 0/800). FAIL on any cached token, "
+            "and on any divergence but in such unreported runs; INVALID where an OFF run or an OFF pairing "
             "is invalid; NOT-RUN with a single OFF run; INCONCLUSIVE where an OFF run of an engine that reports "
             "cache use on every request it serves (llama.cpp, vLLM) reports none on a served request (cache_n "
             "null): that run cannot show it was served no cached token. Plans with background tenants (a run whose "
@@ -34,8 +36,9 @@ RULE = {
             "the protocol excludes; they are measured beyond the paper (BEYOND-TENANTS-<plan>), and named in this "
             "claim's evidence.",
     "minimum_evidence": "per configuration-plan, at least one episode compared in every OFF pair in which both "
-                        "runs made a request without an error; below it INCONCLUSIVE (e.g. runs whose requests "
-                        "all failed).",
+                        "runs made a request without an error, and cache use reported (cache_n not null) on every "
+                        "served OFF request; below it INCONCLUSIVE (e.g. runs whose requests all failed, or a server that "
+                        "reports no cache use).",
 }
 
 
@@ -59,14 +62,18 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         invalid = [x for r in offs for x in record_problems(r)] + [why for kind, why in g.refused if kind == "off_rerun"]
         k_tot, n_tot = k_tot + len(diverged), n_tot + len(compared)
         head = g.headline("off_rerun")
-        if diverged or hits:
+        unverified = [w for r in offs if (w := cache_unverified(r))]
+        silent = [] if unverified else silent_runs(offs)
+        if hits or (diverged and not silent):
             status, why = FAIL, []
         elif invalid:
             status, why = INVALID, invalid
         elif not pairs:
             status, why = NOT_RUN, ["only one OFF run: no rerun to compare"]
-        elif unverified := [w for r in offs if (w := cache_unverified(r))]:
+        elif unverified:
             status, why = INCONCLUSIVE, unverified
+        elif silent:
+            status, why = INCONCLUSIVE, [unreported_reason(offs, silent, len(diverged))]
         elif not evidence:
             status, why = INCONCLUSIVE, ["no compared episode in which both OFF runs made a request without an "
                                          "error (runs without requests, or whose requests all failed)"]
@@ -79,6 +86,7 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         if unreported:
             obs += f" (cache use not reported for {', '.join(unreported)})"
         ev = why + pair_evidence(g, "off_rerun", root, every=True) + [f"OFF run served cached tokens: {h}" for h in hits]
+        ev += observation_note(offs)
         mism = sorted({e for p in pairs for e in p.cmp.prompt_mismatches})
         if mism:
             ev.append(f"warning: identical outputs but different prompts in {len(mism)} episode(s) "
@@ -102,6 +110,30 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         ev.append(f"not judged (background tenants, measured as BEYOND-TENANTS): {', '.join(loaded)}")
     return make_claim(ID, RULE, details, observed, expected, "exact: 0 diverging episodes, 0 cached tokens (no tolerance)",
                   ev)
+
+
+def silent_runs(offs: list) -> list[str]:
+    """The OFF runs with served requests (no error) that do not report their cache use (cache_n null), with counts:
+    an engine that does not report it on every request (`Capabilities.reports_cache_use` false: a server the
+    artifact did not start) cannot show that its OFF runs were served no cached token. A failed request's null says
+    nothing about the cache and does not count."""
+    out = []
+    for r in offs:
+        served = [q for q in r.requests if dict.get(q, "error") is None]
+        null = sum(dict.get(q, "cache_n") is None for q in served)
+        if null:
+            out.append(f"{r.label} ({null} of {len(served)} served requests)")
+    return out
+
+
+def unreported_reason(offs: list, unreported: list[str], diverged: int) -> str:
+    """Why OFF runs whose requests do not report their cache use cannot decide RQ1."""
+    none = sum(1 for r in offs if exposure(r) is None)
+    head = ("the server reports no cache use" if none == len(offs) else
+            f"cache use not reported on every OFF request ({', '.join(unreported)})")
+    return (f"{head}: that the OFF runs were served no cached token is not shown, so the OFF reruns' "
+            + (f"{diverged} diverging episode(s) are no evidence against the claim either" if diverged else
+               "agreement does not show the claim") + " (RQ1 needs cache_n reported on every OFF request)")
 
 
 def judge(ctx: Context) -> Claim:

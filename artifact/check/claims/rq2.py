@@ -9,8 +9,8 @@ from artifact.analysis.tenants import under_load
 from artifact.analysis.tables import PAPER_PLAN, Pair, Tables
 from artifact.check.core import (
     ALPHA, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, TESTED, band_verdict, Claim, Context, fmt_p, fmt_rate,
-    group_problems, make_claim, pair_evidence, paired_flags, Paper, paper_configs_for, pct, rollup, scope_of,
-    Verdict, without_evidence, zero_contradicts,
+    group_problems, make_claim, observation_note, pair_evidence, paired_flags, Paper, paper_configs_for, pct, rollup,
+    scope_of, Verdict, without_evidence, zero_contradicts,
 )
 
 ID = "RQ2"
@@ -103,7 +103,7 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                                "ON vs OFF > 0 and > same-arm reruns (paper: 36.2-91.2% ON vs OFF, "
                                "8.8-77.5% ON reruns, across its configurations)", band,
                                reasons + pair_evidence(g, "on_vs_off", root) + pair_evidence(g, "on_rerun", root)
-                               + pair_evidence(g, "off_rerun", root)))
+                               + pair_evidence(g, "off_rerun", root) + observation_note(g.runs)))
         for kind in ("on_vs_off", "on_rerun"):
             for v in paper.for_group(g, kind):
                 banded.add(v["key"])

@@ -8,7 +8,7 @@ from artifact.analysis.stats import cochran_armitage
 from artifact.analysis.tables import PAPER_PLAN, Tables
 from artifact.check.core import (
     ALPHA, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, Claim, Context, fmt_p, group_problems, make_claim, Paper,
-    paper_configs_for, Verdict,
+    paper_configs_for, unobserved, Verdict,
 )
 
 ID = "RQ3"
@@ -25,7 +25,8 @@ RULE = {
             "fewer than 3 levels. Exception: for a series whose own paper rates would not reach p < 0.05 under "
             "this test (Llama-3.1-8B: 44, 56, 55 of 80 give z = 1.82, p = 0.069), only the direction z > 0 is "
             "required, so that an exact reproduction of the paper cannot FAIL. No band on z: it depends on "
-            "which levels ran and on the scores.",
+            "which levels ran and on the scores. INCONCLUSIVE where a level's weights are not observable (manifest "
+            "observes.weights_sha256 false: a server the artifact did not start), its level being only declared.",
     "minimum_evidence": "3 quantization levels; p < 0.05 for PASS; for FAIL a significant opposite trend, or "
                         "the paper's scale (80 episodes per level) on a series the paper measured.",
 }
@@ -60,8 +61,14 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
         at_scale = bool(len(rows)) and bool((rows["div_n"] >= paper_n).all())
         why = []
         testable = t["n_levels"] >= 3 and t["z"] is not None and not pd.isna(t["z"])
+        unseen = [x for g in groups if g is not None for x in unobserved(g.runs, "weights_sha256")]
         if invalid and testable:
             status, why = INVALID, invalid
+        elif testable and unseen:
+            obs += f"; Cochran-Armitage z = {t['z']:.2f}, p = {fmt_p(t['p'])}"
+            status, why = INCONCLUSIVE, [f"the quantization levels are what the configurations declare: the weights "
+                                         f"are not observable for {', '.join(unseen[:3])} (a server the artifact did "
+                                         "not start), so the levels are not shown"]
         elif testable:
             obs += f"; Cochran-Armitage z = {t['z']:.2f}, p = {fmt_p(t['p'])}"
             if t["z"] > 0 and (direction_only or t["p"] < ALPHA):
