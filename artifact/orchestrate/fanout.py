@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from artifact import workloads
 from artifact.orchestrate import host
 from artifact.orchestrate.matrix import Job
 
@@ -291,10 +292,8 @@ class Fanout(FanoutBase):
         vols = {str(self.results.resolve()): {"bind": "/results", "mode": "rw"}}
         if self.weights and self.weights.is_dir():
             vols[str(self.weights.resolve())] = {"bind": "/weights", "mode": "ro"}
-        if self.hf_cache and job.cfg.workload.name == "gsm8k" and job.cfg.workload.gsm8k_source == "hub":
-            gsm = self.hf_cache / "datasets--openai--gsm8k"
-            if gsm.is_dir():
-                vols[str(gsm.resolve())] = {"bind": "/hf-cache/datasets--openai--gsm8k", "mode": "ro"}
+        for src, dst in workloads.get(job.cfg.workload.name).container_mounts(job.cfg, self.hf_cache).items():
+            vols[src] = {"bind": dst, "mode": "ro"}
         return vols
 
     def start(self, job: Job, slot: Slot, name: str):

@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
+from artifact import workloads
 from artifact.models import hub as weights
 from artifact.config import REPO, load_config
 from artifact.errors import ArtifactError
@@ -454,9 +455,8 @@ def apptainer_command(job: Job, slot: Slot, *, spec: dict) -> tuple[list[str], d
     models = REPO / "models"  # derived models, made at submission (the image itself is read-only)
     if models.is_dir():
         binds.append(f"{models}:/artifact/models")
-    gsm = Path(spec["hf_hub_cache"]) / "datasets--openai--gsm8k"
-    if gsm.is_dir():
-        binds.append(f"{gsm}:/hf-cache/datasets--openai--gsm8k:ro")
+    mounts = workloads.get(job.cfg.workload.name).container_mounts(job.cfg, Path(spec["hf_hub_cache"]))
+    binds += [f"{src}:{dst}:ro" for src, dst in mounts.items()]
     env = [f"ARTIFACT_IMAGE={spec['image']}", f"ARTIFACT_IMAGE_ID={spec['image_id']}"]
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         env.append(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")

@@ -112,6 +112,12 @@ class Workload:
     def fetch(self, cfgs: list) -> None:
         """Download and verify the data these configurations need (`./run.sh fetch`), if any."""
 
+    def container_mounts(self, cfg, hf_cache) -> dict[str, str]:
+        """The host data a containerised run of `cfg` reads: {host folder: folder in the container}, read-only.
+        `hf_cache` is the host's Hugging Face Hub cache (a Path, or None); the images read theirs at /hf-cache
+        (HF_HUB_CACHE). Default: none (the data are in the image or made by the run)."""
+        return {}
+
 
 def replace_settings(cfg, **changes):
     """The configuration with workload settings changed (tests and budgets: e.g. max_turns=1)."""

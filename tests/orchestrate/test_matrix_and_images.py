@@ -115,3 +115,37 @@ def test_build_context_leaves_out_environments_weights_and_results(tmp_path):
     assert sorted(p.as_posix() for p in context_files(tmp_path)) == [
         "artifact/cli.py", "artifact/models/derive.py", "artifact/models/recipes/lora.gguf", "artifact/tests/x.py",
         "docker/build-inputs/ca-env.sh", "run.sh"]  # top-level models/ and tests/ only: artifact/models/ is the package
+
+
+def test_a_hub_gsm8k_job_of_the_paper_matrix_gets_its_dataset_mounted_read_only(tmp_path):
+    """Issue 26's bug: the Docker back-end read `job.cfg.workload.gsm8k_source` (a workload setting, not a field), so
+    every GSM8K job of `./run.sh all` with a Hub cache raised AttributeError. The mounts are the workload's now, for
+    the Docker and the Apptainer back-ends alike; no Docker engine is needed to build a container's volumes."""
+    from artifact.orchestrate.fanout import Fanout, Slot
+    from artifact.orchestrate.matrix import load_jobs
+    from artifact.orchestrate.slurm import apptainer_command
+
+    jobs = load_jobs()
+    gsm = [j for j in jobs if j.cfg.workload.name == "gsm8k"]
+    bfcl = [j for j in jobs if j.cfg.workload.name != "gsm8k"]
+    assert gsm and bfcl
+    hf_cache = tmp_path / "hub"
+    (hf_cache / "datasets--openai--gsm8k" / "snapshots").mkdir(parents=True)
+    results = tmp_path / "results"
+    results.mkdir()
+    fan = Fanout(client=None, images={}, expect_build={}, results=results, weights=None, hf_cache=hf_cache)
+    dataset = str((hf_cache / "datasets--openai--gsm8k").resolve())
+    for job in gsm:
+        assert job.cfg.workload.settings.get("gsm8k_source") == "hub", job.key
+        vols = fan.volumes(job)
+        assert vols[dataset] == {"bind": "/hf-cache/datasets--openai--gsm8k", "mode": "ro"}, job.key
+        assert vols[str(results.resolve())] == {"bind": "/results", "mode": "rw"}
+        spec = {"results": str(results), "weights": str(tmp_path / "w"), "hf_hub_cache": str(hf_cache),
+                "image": "img.sif", "image_id": "sha256:0", "cpu": True, "episodes": None}
+        argv, _ = apptainer_command(job, Slot("node", ()), spec=spec)
+        assert f"{dataset}:/hf-cache/datasets--openai--gsm8k:ro" in argv, job.key
+    for job in bfcl[:2]:  # the BFCL jobs read no Hub data
+        assert dataset not in fan.volumes(job)
+    # without a Hub cache (or before `./run.sh fetch`), nothing is mounted and nothing fails
+    assert dataset not in Fanout(client=None, images={}, expect_build={}, results=results, weights=None,
+                                 hf_cache=None).volumes(gsm[0])

@@ -16,6 +16,7 @@ have that capability (`per_request_cache_switch`); the plan's single arm is "bri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from artifact.config import choice
 from artifact.workloads.base import Prepared, Workload
@@ -153,6 +154,13 @@ class Gsm8k(Workload):
             _, prov = load_gsm8k(1)
             print(f"fetch: GSM8K {prov.get('repo')}@{prov.get('revision', '')[:12]} cached (sha256 verified)",
                   flush=True)
+
+    def container_mounts(self, cfg, hf_cache) -> dict[str, str]:
+        """The pinned test split's Hub cache folder when the items come from the Hub (and it has been fetched)."""
+        if hf_cache is None or self.settings(cfg).gsm8k_source != "hub":
+            return {}
+        folder = Path(hf_cache) / "datasets--openai--gsm8k"
+        return {str(folder.resolve()): "/hf-cache/datasets--openai--gsm8k"} if folder.is_dir() else {}
 
 
 WORKLOAD = Gsm8k()
