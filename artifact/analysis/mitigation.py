@@ -12,8 +12,6 @@ Two questions, each answered per configuration from the plans that ran:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
@@ -23,23 +21,9 @@ from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
 from artifact.analysis.tenants import tenant_plan
 from artifact.records.store import Run
+from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
 
-PASS, FAIL, NOT_RUN = "PASS", "FAIL", "NOT-RUN"
 BASELINE_PLAN = "main"
-
-
-@dataclass
-class Verdict:
-    id: str
-    claim: str
-    scope: str  # "config/plan"
-    status: str
-    observed: str
-    evidence: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "claim": self.claim, "scope": self.scope, "status": self.status,
-                "observed": self.observed, "evidence": self.evidence}
 
 
 def plan_overrides(run: Run) -> dict:
@@ -149,15 +133,15 @@ def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
             continue
         scope = f"{config}/{plan}"
         if ("on", 1) not in by or ("on", 2) not in by:
-            out.append(Verdict("BEYOND-FRESH", claim, scope, NOT_RUN, "ON run 1 and run 2 not both complete"))
+            out.append(Verdict.beyond("BEYOND-FRESH", claim, scope, NOT_RUN, "ON run 1 and run 2 not both complete"))
             continue
         c = comparison(by[("on", 1)], by[("on", 2)])
         status = PASS if c.n and c.k == 0 else FAIL if c.n else NOT_RUN
-        out.append(Verdict("BEYOND-FRESH", claim, scope, status, f"ON rerun diverged in {c.k}/{c.n} episodes",
+        out.append(Verdict.beyond("BEYOND-FRESH", claim, scope, status, f"ON rerun diverged in {c.k}/{c.n} episodes",
                            [f"{c.a} vs {c.b}"] + [f"{e.episode_id}: request {e.first_request}, token "
                                                   f"{e.first_token}" for e in c.diverged[:5]]))
     if not out:
-        out.append(Verdict("BEYOND-FRESH", claim, "-", NOT_RUN, "no run of a fresh-lifecycle plan (./run.sh run "
+        out.append(Verdict.beyond("BEYOND-FRESH", claim, "-", NOT_RUN, "no run of a fresh-lifecycle plan (./run.sh run "
                                                                   "CONFIG --plan fresh)"))
     return out
 
@@ -170,17 +154,17 @@ def mitigation_verdicts(rows: pd.DataFrame) -> list[Verdict]:
             claim = f"Serving with {r['server_overrides']} makes cached (ON) outputs equal recomputed (OFF) outputs"
             scope = f"{r['config']}/{r['plan']}"
             if not r["on_vs_off_episodes"]:
-                out.append(Verdict(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, NOT_RUN,
+                out.append(Verdict.beyond(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, NOT_RUN,
                                    "no ON run k with its OFF run k"))
                 continue
             k, n = int(r["on_vs_off_diverged"]), int(r["on_vs_off_episodes"])
             gap = r["on_vs_off_max_logprob_gap"]
             exact = "bit-exact top-2 log-probabilities" if gap == 0 else f"max |log-prob difference| {gap:.3g}"
             cost = _cost_text(r)
-            out.append(Verdict(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, PASS if k == 0 else FAIL,
+            out.append(Verdict.beyond(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, PASS if k == 0 else FAIL,
                                f"ON run k vs OFF run k diverged in {k}/{n} episode pairs; {exact}", [cost]))
     if not out:
-        out.append(Verdict("BEYOND-MITIGATION", "Some server setting makes cached outputs equal recomputed outputs",
+        out.append(Verdict.beyond("BEYOND-MITIGATION", "Some server setting makes cached outputs equal recomputed outputs",
                            "-", NOT_RUN, "no run of a mitigation plan (./run.sh run CONFIG --plan ub1)"))
     return out
 

@@ -39,7 +39,7 @@ import pandas as pd
 from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import MARGIN_BINS, top2
-from artifact.analysis.mitigation import FAIL, NOT_RUN, PASS, Verdict
+from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel
 from artifact.analysis.tiers import INCONCLUSIVE
 from artifact.records.store import Run
@@ -219,14 +219,14 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
                 np.mean(np.abs(dp)) > np.mean(np.abs(dr))
             status = PASS if row["kernel_p"] < ALPHA else INCONCLUSIVE if larger else FAIL
             vid, claim = PERTURBATION_CLAIMS[c["reference_kind"] == SAME_KERNELS]
-            verdicts.append(Verdict(
+            verdicts.append(Verdict.beyond(
                 vid, claim, scope, status,
                 f"median |d| {_g(row['delta_median'])} vs {_g(row['reference_delta_median'])} nats over "
                 f"{dp.size} / {dr.size} positions; one-sided Mann-Whitney p {_p(row['kernel_p'])} (positions)",
                 evidence))
         else:
             vid, claim = PERTURBATION_CLAIMS[c["reference_kind"] == SAME_KERNELS]
-            verdicts.append(Verdict(vid, claim, scope, NOT_RUN,
+            verdicts.append(Verdict.beyond(vid, claim, scope, NOT_RUN,
                                     "no position at risk with both arms' top-2 in one of the two", evidence))
         # H-margin: at equal margins, no more flips
         strata = []
@@ -237,7 +237,7 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
             strata.append((int(a.sum()), int(len(a) - a.sum()), int(b.sum()), int(len(b) - b.sum())))
         flips = sum(s[0] + s[2] for s in strata)
         if not len(p) or not len(r):
-            verdicts.append(Verdict("BEYOND-QUANT-MARGIN", "margins explain the extra flips", scope, NOT_RUN,
+            verdicts.append(Verdict.beyond("BEYOND-QUANT-MARGIN", "margins explain the extra flips", scope, NOT_RUN,
                                     "no position at risk in one of the two", evidence))
         else:
             row["mh_odds_ratio"], row["mh_p"] = mantel_haenszel(strata, alternative="greater")
@@ -247,7 +247,7 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
                 status = INCONCLUSIVE
             else:
                 status = PASS
-            verdicts.append(Verdict(
+            verdicts.append(Verdict.beyond(
                 "BEYOND-QUANT-MARGIN", "at equal top-2 margins the level flips no more often than the reference "
                 "(its margins explain its extra flips)", scope, status,
                 f"{flips} flips; within margin bins, Mantel-Haenszel odds ratio {_g(row['mh_odds_ratio'])}, "

@@ -22,9 +22,9 @@ from artifact.analysis.compare import Comparison, compare_runs
 from artifact.analysis.groups import by_plan, manifest_table
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run
+from artifact.verdict import FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, Verdict
 
 BASELINE_PLAN = "main"
-PASS, FAIL, NOT_RUN, INCONCLUSIVE, INVALID = "PASS", "FAIL", "NOT-RUN", "INCONCLUSIVE", "INVALID"
 # server arguments a tenant plan changes by design (llama.cpp: slots and the context they share); any other
 # difference from the baseline's pairing inputs refuses the comparison
 LOAD_ARGS = ("-np", "-c")
@@ -211,7 +211,6 @@ def plan_rows(runs: list[Run], rows: list[dict]) -> list[dict]:
 
 def verdicts(plans: list[dict]) -> list:
     """BEYOND-TENANTS-<plan> per configuration and tenant plan (see the module's doc)."""
-    from artifact.analysis.mitigation import Verdict  # noqa: PLC0415  (mitigation imports this module)
 
     out = []
     for p in plans:
@@ -250,9 +249,9 @@ def verdicts(plans: list[dict]) -> list:
                 observed += " (one OFF run only: the rerun under load did not run)"
             else:
                 status = PASS
-        out.append(Verdict(f"BEYOND-TENANTS-{p['plan']}", claim, scope, status, observed, evidence))
+        out.append(Verdict.beyond(f"BEYOND-TENANTS-{p['plan']}", claim, scope, status, observed, evidence))
     if not out:
-        out.append(Verdict("BEYOND-TENANTS", "Background tenants leave the measured outputs unchanged", "-", NOT_RUN,
+        out.append(Verdict.beyond("BEYOND-TENANTS", "Background tenants leave the measured outputs unchanged", "-", NOT_RUN,
                            "no run of a tenant plan (./run.sh run CONFIG --plan tenants1-shared, and --plan main)"))
     return out
 

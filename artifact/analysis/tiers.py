@@ -31,7 +31,8 @@ import pandas as pd
 from artifact import engines
 from artifact.analysis.compare import pairing_problem
 from artifact.analysis.groups import comparison, same_prompt_requests
-from artifact.analysis.mitigation import FAIL, NOT_RUN, PASS, Verdict, is_fresh
+from artifact.analysis.mitigation import is_fresh
+from artifact.verdict import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
 from artifact.errors import ArtifactError
 from artifact.records.store import Run, read_server_log
@@ -41,7 +42,6 @@ REQUEST_COLUMNS = ["config", "plan", "arm", "run", "episode_id", "request_index"
 SUMMARY_COLUMNS = ["config", "plan", "run", "reference", "level", "tier", "n", "differ", "rate", "wilson_lo",
                    "wilson_hi"]
 ALPHA = 0.05
-INCONCLUSIVE = "INCONCLUSIVE"
 
 
 def session_key(run: Run) -> tuple:
@@ -196,7 +196,7 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
         kh, nh, ks, ns = counts(config, plan)
         scope = f"{config}/{plan}"
         if not anh and ans and req["evidence"].str.contains("host prompt cache off").any():
-            out.append(Verdict("BEYOND-TIERS", claim, scope, NOT_RUN,
+            out.append(Verdict.beyond("BEYOND-TIERS", claim, scope, NOT_RUN,
                                f"host prompt cache off: every hit from the slot; {as_}/{ans} same-prompt rerun "
                                "requests differ", evidence))
             continue
@@ -205,11 +205,11 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
             why = (f"tiers unknown for {len(unknown)} ON requests: {unknown.mode().iloc[0]}" if len(unknown) else
                    f"no {'host' if not nh else 'slot'}-served first request of a rerun episode with the same prompt "
                    "as the earlier run")
-            out.append(Verdict("BEYOND-TIERS", claim, scope, NOT_RUN, why, evidence))
+            out.append(Verdict.beyond("BEYOND-TIERS", claim, scope, NOT_RUN, why, evidence))
             continue
         _, p_value = fisher_exact([[kh, nh - kh], [ks, ns - ks]], alternative="greater")
         strata.append((scope, (kh, nh - kh, ks, ns - ks)))
-        out.append(Verdict("BEYOND-TIERS", claim, scope, _status(p_value, kh / nh, ks / ns),
+        out.append(Verdict.beyond("BEYOND-TIERS", claim, scope, _status(p_value, kh / nh, ks / ns),
                            f"episodes' first requests: host {kh}/{nh} ({100 * kh / nh:.1f}%) vs slot {ks}/{ns} "
                            f"({100 * ks / ns:.1f}%) differ from the earlier ON run; Fisher one-sided p = "
                            f"{p_value:.2g}", evidence))
@@ -217,7 +217,7 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
         odds, p_value = mantel_haenszel([t for _, t in strata], alternative="greater")
         kh, nh = sum(t[0] for _, t in strata), sum(t[0] + t[1] for _, t in strata)
         ks, ns = sum(t[2] for _, t in strata), sum(t[2] + t[3] for _, t in strata)
-        out.append(Verdict("BEYOND-TIERS", claim, f"pooled over {len(strata)} configuration-plans",
+        out.append(Verdict.beyond("BEYOND-TIERS", claim, f"pooled over {len(strata)} configuration-plans",
                            _status(p_value, kh / nh, ks / ns),
                            f"episodes' first requests: host {kh}/{nh} ({100 * kh / nh:.1f}%) vs slot {ks}/{ns} "
                            f"({100 * ks / ns:.1f}%) differ from the earlier ON run; Mantel-Haenszel (strata: "

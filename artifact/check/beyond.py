@@ -26,12 +26,13 @@ from artifact.analysis import benefit, margins, mitigation, quantization, tiers
 from artifact.analysis.tenants import tenant_plan
 from artifact.check import tenants
 from artifact.records.store import Run
+from artifact.verdict import Verdict
 from artifact.check.worker import Drawing
 
 
 @dataclass
 class Beyond:
-    verdicts: list[mitigation.Verdict]
+    verdicts: list[Verdict]
     tables: dict[str, pd.DataFrame]
     recommendation: list[str]
     figures: dict[str, Path] = field(default_factory=dict)

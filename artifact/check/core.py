@@ -20,28 +20,16 @@ scopes' in the order FAIL, INVALID, INCONCLUSIVE, OUT-OF-BAND, PASS, NOT-RUN. RQ
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, fields
 import math
 from pathlib import Path
 import re
 
 from artifact.analysis.stats import wilson_interval
 from artifact.analysis.tables import exposure, Pair, PlanGroup, quant_level, relative, Tables, widest_interval
+from artifact.verdict import FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, SEVERITY, STATUSES, TESTED, Verdict  # noqa: F401 (the claims' names)
 
 
-PASS, FAIL, OUT, NOT_RUN = "PASS", "FAIL", "OUT-OF-BAND", "NOT-RUN"
-
-
-INCONCLUSIVE, INVALID = "INCONCLUSIVE", "INVALID"
-
-
-STATUSES = (PASS, FAIL, OUT, INCONCLUSIVE, INVALID, NOT_RUN)
-
-
-SEVERITY = (FAIL, INVALID, INCONCLUSIVE, OUT, PASS, NOT_RUN)  # a claim takes the first of its scopes' statuses
-
-
-TESTED = (PASS, FAIL, OUT)  # statuses of a claim that was tested (judged on enough valid evidence)
 
 
 ALPHA = 0.05
@@ -77,20 +65,6 @@ BAND_RULE = (
 
 
 @dataclass
-class Verdict:
-    """One verdict row: a claim on one scope (a configuration-plan, a model series, a paper value, or 'all')."""
-
-    claim: str
-    scope: str
-    kind: str  # direction | band | hard | trend | pooled
-    status: str
-    observed: str
-    expected: str
-    band: str
-    evidence: list[str] = field(default_factory=list)
-
-
-@dataclass
 class Claim:
     id: str
     statement: str
@@ -105,7 +79,8 @@ class Claim:
     minimum_evidence: str = ""
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "evidence": list(self.evidence), "details": [v.as_dict() for v in self.details]}
 
 
 def pct(x: float | None, digits: int = 1) -> str:
@@ -203,13 +178,13 @@ def band_verdict(claim: str, s: dict | None, v: dict, paper: Paper, scope: str, 
     p_lo, p_hi = wilson_interval(k0, n0)
     expected = f"{pct(p0)} ({v['source']}; paper Wilson 95% {pct(p_lo)}-{pct(p_hi)} at n = {n0})"
     if not s or not s.get("n"):
-        return Verdict(claim, scope, "band", NOT_RUN, "not run", expected, "not applicable: not run",
+        return Verdict.of_claim(claim, scope, "band", NOT_RUN, "not run", expected, "not applicable: not run",
                        evidence or [f"no run of {v['config']} under the plan this value needs"])
     lo, hi = widest_interval(s)
     b_lo, b_hi = value_band(s["rate"], lo, hi, p0, p_lo, p_hi)
     status = PASS if b_lo <= p0 <= b_hi else OUT
     band = f"{pct(max(0.0, b_lo))}-{pct(min(1.0, b_hi))} (observed {pct(lo)}-{pct(hi)} widened by the paper's error)"
-    return Verdict(claim, scope, "band", status, fmt_rate(s), expected, band, evidence)
+    return Verdict.of_claim(claim, scope, "band", status, fmt_rate(s), expected, band, evidence)
 
 
 def pair_evidence(g: PlanGroup | None, kind: str, root: Path | None, every: bool = False) -> list[str]:

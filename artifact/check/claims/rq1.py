@@ -93,7 +93,7 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                       f"({', '.join(mism[:5])}): a nondeterministic harness")
         ev += [f"diverged: {eid} (request {d.first_request}, token {d.first_token}) in {p.name}"
                for eid, (p, d) in list(diverged.items())[:5]]
-        details.append(Verdict(ID, scope_of(g), "hard", status, obs, "0 diverging episodes, 0 cached tokens",
+        details.append(Verdict.of_claim(ID, scope_of(g), "hard", status, obs, "0 diverging episodes, 0 cached tokens",
                                "exact (no tolerance)", ev))
     v = paper.value("off_rerun_divergence_all")
     expected = (f"{v['k']}/{v['n']} diverging episodes over 10 configurations ({v['source']}); "

@@ -99,7 +99,7 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             band = f"value band: see the band rows for {', '.join(matched)}"
         else:
             band = "no value band: not a configuration the paper measured"
-        details.append(Verdict(ID, scope_of(g), "direction", status, obs,
+        details.append(Verdict.of_claim(ID, scope_of(g), "direction", status, obs,
                                "ON vs OFF > 0 and > same-arm reruns (paper: 36.2-91.2% ON vs OFF, "
                                "8.8-77.5% ON reruns, across its configurations)", band,
                                reasons + pair_evidence(g, "on_vs_off", root) + pair_evidence(g, "on_rerun", root)

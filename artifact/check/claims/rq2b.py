@@ -74,7 +74,7 @@ def rq2b(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                 status, why = INCONCLUSIVE, [f"no significant reduction (p = {fmt_p(p)}) and too little power "
                                              f"({power_note(power)} < {MIN_POWER}) to count that against the paper"]
         ev = why + pair_evidence(g, "on_rerun", root) + pair_evidence(base_g, "on_rerun", root)
-        details.append(Verdict(ID, scope_of(g), "direction", status, obs,
+        details.append(Verdict.of_claim(ID, scope_of(g), "direction", status, obs,
                                "ON reruns agree (paper: 79/80 with --cache-ram 0, vs 38.8% default)",
                                "paired McNemar p < 0.05 for PASS; power >= 0.80 for FAIL", ev))
         for v in paper.for_group(g, "on_rerun") if g.plan == "cram0" and not invalid else []:

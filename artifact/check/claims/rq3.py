@@ -93,7 +93,7 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
             ev.append(f"levels not in QUANT_LEVELS, left out: {t['unknown_levels']}")
         rule = ("z > 0 (direction only: the paper's own rates for this series are not significant)"
                 if direction_only else "significance at 0.05, z > 0 (no band on z)")
-        details.append(Verdict(ID, str(t["series"]), "trend", status, obs, expected, rule, ev))
+        details.append(Verdict.of_claim(ID, str(t["series"]), "trend", status, obs, expected, rule, ev))
     tested = [d for d in details if d.status != NOT_RUN]
     observed = "; ".join(f"{d.scope}: {d.status}: {d.observed}" for d in tested) or \
         "no model with >= 3 quantization levels run"

@@ -62,7 +62,7 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             status, why = FAIL, [f"ON vs OFF diverged in 0 of {onoff['n']} episodes"]
         else:
             status, why = INCONCLUSIVE, [f"ON vs OFF 0/{onoff['n']}: too few episodes to contradict the paper"]
-        details.append(Verdict(ID, scope_of(g), "direction", status, obs,
+        details.append(Verdict.of_claim(ID, scope_of(g), "direction", status, obs,
                                "OFF reruns 0 diverging; ON vs OFF > 0", "direction only (model not named by the paper)",
                                why + pair_evidence(g, "off_rerun", root) + pair_evidence(g, "on_vs_off", root)))
     ctx = [paper.value(k) for k in ("on_rerun_vllm_16bit", "on_rerun_vllm_16bit_other_session", "on_vs_off_vllm_16bit")]
