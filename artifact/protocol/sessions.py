@@ -25,6 +25,7 @@ from artifact.engines.base import GREEDY, TOP_N, EngineSession
 from artifact.models import verified_weights
 from artifact.errors import ArtifactError
 from artifact.records.events import EventLog
+from artifact.records.schema import SCHEMA_VERSION
 from artifact.records.store import DISCARDED, MANIFEST, RunWriter, load_run, now_iso
 
 PROTOCOL = {"decoding": "greedy", **GREEDY, "n_probs": TOP_N, "batch": 1, "serial": True}
@@ -123,6 +124,7 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
         say("warning: this protocol run can reach the network (run it through ./run.sh for isolation); "
             "check and the report will flag it")
     return {
+        "schema_version": SCHEMA_VERSION,
         "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
         "engine": cfg.engine.kind,
         "model": model_record(cfg),

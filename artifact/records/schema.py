@@ -323,7 +323,25 @@ def _decoder(schema: Schema, raw: tuple[str, ...]):
     return msgspec.json.Decoder(TypedDict(f"{schema.kind.title()}Record", types, total=False))
 
 
+# The records' schema version, in every manifest from version 2 on (`schema_version`). A manifest without one was
+# written before the version was recorded (version 1: the committed evidence of 2026-11 and 2026-12); a version
+# above this one's was written by a newer artifact and is refused, since its fields may mean what this one cannot
+# tell. Raise it when a field's meaning or a rule changes; a field only added (and not required) keeps it.
+SCHEMA_VERSION = 2
+
+
+def _schema_version(value: int) -> str | None:
+    if value < 1:
+        return f"must be >= 1, not {value}"
+    if value > SCHEMA_VERSION:
+        return (f"is {value}: written by a newer version of the artifact (this one reads records up to schema "
+                f"{SCHEMA_VERSION}); check them with that version")
+    return None
+
+
 MANIFEST = Schema("manifest", "manifest.json", (
+    Field("schema_version", (int,), "the records' schema version (records.schema.SCHEMA_VERSION); absent: 1",
+          required=False, check=_schema_version),
     Field("config", (str,), "the configuration's name"),
     Field("plan", (str,), "the plan's name (configs/plans.toml)"),
     Field("arm", (str,), "off, on, or a workload's own arm (bridge)"),

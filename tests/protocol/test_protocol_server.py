@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from artifact.records.schema import SCHEMA_VERSION
+
 from artifact.analysis.compare import compare_runs
 from artifact.config import REPO, load_config, load_plan
 from artifact.engines.llama_cpp.adapter import LlamaServer, RequestError
@@ -55,6 +57,7 @@ def test_every_run_completes_with_full_provenance(main_results, demo_cfg):
         assert m["model"]["sha256"] == demo_cfg.model.sha256
         assert m["episodes"] == ["multi_turn_base_0", "multi_turn_base_1"]
         assert m["prompt_variant"] == "python" and m["lifecycle"] == "shared"
+        assert m["schema_version"] == SCHEMA_VERSION
         cmd = m["server_cmd"]
         for flag, value in [("-np", "1"), ("--cache-ram", "8192"), ("--cache-reuse", "0"), ("-sps", "0.1"),
                             ("-c", "8192"), ("-fa", "on"), ("-b", "2048"), ("-ub", "512")]:

@@ -147,3 +147,20 @@ def test_a_key_twice_inside_top_logprobs_text_is_corruption(tmp_path):
     with pytest.raises(ArtifactError, match="requests.jsonl:1: a JSON object holds the key 'a' twice; the record is "
                                             "corrupt"):
         validate_records(run)
+
+
+def test_manifests_carry_the_schema_version_and_a_newer_one_is_refused_in_one_line(make_run):
+    """Records written from schema 2 on say so; one without the field is version 1 (the committed evidence); one a
+    newer artifact wrote is refused with what to do, never read as if its fields meant what they mean here."""
+    from artifact.records.schema import MANIFEST, SCHEMA_VERSION
+
+    run = make_run("off", 1, {"e0": [[1, 2, 3]]})
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    legacy = {k: v for k, v in manifest.items() if k != "schema_version"}
+    assert MANIFEST.problem(legacy) is None
+    assert MANIFEST.problem({**legacy, "schema_version": SCHEMA_VERSION}) is None
+    (run.path / "manifest.json").write_text(json.dumps({**manifest, "schema_version": SCHEMA_VERSION + 1}))
+    with pytest.raises(ArtifactError, match=f"schema_version' is {SCHEMA_VERSION + 1}: written by a newer version"):
+        load_run(run.path)
+    assert MANIFEST.problem({**legacy, "schema_version": 0}) == "field 'schema_version' must be >= 1, not 0"
+
