@@ -77,9 +77,12 @@ def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n
             return np.stack([cols[j].mean(axis=axis) / cols[k + j].mean(axis=axis) for j in range(k)])
 
     data = tuple(on.T) + tuple(off.T)
-    res = stats.bootstrap(data, ratios, paired=True, vectorized=True, method="percentile",
-                          confidence_level=confidence, n_resamples=n_resamples,
-                          random_state=np.random.default_rng(seed))
+    # a column whose OFF values are all 0 has no ratio (its point is NaN and so is its interval, below); its
+    # resampled ratios are inf/NaN, which scipy's spread of the bootstrap distribution would warn about on stderr
+    with np.errstate(divide="ignore", invalid="ignore"):
+        res = stats.bootstrap(data, ratios, paired=True, vectorized=True, method="percentile",
+                              confidence_level=confidence, n_resamples=n_resamples,
+                              random_state=np.random.default_rng(seed))
     lo, hi = np.atleast_1d(res.confidence_interval.low), np.atleast_1d(res.confidence_interval.high)
     return [(p, float(a), float(b)) if not np.isnan(p) else (p, nan, nan) for p, a, b in zip(points, lo, hi)]
 

@@ -176,6 +176,20 @@ def test_ratio_interval_degenerate_inputs():
         benefit.ratio_interval([1.0, 2.0], [1.0])
 
 
+def test_a_quantity_the_off_arm_never_spent_has_no_ratio_and_prints_no_warning():
+    """An OFF arm whose requests report 0 for a quantity (a server without prompt timings): no ratio, NaN interval,
+    and nothing on stderr (issue 30: no warning from check on valid input); the other column is unaffected."""
+    import warnings
+
+    on = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 7.0]])
+    off = np.array([[0.0, 4.0], [0.0, 8.0], [0.0, 13.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (p0, lo0, hi0), (p1, lo1, hi1) = benefit.ratio_intervals(on, off, n_resamples=999)
+    assert np.isnan(p0) and np.isnan(lo0) and np.isnan(hi0)
+    assert p1 == pytest.approx(13 / 25) and lo1 <= p1 <= hi1
+
+
 def test_costs_and_ratios_from_known_savings(tmp_path):
     eps = {"e0": [[1], [2]], "e1": [[3], [4]]}
     on = write_bfcl_run(tmp_path, "on", 1, eps)  # requests after the first: 60 of 100 prompt tokens cached
