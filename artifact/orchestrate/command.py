@@ -1,7 +1,7 @@
 """`./run.sh all`: prerequisites, weights, images, the fan-out over GPUs, the final table, then check and the report.
 
 Three ways to run the same matrix: in pinned containers on one Docker host (the default, this module), natively on
-the host's GPUs without containers (`--native`, native.py), or as a Slurm job array (`--slurm`, slurm.py).
+the host's GPUs without containers (`--native`, native.py), or as a Slurm job array (`--slurm`, slurm/).
 
 Exit code: 0 every job ran and check passed; 1 check judged a hard claim FAILED or a run invalid; 3 at least one
 configuration x plan FAILED (its line says why; the others ran); 2 bad input or a missing prerequisite (one line);

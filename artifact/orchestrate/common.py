@@ -1,5 +1,5 @@
 """What the three back-ends of `./run.sh all` share (the Docker one, command.py; --native, native.py; --slurm,
-slurm.py): messages, the weights each job needs, the dry run's plan and GPU-time lines, the slots, which jobs can
+slurm/): messages, the weights each job needs, the dry run's plan and GPU-time lines, the slots, which jobs can
 run, the final table, and the conclusion (check and the report, the exit code). Below all three: it imports none.
 """
 
