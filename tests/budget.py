@@ -7,3 +7,24 @@ from artifact.workloads.base import replace_settings
 
 def with_workload(cfg, **workload):
     return replace_settings(cfg, **workload)
+
+
+# The vLLM CPU server tests serve float32. They test what the adapter, the protocol and the records do on the real
+# server (arms, cache exposure, resume, errors), not a precision, and this project's CPU has no bf16 instructions:
+# a ~3.8k-token BFCL prompt took 17.9 s to prefill in float32 against ~66 s in bfloat16 (2026-12-02, ARTIFACT.md §1,
+# "RQ4 on a CPU"). The demo (`./run.sh demo --vllm`, tests/test_demo_vllm.py) serves bfloat16 as configured.
+TEST_VLLM_DTYPE = "float32"
+
+
+def vllm_test_config(name: str = "demo-smollm2-cpu-vllm", **workload):
+    """The demo's vLLM configuration served in TEST_VLLM_DTYPE, at a test's budget (workload settings replaced)."""
+    import dataclasses
+
+    from artifact.config import load_config
+
+    cfg = load_config(name)
+    args = list(cfg.server.extra_args)
+    at = args.index("--dtype")
+    args[at + 1] = TEST_VLLM_DTYPE
+    cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, extra_args=tuple(args)))
+    return with_workload(cfg, **workload) if workload else cfg

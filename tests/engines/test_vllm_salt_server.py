@@ -15,17 +15,16 @@ import dataclasses
 import pytest
 
 from artifact.analysis import reproduce
-from artifact.config import load_config, load_plan
+from artifact.config import load_plan
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import find_runs
-from budget import with_workload
+from budget import vllm_test_config
 
 pytestmark = pytest.mark.vllm
 
 
 def test_a_salted_off_arm_on_a_caching_server_equals_the_true_off_arm(tmp_path):
-    cfg = with_workload(load_config("demo-smollm2-cpu-vllm"), episodes=1, max_turns=2, max_steps_per_turn=1,
-                        n_predict=12)
+    cfg = vllm_test_config(episodes=1, max_turns=2, max_steps_per_turn=1, n_predict=12)  # float32: tests/budget.py
     results = tmp_path / "results"
     execute_plan(cfg, dataclasses.replace(load_plan("main"), arms=("off",), runs=1), results)
     execute_plan(cfg, dataclasses.replace(load_plan("salt"), runs=1), results)

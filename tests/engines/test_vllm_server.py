@@ -14,14 +14,14 @@ import json
 import pytest
 
 from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
-from artifact.config import load_config, load_plan
+from artifact.config import load_plan
 from artifact.engines.base import RequestError
 from artifact.models import verified_weights
 from artifact.engines.vllm.adapter import VllmServer
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import DISCARDED, find_runs
-from budget import with_workload
+from budget import TEST_VLLM_DTYPE, vllm_test_config, with_workload
 
 pytestmark = pytest.mark.vllm
 
@@ -34,7 +34,7 @@ def small(cfg, **workload):
 
 @pytest.fixture(scope="module")
 def vcfg():
-    return small(load_config("demo-smollm2-cpu-vllm"))
+    return small(vllm_test_config())  # served float32 (tests/budget.py says why)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_every_run_completes_on_its_own_arm_server_with_vllm_provenance(main_res
         assert m["server_version"] == {"version": "0.11.0"}
         cmd = m["server_cmd"]
         for flag, value in [("--max-num-seqs", "1"), ("--seed", "42"), ("--generation-config", "vllm"),
-                            ("--kv-cache-dtype", "auto"), ("--dtype", "bfloat16"), ("--max-model-len", "8192"),
+                            ("--kv-cache-dtype", "auto"), ("--dtype", TEST_VLLM_DTYPE), ("--max-model-len", "8192"),
                             ("--max-num-batched-tokens", "8192"), ("--host", "127.0.0.1")]:
             assert cmd[cmd.index(flag) + 1] == value, flag
         assert "--enable-prompt-tokens-details" in cmd and cmd[-1] == ARM_FLAG[arm]
