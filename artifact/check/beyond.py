@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from artifact import engines
 from artifact.analysis import benefit, margins, mitigation, quantization, tiers
 from artifact.analysis.tenants import tenant_plan
 from artifact.check import tenants
@@ -58,6 +59,7 @@ class Beyond:
     def report_context(self, data_uri) -> dict:
         """The report's `beyond` block; `data_uri(path)` inlines a figure."""
         t = self.tables
+        cols = tier_columns(t["tiers.csv"]["tier"].unique() if "tier" in t["tiers.csv"] else ())
         return {
             "verdicts": [v.as_dict() for v in self.verdicts], "recommendation": self.recommendation,
             "figures": {name: data_uri(p) for name, p in self.figures.items()},
@@ -76,7 +78,8 @@ class Beyond:
                         "wall": f"{_n(r['wall_ratio'])} ({_n(r['wall_ratio_min'])}-{_n(r['wall_ratio_max'])})"}
                        for r in t["benefit_ratios.csv"].to_dict("records")],
             "mitigation": [_mitigation_row(r) for r in t["mitigation.csv"].to_dict("records")],
-            "tiers": _tier_rows(t["tiers.csv"]),
+            "tier_columns": [h for _, h in cols],
+            "tiers": _tier_rows(t["tiers.csv"], cols),
             "quant": _fmt(t["quant_mechanism.csv"], ["config", "plan", "quant", "level", "positions", "flips",
                                                      "flip_rate", "margin_median", "delta_median", "delta_q90"]),
             "quant_pairs": _fmt(t["quant_mechanism_pairs.csv"], [
@@ -127,17 +130,29 @@ def _mitigation_row(r: dict) -> dict:
     }
 
 
-def _tier_rows(df: pd.DataFrame) -> list[dict]:
-    """tiers.csv for the report: one row per configuration, plan, run, reference and level, a cell per tier."""
+def tier_columns(seen=()) -> list[tuple[str, str]]:
+    """The report's tier columns, (tier, heading), from the engines' declared `cache_tiers` (registry order): "none",
+    each engine's tiers, "<a>_or_<b>" for an engine with two, "unknown"; then any other tier the records name, so
+    that an engine's new tier is shown, never dropped."""
+    cols: dict[str, str] = {"none": "none"}
+    for kind in engines.REGISTRY:
+        tiers = engines.get(kind).capabilities.cache_tiers
+        for t in (*tiers, *(["_or_".join(tiers)] if len(tiers) == 2 else [])):
+            cols.setdefault(t, f"{t.replace('_or_', ' or ')} ({kind})")
+    cols.setdefault("unknown", "unknown")
+    for t in seen:
+        cols.setdefault(str(t), str(t))
+    return list(cols.items())
+
+
+def _tier_rows(df: pd.DataFrame, columns: list[tuple[str, str]]) -> list[dict]:
+    """tiers.csv for the report: one row per configuration, plan, run, reference and level, a cell per tier column."""
     out = []
     for key, g in df.groupby(["config", "plan", "run", "reference", "level"], sort=True):
         cells = {r["tier"]: f"{int(r['differ'])}/{int(r['n'])} ({100 * r['rate']:.0f}%)" for r in g.to_dict("records")}
         out.append({**dict(zip(["config", "plan", "run", "reference", "level"], key)),
-                    **{t: cells.get(t, "-") for t in TIER_COLUMNS}})
+                    "cells": [cells.get(t, "-") for t, _ in columns]})
     return out
-
-
-TIER_COLUMNS = ("none", "slot", "host", "slot_or_host", "blocks", "unknown")
 
 
 def _rerun(r: dict, arm: str) -> str:

@@ -330,3 +330,26 @@ def test_ratio_intervals_share_resamples_and_match_the_one_column_interval():
     assert both[0] == pytest.approx(benefit.ratio_interval(on[:, 0], off[:, 0]))
     assert both[1] == pytest.approx(benefit.ratio_interval(on[:, 1], off[:, 1]))
     assert both[1][0] == pytest.approx(11 / 14)
+
+
+def test_the_reports_tier_columns_come_from_the_engines_and_the_records(monkeypatch):
+    """Issue 26: the tier columns were a fixed list, so a new engine's tier vanished from the report. They are the
+    registered engines' declared `cache_tiers` now (a throwaway engine registered for the test, module and all), and
+    a tier only the records name still gets its column."""
+    import sys
+    import types
+
+    from artifact import engines
+    from artifact.check.beyond import tier_columns
+    from artifact.engines.base import Capabilities
+
+    base = [t for t, _ in tier_columns()]
+    assert base == ["none", "slot", "host", "slot_or_host", "blocks", "unknown"]
+    module = types.ModuleType("throwaway_engine")
+    module.ENGINE = types.SimpleNamespace(kind="throwaway", capabilities=Capabilities(
+        per_request_cache_switch=False, cache_tiers=("gpu", "disk"), metrics_endpoint=None, image=None))
+    monkeypatch.setitem(sys.modules, "throwaway_engine", module)
+    monkeypatch.setitem(engines.REGISTRY, "throwaway", "throwaway_engine")
+    cols = dict(tier_columns(["from_the_records"]))
+    assert cols["gpu"] == "gpu (throwaway)" and cols["disk"] == "disk (throwaway)"
+    assert cols["gpu_or_disk"] == "gpu or disk (throwaway)" and cols["from_the_records"] == "from_the_records"
