@@ -113,5 +113,6 @@ def test_check_writes_the_tier_tables_figure_and_report_section(tmp_path):
     assert {"tiers.csv", "tiers_requests.csv", "tiers.png"} <= set(b.files)
     assert (out / "tiers.png").stat().st_size > 1000
     ctx = b.report_context(lambda p: "data:")
-    assert any(r["host"].startswith("8/10") for r in ctx["tiers"])
+    host = ctx["tier_columns"].index("host (llama.cpp)")  # the columns are the engines' declared tiers
+    assert any(r["cells"][host].startswith("8/10") for r in ctx["tiers"])
     assert b.as_dict()["tiers"]

@@ -11,7 +11,7 @@ from artifact.engines.base import Capabilities, Engine, RequestError
 from artifact.models import verified_weights
 from artifact.protocol.requests import new_record, send
 from artifact.records.schema import REQUEST
-from budget import with_workload
+from budget import vllm_test_config, with_workload
 
 CONFIGS = {"llama.cpp": ("demo-smollm2-cpu", pytest.mark.server), "vllm": ("demo-smollm2-cpu-vllm", pytest.mark.vllm),
            # servers the user runs: one user-started llama-server, the cache switched per request (cache_prompt)
@@ -47,6 +47,8 @@ def cfg(request):
     settings = {}
     if not engines.get(request.param).capabilities.loads_weights:  # it talks to a server someone else started
         settings = {"url": request.getfixturevalue("user_llama_server"), "cache_control": "cache_prompt"}
+    if request.param == "vllm":  # served float32, as every vLLM server test (tests/budget.py says why)
+        return vllm_test_config(CONFIGS["vllm"][0], episodes=1, n_predict=8)
     return with_workload(load_config(CONFIGS[request.param][0], settings), episodes=1, n_predict=8)
 
 
