@@ -121,8 +121,8 @@ setup() {
   [ "${ARTIFACT_LLAMA:-}" = off ] && return 0
   scripts/build-llama-server.sh "$py"
   # The embedded agent model: the committed LoRA merged into SmolLM2 and quantized by llama.cpp's own tools, every
-  # step sha256-checked (artifact.models.derive.py; seconds once, then reused).
-  PYTHONPATH=$here "$py" -m artifact.models.derive Q4_K_M >/dev/null || exit 2
+  # step sha256-checked (artifact/models/derive.py; seconds once, then reused).
+  PYTHONPATH=$here "$py" -m artifact.models derive Q4_K_M >/dev/null || exit 2
 }
 
 # vLLM lives in an environment of its own (scripts/setup-vllm.sh: the CPU build, set up on first use).

@@ -45,7 +45,7 @@ def execute(config: str, plan_name: str | None, episodes: int | None, results: P
             settings: list[str] | None = None) -> list[Path]:
     """Run (or resume) one configuration's protocol under a plan (default: its workload's)."""
     from artifact import workloads
-    from artifact.config import load_config, load_plan
+    from artifact.catalog import load_config, load_plan
     from artifact.protocol.runner import execute_plan, with_episodes
 
     cfg = with_episodes(load_config(config, engine_settings(settings)), episodes)
@@ -53,9 +53,9 @@ def execute(config: str, plan_name: str | None, episodes: int | None, results: P
 
 
 def demo_entries(kind: str) -> list[dict]:
-    from artifact.config import _read_toml
+    from artifact.config import read_toml
 
-    entries = _read_toml(DEMO_FILE).get(kind)
+    entries = read_toml(DEMO_FILE).get(kind)
     if not isinstance(entries, list) or not all(isinstance(e, dict) and {"config", "plan", "count"} <= set(e)
                                                  for e in entries):
         raise ArtifactError(f"{DEMO_FILE}: [[{kind}]] must list tables with config, plan and count")
@@ -76,7 +76,7 @@ def forwards(argv: list[str]) -> int:
     configuration's engine talks to, which scripts/isolate.sh relays into the isolation (none for an engine that
     starts its own server). Takes `run`'s arguments and ignores all but the configuration and its engine settings."""
     from artifact import engines
-    from artifact.config import load_config
+    from artifact.catalog import load_config
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("config", nargs="?")

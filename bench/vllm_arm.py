@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import artifact.engines.vllm.adapter as adapter
-from artifact.config import load_config, load_plan
+from artifact.catalog import load_config, load_plan
 from artifact.protocol.runner import execute_plan
 from budget import with_workload  # tests/budget.py: a configuration at a test's budget
 

@@ -181,7 +181,7 @@ pipeline() {  # the background part of `start`
   tail -1 "$W/logs/tools-build.log" || true
   [ "$(cat "$W/tools.rc")" = 0 ] || { echo "llama.cpp build failed ($W/logs/tools-build.log)"; exit 1; }
   echo "[$((SECONDS - t0)) s] deriving the agent model's F16 (pinned)"
-  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.models.derive F16) >"$W/logs/derive.log" 2>&1
+  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.models derive F16) >"$W/logs/derive.log" 2>&1
   cat "$W/logs/derive.log"
   echo "[$((SECONDS - t0)) s] converting it for vLLM (pinned)"
   if ! (cd "$W/repo" && isolated "$W/logs/convert.log" "$W/cache" "$PY" -m artifact.engines.vllm.convert \

@@ -20,7 +20,7 @@ def vllm_test_config(name: str = "demo-smollm2-cpu-vllm", **workload):
     """The demo's vLLM configuration served in TEST_VLLM_DTYPE, at a test's budget (workload settings replaced)."""
     import dataclasses
 
-    from artifact.config import load_config
+    from artifact.catalog import load_config
 
     cfg = load_config(name)
     args = list(cfg.server.extra_args)

@@ -67,7 +67,7 @@ def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", *
 
 def plan_cache_ram(plan: str) -> int:
     """The host prompt cache (MiB) a plan of configs/plans.toml runs with (8192, llama.cpp's default, otherwise)."""
-    from artifact.config import load_plans
+    from artifact.catalog import load_plans
 
     known = load_plans().get(plan)
     return int(known.engine_settings.get("llama_cpp", {}).get("cache_ram_mib", 8192)) if known else 8192

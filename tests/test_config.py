@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from artifact.config import load_config, load_plan, load_plans
+from artifact.catalog import load_config, load_plan, load_plans
 from artifact.errors import ArtifactError
 
 DEMO = "demo-smollm2-cpu"

@@ -24,7 +24,7 @@ from artifact.check.core import Paper, zero_contradicts
 from artifact.check.expected import load_document
 from artifact.check.run import run_check
 from artifact.cli import demo_entries, execute
-from artifact.config import load_config
+from artifact.catalog import load_config
 
 
 def test_the_vllm_demo_budget_is_large_enough_for_rq4_to_fail_at_zero_divergences():

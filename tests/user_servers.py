@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from artifact.config import load_config
+from artifact.catalog import load_config
 from artifact.models import verified_weights
 
 

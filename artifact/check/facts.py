@@ -57,9 +57,9 @@ def _plans() -> dict:
     """configs/plans.toml as tables (plan name -> its table: arms, lifecycle, each engine's table, tenants). Read
     as data, not through config.load_plans, which imports every engine adapter to validate the tables (the
     artifact's own tests validate the file; `check` needs only the values)."""
-    from artifact.config import PLANS_FILE, _read_toml  # noqa: PLC0415
+    from artifact.config import PLANS_FILE, read_toml  # noqa: PLC0415
 
-    return {name: body for name, body in _read_toml(PLANS_FILE).items() if isinstance(body, dict)}
+    return {name: body for name, body in read_toml(PLANS_FILE).items() if isinstance(body, dict)}
 
 
 def _same(a, b) -> bool:

@@ -30,7 +30,7 @@ from pathlib import Path
 from artifact import workloads
 from artifact.check import facts
 from artifact.check.worker import Drawing, Worker, want_worker
-from artifact.config import arms
+from artifact.catalog import arms
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST
 from artifact.records.store import REQUESTS, Run, find_runs, validate_records

@@ -9,10 +9,12 @@ tokens (`identity`, known before start), each arm's cache condition in words (`d
 
 from __future__ import annotations
 
+import functools
 import importlib
 from pathlib import Path
 
 from artifact.errors import ArtifactError
+from artifact.models import derive
 
 REGISTRY = {
     "llama.cpp": "artifact.engines.llama_cpp",
@@ -27,6 +29,16 @@ def get(kind: str):
         raise ArtifactError(f"engine.kind = {kind!r} is not implemented in this version of the artifact "
                             f"(implemented: {', '.join(REGISTRY)})")
     return importlib.import_module(REGISTRY[kind]).ENGINE
+
+
+def _tools_dir(kind: str) -> Path:
+    return get(kind).tools_dir()
+
+
+# A derived model's recipe names the engine whose tools make it (artifact.models.derive sits below the engines and
+# asks this table, never the registry).
+for _kind in REGISTRY:
+    derive.TOOL_DIRS.setdefault(_kind, functools.partial(_tools_dir, _kind))
 
 
 def identity(cfg, plan) -> dict:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from artifact.config import build_table
 from artifact.errors import ArtifactError
 
 # Greedy decoding stated explicitly (the same values on every engine; each adapter sends its own field names).
@@ -166,8 +167,6 @@ class Engine:
                 raise ArtifactError(f"{where or cfg.path}: engine {self.kind} takes no settings "
                                     f"(got {', '.join(sorted(table))})")
             return None
-        from artifact.config import build_table
-
         settings = build_table(self.settings_type, table, where or cfg.path, "engine.settings.")
         for problem in self.problems(cfg, settings):
             raise ArtifactError(f"{where or cfg.path}: {problem}")
@@ -244,6 +243,10 @@ class Engine:
         and the session's own log: per run, why its records disagree with the log (None where they agree, or
         where the engine's log does not tell). The default tells nothing."""
         return [None] * len(runs)
+
+    def tools_dir(self) -> Path:
+        """Where the engine's build keeps the tools a derived model's recipe runs (artifact.models.derive)."""
+        raise ArtifactError(f"engine {self.kind} has no tools a model recipe can run")
 
     def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list[Tier]:
         """Per request of one server session (all its runs' requests in send order; `log_text` the session's

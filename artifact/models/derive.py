@@ -14,8 +14,8 @@ the engine the recipe names (`tools`: llama.cpp's, built beside llama-server by 
 their CPU kernels are the build's pinned instruction set (x86-64-v3), so every x86-64 host makes the same bytes. A product whose sha256 differs from its pin is an error,
 never used. Products live under `$ARTIFACT_MODELS` (default `<repo>/models/derived`).
 
-    python -m artifact.models.derive [LEVEL ...]   make (or verify) the products; default: every pinned level
-    python -m artifact.models.derive --pin         after training a new adapter: write the products' sha256 into
+    python -m artifact.models derive [LEVEL ...]   make (or verify) the products; default: every pinned level
+    python -m artifact.models derive --pin         after training a new adapter: write the products' sha256 into
                                                   the recipe and into every configuration that names them
 """
 
@@ -30,8 +30,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from artifact.config import CONFIG_DIR, REPO
+from typing import Callable
+
+from artifact.config import CONFIG_DIR, REPO, Model
 from artifact.errors import ArtifactError
+from artifact.models import files
 from artifact.models.hub import sha256_file
 
 RECIPES = Path(__file__).resolve().parent / "recipes"
@@ -73,11 +76,19 @@ def product_name(recipe: dict, level: str) -> str:
     return f"{recipe['stem']}.{tag}.{level}.gguf"
 
 
+# Where each engine's tools are (kind -> function giving the folder): an engine plug-in with tools puts its function
+# here when the engine registry loads (artifact/engines/__init__.py). Models sit below the engines, so a recipe names
+# its engine's kind (`tools`) and this table answers, without an import of the engines.
+TOOL_DIRS: dict[str, Callable[[], Path]] = {}
+
+
 def _tool(recipe: dict, name: str) -> Path:
     """A tool of the engine the recipe names (its `tools`), e.g. llama-quantize beside llama-server."""
-    from artifact import engines
-
-    path = engines.get(recipe["tools"]).tools_dir() / name
+    kind = recipe["tools"]
+    if kind not in TOOL_DIRS:
+        raise ArtifactError(f"recipe {recipe['name']} needs the tools of engine {kind!r}, and no registered engine "
+                            f"provides them (with tools: {', '.join(TOOL_DIRS) or 'none'})")
+    path = TOOL_DIRS[kind]() / name
     if not path.is_file():
         raise ArtifactError(f"{path} not found: the {recipe['tools']} build lacks {name} (run ./run.sh setup)")
     return path
@@ -92,11 +103,8 @@ def _run(cmd: list, log: Path) -> None:
 
 
 def _base_file(recipe: dict) -> Path:
-    from artifact.config import Model
-    from artifact.models import verified_weights
-
     base = recipe["base"]
-    return verified_weights(Model(family="", name="", quant="", source=base["source"], sha256=base["sha256"]))
+    return files.verified(Model(family="", name="", quant="", source=base["source"], sha256=base["sha256"]))
 
 
 def _check(path: Path, want: str | None, what: str, pin: bool, recipe_tools: str = "engine") -> str:
@@ -240,7 +248,7 @@ def pin(name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m artifact.models.derive", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m artifact.models derive", description=__doc__.split("\n\n")[0])
     p.add_argument("levels", nargs="*", help="levels to make (default: every pinned level)")
     p.add_argument("--recipe", default="smollm2-135m-bfcl-agent")
     p.add_argument("--pin", action="store_true", help="write the products' sha256 into the recipe and configs")
@@ -264,6 +272,3 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"recipe": args.recipe, "dir": str(models_dir()), "sha256": products}, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

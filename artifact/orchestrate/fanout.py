@@ -307,7 +307,7 @@ class Fanout(FanoutBase):
     def run_job(self, job: Job, slot: Slot) -> Outcome:
         import docker
 
-        from artifact.config import load_plan
+        from artifact.catalog import load_plan
 
         t0 = time.monotonic()
         total, per_session = runs_per_session(load_plan(job.plan))

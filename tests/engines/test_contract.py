@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from artifact import engines
-from artifact.config import REPO, load_config, load_plan
+from artifact.config import REPO
+from artifact.catalog import load_config, load_plan
 from artifact.engines.base import Capabilities, Engine, RequestError
 from artifact.models import verified_weights
 from artifact.protocol.requests import new_record, send

@@ -20,7 +20,8 @@ import pytest
 
 from artifact import engines
 from artifact.check.run import run_check
-from artifact.config import REPO, load_config, load_plan, parse_setting
+from artifact.config import REPO, parse_setting
+from artifact.catalog import load_config, load_plan
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import find_runs

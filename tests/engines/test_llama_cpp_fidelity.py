@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from artifact import engines
-from artifact.config import REPO, load_config, load_plan
+from artifact.config import REPO
+from artifact.catalog import load_config, load_plan
 from artifact.engines.llama_cpp import adapter as llama_server
 from artifact.engines.llama_cpp.adapter import LlamaServer, resolve_binary
 from artifact.models import verified_weights

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from artifact import engines
-from artifact.config import load_config, load_plan
+from artifact.catalog import load_config, load_plan
 from artifact.engines.base import Tier
 from artifact.engines.llama_cpp.adapter import LlamaServer
 from artifact.engines.llama_cpp.tiers import Selection, ServerCache, attribute, parse_log, server_cache, session_tiers

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from artifact.config import load_config, load_plan
+from artifact.catalog import load_config, load_plan
 from artifact.engines.vllm import env as vllm_env
 from artifact.engines.vllm.adapter import VllmServer, parse_choice, parse_metrics, serve_args
 from artifact.errors import ArtifactError

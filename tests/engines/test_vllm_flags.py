@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from artifact.config import load_config
+from artifact.catalog import load_config
 from artifact.engines.vllm import env as vllm_env
 from artifact.engines.vllm.adapter import serve_args
 

@@ -19,7 +19,8 @@ import pytest
 
 from artifact.analysis import reproduce
 from artifact.cli import main as cli
-from artifact.config import REPO, load_config, load_plan
+from artifact.config import REPO
+from artifact.catalog import load_config, load_plan
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import find_runs

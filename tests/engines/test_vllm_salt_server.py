@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 
 from artifact.analysis import reproduce
-from artifact.config import load_plan
+from artifact.catalog import load_plan
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import find_runs
 from budget import vllm_test_config

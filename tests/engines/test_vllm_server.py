@@ -14,7 +14,7 @@ import json
 import pytest
 
 from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
-from artifact.config import load_plan
+from artifact.catalog import load_plan
 from artifact.engines.base import RequestError
 from artifact.models import verified_weights
 from artifact.engines.vllm.adapter import VllmServer

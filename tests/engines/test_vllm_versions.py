@@ -8,7 +8,7 @@ import json
 import pytest
 
 from artifact import engines
-from artifact.config import load_config, load_plan, load_plans
+from artifact.catalog import load_config, load_plan, load_plans
 from artifact.engines.vllm import env as vllm_env
 from artifact.engines.vllm import versions
 from artifact.engines.vllm.adapter import arm_flag, arm_placeholder, describe_cache, fixed_env, require_version

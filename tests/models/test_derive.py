@@ -3,7 +3,9 @@ pins), malformed sources and levels refused, products made from the pinned input
 
 import pytest
 
-from artifact.config import CONFIG_DIR, load_config
+from artifact.config import CONFIG_DIR
+
+from artifact.catalog import load_config
 from artifact.errors import ArtifactError
 from artifact.models import derive
 from artifact.models.hub import sha256_file

@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from artifact.config import REPO, load_config
+from artifact.config import REPO
+
+from artifact.catalog import load_config
 from artifact.models import verified_weights
 from artifact.errors import ArtifactError
 from fake_hub import FakeHub

@@ -17,7 +17,9 @@ import zipfile
 
 import pytest
 
-from artifact.config import CONFIG_DIR, REPO, load_config
+from artifact.config import CONFIG_DIR, REPO
+
+from artifact.catalog import load_config
 from artifact.errors import ArtifactError
 from artifact.fetch import fetch
 from artifact.models import gguf_header, pypi_parts, verified_weights, weights_files

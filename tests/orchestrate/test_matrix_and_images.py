@@ -8,7 +8,9 @@ import pytest
 
 from artifact import workloads
 
-from artifact.config import REPO, load_plan
+from artifact.config import REPO
+
+from artifact.catalog import load_plan
 from artifact.errors import ArtifactError
 from artifact.orchestrate import host
 from artifact.orchestrate.common import schedule_hours

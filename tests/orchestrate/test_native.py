@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from artifact.config import REPO, load_config
+from artifact.config import REPO
+
+from artifact.catalog import load_config
 from artifact.orchestrate import native
 from artifact.orchestrate.fanout import DONE, Slot, pick, simulate
 from artifact.orchestrate.matrix import Job

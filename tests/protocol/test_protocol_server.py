@@ -19,7 +19,8 @@ import pytest
 from artifact.records.schema import SCHEMA_VERSION
 
 from artifact.analysis.compare import compare_runs
-from artifact.config import REPO, load_config, load_plan
+from artifact.config import REPO
+from artifact.catalog import load_config, load_plan
 from artifact.engines.llama_cpp.adapter import LlamaServer, RequestError
 from artifact.models import verified_weights
 from artifact.errors import ArtifactError

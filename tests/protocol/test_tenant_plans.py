@@ -9,7 +9,7 @@ import os
 import pytest
 
 from artifact import workloads
-from artifact.config import load_config, load_plans
+from artifact.catalog import load_config, load_plans
 from artifact.engines.llama_cpp.adapter import ENGINE, server_args
 from artifact.errors import ArtifactError
 from artifact.protocol import tenants

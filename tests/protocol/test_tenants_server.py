@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from artifact.config import load_config, load_plans
+from artifact.catalog import load_config, load_plans
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import find_runs
 from budget import with_workload

@@ -92,7 +92,7 @@ def test_lazy_reader_returns_the_store_records(tmp_path):
 
 
 def test_sessions_group_runs_by_server_lifecycle():
-    from artifact.config import load_plan
+    from artifact.catalog import load_plan
     from artifact.protocol.sessions import sessions
 
     shared = [[(s.arm, s.run, s.session) for s in sess] for sess in sessions(load_plan("main"))]

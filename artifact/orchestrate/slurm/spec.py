@@ -8,7 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from artifact.config import REPO, load_config
+from artifact.config import REPO
+
+from artifact.catalog import load_config
 from artifact.errors import ArtifactError
 from artifact.orchestrate.matrix import Job
 

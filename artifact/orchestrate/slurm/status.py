@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from artifact.config import load_plan
+from artifact.catalog import load_plan
 from artifact.errors import ArtifactError
 from artifact.orchestrate.common import conclude
 from artifact.orchestrate.fanout import DONE, FAILED, SKIPPED, Outcome, Progress, check_manifests, hms, \

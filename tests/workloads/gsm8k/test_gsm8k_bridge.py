@@ -11,7 +11,7 @@ import pytest
 
 from artifact.workloads.gsm8k.scoring import ANSWER_INSTRUCTION
 from artifact.workloads.gsm8k.table import tab3, tab3_row
-from artifact.config import load_config, load_plan
+from artifact.catalog import load_config, load_plan
 from artifact.errors import ArtifactError
 from artifact.records.store import DISCARDED, MANIFEST, find_runs, load_run
 from artifact.workloads.gsm8k import prompts as gsm8k
