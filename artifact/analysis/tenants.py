@@ -21,7 +21,7 @@ from __future__ import annotations
 from artifact.analysis.compare import Comparison, compare_runs
 from artifact.analysis.groups import by_plan, manifest_table
 from artifact.analysis.stats import wilson_interval
-from artifact.records.store import Run
+from artifact.records.store import Run, read_tenants
 from artifact.verdict import FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, Verdict
 
 BASELINE_PLAN = "main"
@@ -51,14 +51,11 @@ def tenant_plan(run: Run) -> bool:
 
 
 def recorded_load(run: Run) -> dict | None:
-    """What the run's tenants.jsonl says about its load (artifact.check.facts.tenant_counts: tenants that sent
+    """What the run's tenants.jsonl says about its load (tenant_counts: tenants that sent
     requests, their requests, the measured requests and how many a tenant request overlapped); None without the
     file. Memoised on the run."""
     cache = run.__dict__.setdefault("_recorded_load", {})
     if "load" not in cache:
-        from artifact.check.facts import tenant_counts  # noqa: PLC0415
-        from artifact.records.store import read_tenants  # noqa: PLC0415
-
         rows = read_tenants(run)
         cache["load"] = None if rows is None else tenant_counts(
             [r for r in rows if isinstance(r, dict) and r.get("kind") in ("tenant", "measured")])
@@ -258,3 +255,23 @@ def verdicts(plans: list[dict]) -> list:
 
 def _pct(v) -> str:
     return "-" if v is None or v != v else f"{100 * v:.0f}%"
+
+
+def _overlapped(measured: list[dict], tenant: list[dict]) -> int:
+    """Measured requests during which a tenant request was in flight (their intervals overlap)."""
+    spans = sorted((r["t_start"], r["t_end"]) for r in tenant)
+    n = 0
+    for m in measured:
+        a, b = m["t_start"], m["t_end"]
+        n += any(s < b and e > a for s, e in spans if s < b)
+    return n
+
+
+def tenant_counts(rows: list[dict]) -> dict:
+    """What tenants.jsonl says about the load: tenants that sent requests, their requests (failed ones), the
+    measured requests and how many of them a tenant request overlapped."""
+    tenant = [r for r in rows if r["kind"] == "tenant"]
+    measured = [r for r in rows if r["kind"] == "measured"]
+    return {"tenants": len({r["tenant"] for r in tenant}), "requests": len(tenant),
+            "failed": sum(r["error"] is not None for r in tenant), "measured": len(measured),
+            "overlapped": _overlapped(measured, tenant)}

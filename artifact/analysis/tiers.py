@@ -30,6 +30,7 @@ import pandas as pd
 
 from artifact import engines
 from artifact.analysis.compare import pairing_problem
+from artifact.analysis.figure import new_figure, overhang, text_room
 from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import is_fresh
 from artifact.verdict import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Verdict
@@ -246,7 +247,6 @@ def figure(summary: pd.DataFrame, path: Path) -> Path | None:
     df = summary[(summary["level"] == "request") & summary["tier"].isin(PLOTTED)] if not summary.empty else summary
     if df.empty:
         return None
-    from artifact.report.figure import new_figure, overhang, text_room  # noqa: PLC0415  (matplotlib)
 
     df = df.assign(kind=df["reference"].map(lambda s: "OFF run 1" if s.startswith("off") else "the earlier ON run"))
     df = df.groupby(["config", "plan", "tier", "kind"], as_index=False)[["n", "differ"]].sum()

@@ -24,6 +24,7 @@ import pandas as pd
 
 from artifact import engines
 from artifact.analysis import benefit, margins, mitigation, quantization, tiers
+from artifact.analysis.figure import new_figure, text_room
 from artifact.analysis.tenants import tenant_plan
 from artifact.check import tenants
 from artifact.records.store import Run
@@ -226,7 +227,6 @@ def flip_margin_figure(curve: pd.DataFrame, path: Path) -> Path | None:
     ran = curve[curve["positions"] > 0] if not curve.empty else curve
     if ran.empty:
         return None
-    from artifact.report.figure import new_figure, text_room  # noqa: PLC0415  (matplotlib: slow import)
 
     labels = [str(b) for b in curve.drop_duplicates("bin").sort_values("bin")["margin_bin"]]
     fig = new_figure(10.0, 4.2, bottom=0.45 + text_room(labels, 7, 30))
@@ -263,7 +263,6 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
     df = df[(df["on_vs_off_episodes"] > 0) & df["x"].notna()]
     if df.empty:
         return None
-    from artifact.report.figure import new_figure  # noqa: PLC0415
 
     fig = new_figure(6.5, 4.4)
     ax = fig.add_subplot()

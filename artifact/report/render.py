@@ -19,11 +19,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from artifact import workloads
 from artifact.analysis.groups import cache_condition
-from artifact.report.figure import legend_rows, new_figure, overhang, text_room
-from artifact.report.fmt import num, pct, rate_cell, records
+from artifact.analysis.figure import legend_rows, new_figure, overhang, text_room
+from artifact.analysis.fmt import num, pct, rate_cell, records
 from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example, relative
-from artifact.check.claims import BAND_RULE, EXIT_CODES, STATUSES, Claim
 from artifact.records.store import Run
+from artifact.verdict import STATUSES
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 WORKLOAD_TEMPLATES = Path(__file__).resolve().parents[1] / "workloads"
@@ -237,17 +237,19 @@ def workload_sections(runs: list[Run], workload_tables: dict) -> list[dict]:
 
 
 def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_tables: dict,
-                  claims: list[Claim], problems: list[str], exit_code: int,
+                  claims: list, problems: list[str], exit_code: int, exit_meaning: str, band_rule: str,
                   figures: dict[str, Path], warnings: dict[str, list[str]] | None = None, beyond=None,
                   label: str | None = None) -> str:
+    """The report page. What it says of the check comes from check itself (artifact.check.run, above this module):
+    its claims (artifact.check.core.Claim), the exit code's meaning and the band rule in words."""
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
     context = {
         "title": "Prefix caching and serving reproducibility: check report",
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "results_dir": label or str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
-        "exit_meaning": EXIT_CODES.get(exit_code, ""), "warnings": warnings or {},
+        "exit_meaning": exit_meaning, "warnings": warnings or {},
         "unisolated": [label for label, ws in (warnings or {}).items() if ws],
-        "claims": claims, "problems": problems, "band_rule": BAND_RULE,
+        "claims": claims, "problems": problems, "band_rule": band_rule,
         "tab2": tab2_rows(tables), "workload_sections": workload_sections(runs, workload_tables),
         "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),
         "figures": {name: _data_uri(p) for name, p in figures.items()},

@@ -43,6 +43,7 @@ from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engin
 from artifact.engines.endpoint import observe
 from artifact.errors import ArtifactError
 from artifact.provenance import network_interfaces
+from artifact import engines
 
 KIND = "endpoint"
 REQUEST_FIELDS = {
@@ -397,8 +398,6 @@ class Endpoint(Engine):
         """A server the artifact did not start runs as its user started it: a plan that sets another engine's
         server or cache condition away from that engine's defaults (cram0's host cache, a mitigation) cannot be
         applied to it, nor a new server per run."""
-        from artifact import engines  # the registry (it imports this module lazily)
-
         out = []
         if plan.lifecycle != "shared":
             out.append(f"lifecycle {plan.lifecycle!r} needs a new server per run; a server the artifact did not "

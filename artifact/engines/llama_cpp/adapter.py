@@ -26,6 +26,8 @@ from artifact.config import REPO, Config, Plan, choice
 from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.engines.server_process import ServerProcess, ServerSession
 from artifact.errors import ArtifactError
+from artifact.engines.llama_cpp.tiers import session_tiers
+from artifact.engines.llama_cpp.records import command_settings, manifest_problem, session_log_problems
 
 KIND = "llama.cpp"
 
@@ -314,21 +316,15 @@ class LlamaCpp(Engine):
     identity_keys = ("engine", "binary_sha256")
 
     def command_settings(self, manifest: dict) -> dict:
-        from artifact.engines.llama_cpp.records import command_settings
-
         return command_settings(manifest)
 
     def manifest_problem(self, manifest: dict) -> str | None:
         """The identity's keys; the command line against the server_args the runs were paired by (port and model
         path aside); the binary's digests against the pairing inputs' and against its files (records.py)."""
-        from artifact.engines.llama_cpp.records import manifest_problem
-
         return super().manifest_problem(manifest) or manifest_problem(manifest)
 
     def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:
         """The log's command line and per-request timings against the records (records.py)."""
-        from artifact.engines.llama_cpp.records import session_log_problems
-
         return session_log_problems(manifest, runs, log_text)
 
     def problems(self, cfg: Config, settings: Settings) -> list[str]:
@@ -369,8 +365,6 @@ class LlamaCpp(Engine):
 
     def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list:
         """The slot's KV cache or the host prompt cache, inferred from the server's INFO log (tiers.py)."""
-        from artifact.engines.llama_cpp.tiers import session_tiers
-
         return session_tiers(manifest, requests, log_text)
 
     def tools_dir(self) -> Path:

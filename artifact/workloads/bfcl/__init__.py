@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from artifact.config import choice
 from artifact.workloads.base import Prepared, Workload
+from artifact.workloads.bfcl.records import record_problem
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,13 @@ class Bfcl(Workload):
     packages = ("bfcl-eval",)
 
     def check(self, cfg, plan) -> None:
-        from artifact.workloads.bfcl import driver
+        from artifact.workloads.bfcl import driver  # lazy: bfcl_eval's import (~1 s); check reads runs without it
 
         super().check(cfg, plan)
         driver.check_prompt_variant(cfg.chat.handler, self.settings(cfg).prompt_variant)
 
     def prepare(self, cfg) -> Prepared:
-        from artifact.workloads.bfcl import driver
+        from artifact.workloads.bfcl import driver  # lazy: bfcl_eval's import (~1 s); check reads runs without it
 
         s = self.settings(cfg)
         episodes = driver.load_episodes(cfg.workload.episodes, s.max_turns)
@@ -52,7 +53,7 @@ class Bfcl(Workload):
                         label=f"{len(episodes)} episodes", manifest={"prompt_variant": s.prompt_variant})
 
     def run_unit(self, cfg, prepared: Prepared, index: int, spec, query, log) -> dict:
-        from artifact.workloads.bfcl import driver
+        from artifact.workloads.bfcl import driver  # lazy: bfcl_eval's import (~1 s); check reads runs without it
 
         s = self.settings(cfg)
         episode = prepared.units[index]
@@ -72,7 +73,7 @@ class Bfcl(Workload):
         return f"{record['verdict']} ({record['n_requests']} requests)"
 
     def tenant_prompts(self, cfg, prepared: Prepared, n: int):
-        from artifact.workloads.bfcl.tenants import tenant_prompts
+        from artifact.workloads.bfcl.tenants import tenant_prompts  # lazy: bfcl_eval (~1 s), only for a plan with tenants
 
         return tenant_prompts(prepared.units, cfg.chat.handler, self.settings(cfg).prompt_variant, n)
 
@@ -80,12 +81,10 @@ class Bfcl(Workload):
 
     def record_problem(self, run) -> str | None:
         """The verdict against `valid`, the trajectory against the requests (records.py)."""
-        from artifact.workloads.bfcl.records import record_problem
-
         return record_problem(run)
 
     def tables(self, runs: list) -> dict:
-        from artifact.workloads.bfcl.tables import agent_table
+        from artifact.workloads.bfcl.tables import agent_table  # lazy: pandas (~0.9 s), which a protocol run never needs
 
         return {"agent.csv": agent_table([r for r in runs if r.manifest.get("arm") in self.arms])}
 
@@ -96,7 +95,7 @@ class Bfcl(Workload):
         return {"template": "bfcl/agent.html.j2", "agent": table.to_dict("records")}
 
     def run_columns(self, run) -> dict:
-        from artifact.workloads.bfcl.tables import agent_row
+        from artifact.workloads.bfcl.tables import agent_row  # lazy: pandas (~0.9 s), which a protocol run never needs
 
         a = agent_row(run)
         return {"episodes with a tool call": f"{a['episodes_with_tool_call']}/{a['episodes']}"}

@@ -20,6 +20,11 @@ from pathlib import Path
 
 from artifact.config import choice
 from artifact.workloads.base import Prepared, Workload
+from artifact.workloads.gsm8k import prompts
+from artifact.workloads.gsm8k.scoring import ANSWER_INSTRUCTION, score_numeric, score_strict
+from artifact.engines.base import RequestError
+from artifact.workloads.gsm8k.records import record_problem
+from artifact.workloads.gsm8k.data import load_gsm8k
 
 BRIDGE_ARM = "bridge"
 
@@ -31,11 +36,8 @@ class Settings:
 
 
 def bridge_protocol() -> dict:
-    from artifact.workloads.gsm8k.prompts import SERVINGS
-    from artifact.workloads.gsm8k.scoring import ANSWER_INSTRUCTION
-
     return {
-        "servings": [{"serving": s, "cache_prompt": c} for s, c in SERVINGS],
+        "servings": [{"serving": s, "cache_prompt": c} for s, c in prompts.SERVINGS],
         "cache_check": {"cold": "cache_n == 0", "warm": "cache_n >= prompt_tokens - 1"},
         "answer_instruction": ANSWER_INSTRUCTION,
         "prompt": "one user message: question + '\\n\\n' + answer_instruction, chat.handler's _format_prompt",
@@ -43,8 +45,6 @@ def bridge_protocol() -> dict:
 
 
 def _score(record: dict, reference: str) -> dict:
-    from artifact.workloads.gsm8k.scoring import score_numeric, score_strict
-
     text = record.get("output_text")
     strict, numeric = score_strict(text, reference), score_numeric(text, reference)
     return {
@@ -64,14 +64,10 @@ class Gsm8k(Workload):
     default_plan = "bridge"
 
     def check(self, cfg, plan) -> None:
-        from artifact.workloads.gsm8k import prompts
-
         super().check(cfg, plan)
         prompts.check_handler(cfg.chat.handler)
 
     def prepare(self, cfg) -> Prepared:
-        from artifact.workloads.gsm8k import prompts
-
         source = self.settings(cfg).gsm8k_source
         items, provenance = prompts.load_items(cfg.workload.episodes, source)
         protocol = bridge_protocol()
@@ -83,9 +79,6 @@ class Gsm8k(Workload):
                       "bridge_protocol": protocol, "chat_handler": cfg.chat.handler})
 
     def run_unit(self, cfg, prepared: Prepared, index: int, spec, query, log) -> dict:
-        from artifact.engines.base import RequestError
-        from artifact.workloads.gsm8k import prompts
-
         item = prepared.units[index]
         prompt = prompts.build_prompt(item, cfg.chat.handler)
         records = {}
@@ -120,12 +113,10 @@ class Gsm8k(Workload):
 
     def record_problem(self, run) -> str | None:
         """Each item's own source against the manifest's labels of the data (records.py)."""
-        from artifact.workloads.gsm8k.records import record_problem
-
         return record_problem(run)
 
     def tables(self, runs: list) -> dict:
-        from artifact.workloads.gsm8k.table import is_bridge_run, tab3
+        from artifact.workloads.gsm8k.table import is_bridge_run, tab3  # lazy: pandas (~0.9 s), which a protocol run never needs
 
         bridge = [r for r in runs if is_bridge_run(r)]
         return {"tab3.csv": tab3(bridge)} if bridge else {}
@@ -142,15 +133,13 @@ class Gsm8k(Workload):
                 table[cols].to_string(index=False), ""]
 
     def report_section(self, runs: list, tables: dict) -> dict | None:
-        from artifact.workloads.gsm8k.table import report_rows
+        from artifact.workloads.gsm8k.table import report_rows  # lazy: pandas (~0.9 s), which a protocol run never needs
 
         table = tables.get("tab3.csv")
         return None if table is None else {"template": "gsm8k/tab3.html.j2", "tab3": report_rows(table)}
 
     def fetch(self, cfgs: list) -> None:
         if any(c.workload.name == self.name and self.settings(c).gsm8k_source == "hub" for c in cfgs):
-            from artifact.workloads.gsm8k.data import load_gsm8k
-
             _, prov = load_gsm8k(1)
             print(f"fetch: GSM8K {prov.get('repo')}@{prov.get('revision', '')[:12]} cached (sha256 verified)",
                   flush=True)

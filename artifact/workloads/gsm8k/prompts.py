@@ -63,7 +63,7 @@ def user_message(item: GSM8KItem) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _handler(handler_name: str):
-    from artifact.workloads.bfcl import driver as bfcl  # heavy (bfcl_eval); only prompt building needs it
+    from artifact.workloads.bfcl import driver as bfcl  # lazy: bfcl_eval (~1 s); only prompt building needs it
 
     return bfcl.make_handler(handler_name, "gsm8k")
 

@@ -25,8 +25,9 @@ import pandas as pd
 from artifact.workloads.gsm8k.scoring import answer_flips, score_numeric, score_strict
 from artifact.analysis.stats import mcnemar_exact, mcnemar_power
 from artifact.records.store import Run
-from artifact.report.fmt import missing, num, pct, records
+from artifact.analysis.fmt import missing, num, pct, records
 from artifact.workloads.gsm8k.prompts import SERVINGS, cache_check
+from artifact.workloads.gsm8k.records import item_sources
 
 NET_SHIFT = 0.01  # the net accuracy shift the power is computed for (1 pp)
 COUNT_KEYS = (
@@ -57,8 +58,6 @@ def serving_problem(record: dict | None) -> str | None:
 def _data(run: Run) -> str:
     """Where the items came from, as each item's own record says ("mixed" if they differ); the manifest's label for
     records whose items do not name their source (check refuses a label that contradicts the items: records.py)."""
-    from artifact.workloads.gsm8k.records import item_sources
-
     own = item_sources(run)
     if own:
         return own.pop() if len(own) == 1 else "mixed"
