@@ -19,6 +19,7 @@ REGISTRY = {
     "vllm": "artifact.engines.vllm",
     "endpoint": "artifact.engines.endpoint",
 }
+DEFAULT = "llama.cpp"  # records made before manifests named their engine are of this one
 
 
 def get(kind: str):
@@ -27,6 +28,19 @@ def get(kind: str):
         raise ArtifactError(f"engine.kind = {kind!r} is not implemented in this version of the artifact "
                             f"(implemented: {', '.join(REGISTRY)})")
     return importlib.import_module(REGISTRY[kind]).ENGINE
+
+
+def of_manifest(manifest: dict):
+    """The engine a run's records were served by (its manifest says; older records are the default one's), or None
+    for an engine this version does not know."""
+    kind = manifest.get("engine") or DEFAULT
+    return get(kind) if kind in REGISTRY else None
+
+
+def server_family(manifest: dict) -> str | None:
+    """The family of server a run was served by (`Engine.family_of`: recorded, or for older records the engine's)."""
+    engine = of_manifest(manifest)
+    return engine.family_of(manifest) if engine is not None else manifest.get("server_family")
 
 
 def identity(cfg, plan) -> dict:
