@@ -52,6 +52,18 @@ def execute(config: str, plan_name: str | None, episodes: int | None, results: P
     return execute_plan(cfg, load_plan(plan_name or workloads.get(cfg.workload.name).default_plan), results)
 
 
+def demo_variants() -> dict:
+    """NAME -> its help, for each `./run.sh demo --NAME` configs/demo.toml declares ([variants.NAME])."""
+    from artifact.config import _read_toml
+
+    try:
+        variants = _read_toml(DEMO_FILE).get("variants") or {}
+    except ArtifactError:
+        return {}  # the demo command reports it (demo_entries)
+    return {name: str(v.get("help", f"instead: [[{name}]] of configs/demo.toml, then check"))
+            for name, v in variants.items() if isinstance(v, dict)}
+
+
 def demo_entries(kind: str) -> list[dict]:
     from artifact.config import read_toml  # lazy: each command imports only what it runs
 
@@ -103,11 +115,12 @@ def cmd_demo(args) -> int:
     results = Path(args.results)
     counts = {"episodes": args.episodes, "items": args.items}
     run_dirs = []
-    for entry in demo_entries("vllm" if args.vllm else "demo"):  # --vllm: RQ4 on this machine
+    variant = next((v for v in demo_variants() if getattr(args, v, False)), None)  # e.g. RQ4 on this machine
+    for entry in demo_entries(variant or "demo"):
         run_dirs += execute(entry["config"], entry["plan"], counts.get(entry["count"]), results)
     print(render_results([load_run(d) for d in run_dirs]))
     code = run_check(results)
-    if not args.vllm:
+    if variant is None:
         recheck_evidence(results)
     return code
 
@@ -311,8 +324,9 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("demo", help="paired protocol on the embedded CPU default")
     sp.add_argument("--episodes", type=int, default=None, help="BFCL episodes per run (default: the demo config's)")
     sp.add_argument("--items", type=int, default=None, help="GSM8K bridge items (default: the demo config's)")
-    sp.add_argument("--vllm", action="store_true",
-                    help="instead: plan main on vLLM 0.11.0's CPU build ([[vllm]] of configs/demo.toml), then check")
+    variants = sp.add_mutually_exclusive_group()
+    for name, help_text in demo_variants().items():  # configs/demo.toml's [variants.NAME]: --NAME
+        variants.add_argument(f"--{name}", action="store_true", help=help_text)
     results_arg(sp)
     sp.set_defaults(func=cmd_demo)
 

@@ -50,7 +50,8 @@ def main() -> int:
     from artifact.catalog import load_config
     from artifact.orchestrate.fanout import remove_quietly, start_container
     from artifact.orchestrate.host import docker_client
-    from artifact.orchestrate.images import ensure_image, llamacpp_spec
+    from artifact.engines.llama_cpp.build import image_spec as llamacpp_spec
+    from artifact.orchestrate.images import ensure_image
     from artifact.orchestrate.matrix import load_jobs
 
     client = docker_client()

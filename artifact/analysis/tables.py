@@ -31,7 +31,9 @@ from artifact.analysis.compare import (
     Comparison, Exposure, Paired, cache_exposure, cache_problem, cache_unused, plan_pairs, record_problems,
 )
 from artifact.analysis.stats import block_bootstrap_interval, cochran_armitage, wilson_interval
+from artifact import workloads
 from artifact.records.store import Run
+from artifact.workloads.base import Workload
 
 BOOTSTRAP = {"block_length": 5, "n_boot": 10_000, "seed": 42, "confidence": 0.95}
 CONFIDENCE = 0.95
@@ -505,41 +507,18 @@ def _token_window(tokens: list, at: int | None, width: int = 8) -> dict:
 EXAMPLE_ORDER = ("on_vs_off", "on_rerun", "off_rerun")
 
 
-def _steps(run: Run, episode_id: str) -> list:
-    """The episode record's trajectory (`steps`: per request, the calls BFCL decoded and their results)."""
-    rec = next((e for e in run.episodes if isinstance(e, dict) and e.get("episode_id") == episode_id), {})
-    steps = rec.get("steps")
-    return steps if isinstance(steps, list) else []
+def _workload(run: Run):
+    """The workload a run's records are of (its own part of the example), else the interface's plain defaults."""
+    return workloads.of_run(run) or _PLAIN
 
 
-def _step_at(steps: list, i: int | None) -> dict:
-    return steps[i] if i is not None and 0 <= i < len(steps) and isinstance(steps[i], dict) else {}
+_PLAIN = Workload()
 
 
 def call_flip(pair: "Pair", d) -> str | None:
-    """What the episode's first divergence changed in the trajectory: "observation" where both replies decoded to
-    calls that differ and BFCL's executor returned different results for them (the next request showed the model
-    something else), "call" where the calls differ but happened to return the same results, else None."""
-    sa = _step_at(_steps(pair.a, d.episode_id), d.first_request)
-    sb = _step_at(_steps(pair.b, d.episode_id), d.first_request)
-    ca, cb = sa.get("calls"), sb.get("calls")
-    if not (isinstance(ca, list) and isinstance(cb, list) and ca != cb):
-        return None
-    return "observation" if sa.get("observations") != sb.get("observations") else "call"
-
-
-TRAJECTORY_STEPS = 4  # requests shown per side, from the first diverging one
-
-
-def _trajectory(run: Run, reqs: list, episode_id: str, start: int) -> list[dict]:
-    steps = _steps(run, episode_id)
-    out = []
-    for i in range(start, min(len(reqs), start + TRAJECTORY_STEPS)):
-        st = steps[i] if i < len(steps) and isinstance(steps[i], dict) else {}
-        out.append({"request": i + 1, "turn": reqs[i].get("turn"), "step": reqs[i].get("step"),
-                    "text": reqs[i].get("output_text") or "", "calls": st.get("calls"),
-                    "observations": st.get("observations") or []})
-    return out
+    """What the episode's first divergence changed beyond the reply, as its workload tells
+    (`Workload.divergence_change`: an agent's changed call, "call", and with it the result it saw, "observation")."""
+    return _workload(pair.a).divergence_change(pair.a, pair.b, d.episode_id, d.first_request)
 
 
 def divergence_example(groups: list[PlanGroup]) -> dict | None:
@@ -578,7 +557,7 @@ def divergence_example(groups: list[PlanGroup]) -> dict | None:
             "margin": top2_margin((req or {}).get("top_logprobs") or [], d.first_token),
             "cache_n": (req or {}).get("cache_n"), "prompt_tokens": (req or {}).get("prompt_tokens"),
             "prompt_sha256": (req or {}).get("prompt_sha256"),
-            "trajectory": _trajectory(run, reqs, d.episode_id, i) if i is not None else [],
+            "trajectory": _workload(run).example_trajectory(run, reqs, d.episode_id, i) if i is not None else [],
         })
     common, rest_a, rest_b = _text_split(side[0]["text"], side[1]["text"])
     side[0]["common"], side[0]["rest"] = common, rest_a

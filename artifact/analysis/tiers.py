@@ -67,9 +67,8 @@ def run_tiers(runs: list[Run]) -> dict[int, list]:
     for members in sessions.values():
         members.sort(key=lambda r: (str(r.manifest.get("started_at") or ""), r.manifest.get("run", 0)))
         first = members[0].manifest
-        try:
-            engine = engines.get(first.get("engine") or "llama.cpp")
-        except ArtifactError:
+        engine = engines.of_manifest(first)  # older records name no engine: the default one's
+        if engine is None:
             continue
         requests = [q for r in members for q in r.requests]
         tiers = engine.request_tiers(first, requests, read_log(members[0]))

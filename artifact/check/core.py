@@ -27,6 +27,7 @@ import re
 
 from artifact.analysis.stats import wilson_interval
 from artifact.analysis.tables import exposure, Pair, PlanGroup, quant_level, relative, Tables, widest_interval
+from artifact.check.rules import BAND_RULE  # noqa: F401 (the value band's rule, in claims/rules.toml)
 from artifact.verdict import FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, SEVERITY, STATUSES, TESTED, Verdict  # noqa: F401 (the claims' names)
 from artifact.check.facts import engine_of
 
@@ -40,29 +41,6 @@ ROUNDING = 0.0005  # the paper prints percentages to one decimal: 0.05 percentag
 
 
 MIN_POWER = 0.80  # power a "no effect" result needs before it counts (the paper's GSM8K power is 0.81)
-
-
-BAND_RULE = (
-    "Value band (RQ2, RQ2b; only where the paper reports a rate for the same configuration). Same configuration: "
-    "same engine, same model (the paper's model name, e.g. Qwen2.5-7B, appears as consecutive words of the run's "
-    "model name or family) and same quantization level, run under the paper's plan (main: one server per arm, host "
-    "prompt cache at its 8192 MiB default; cram0 for the 79/80 value). Observed interval [L, U]: the wider of the "
-    "Wilson and the circular block bootstrap 95% intervals of the observed rate r = k/n. The paper's value p0 is itself "
-    "an estimate from n = 80 episodes (k = round(p0 n) unless the paper states k), with Wilson 95% interval [l, u]. "
-    "Band: the observed interval widened by the paper's sampling error in quadrature, plus 0.05 percentage points "
-    "for the paper's one-decimal rounding: [r - sqrt((r - L)^2 + (u - p0)^2) - 0.0005, "
-    "r + sqrt((U - r)^2 + (p0 - l)^2) + 0.0005]. The paper's value outside the band is OUT-OF-BAND; equivalently, "
-    "Newcombe's (1998, Stat. Med. 17:873, method 10) hybrid-score 95% interval for observed minus paper excludes 0. "
-    "Why: the observed interval alone treats the paper's number as exact and would flag about 17% of exact "
-    "reproductions (two equal-size samples: |Z| > 1.96/sqrt(2)); combining both sampling errors keeps that near 5%, "
-    "whereas asking only that the two intervals overlap would accept differences significant at p = 0.006. The band "
-    "covers sampling and rounding only: another GPU, driver or engine build (the paper: RTX 4090, CUDA 12.6, "
-    "llama.cpp b10434) changes floating-point kernels and can move the rate legitimately, so OUT-OF-BAND says the "
-    "magnitude did not transfer to this setup; it is not a FAIL and does not change the exit code. No band for "
-    "values the paper gives only as ranges over unnamed configurations (36.2-91.2%, 8.8-77.5%), for unnamed models "
-    "(vLLM 16-bit), for a different experiment (Fig. 1's 81.2% ON vs OFF within one run), or for configurations the "
-    "paper did not measure (the SmolLM2 demo)."
-)
 
 
 @dataclass
@@ -145,12 +123,17 @@ class Paper:
 
     def __init__(self, doc: dict):
         self.meta, self.configs, self.values = doc["meta"], doc["config"], doc["value"]
+        self.claims: dict = doc.get("claim", {})  # [claim.ID]: what a claim reads of the paper
         self.config_ids = {c["id"] for c in self.configs}
         self.by_slot: dict[tuple[str, str, str], list[dict]] = {}
         for v in self.values.values():
             if v["reported"] and v.get("config") in self.config_ids and v.get("comparison") in PAPER_COMPARISONS:
                 kind, plan = PAPER_COMPARISONS[v["comparison"]]
                 self.by_slot.setdefault((v["config"], kind, plan), []).append(v)
+
+    def needs(self, claim_id: str, field: str):
+        """What claim `claim_id` reads of the paper ([claim.ID] in expected/paper.toml), or None."""
+        return (self.claims.get(claim_id) or {}).get(field)
 
     def value(self, key: str) -> dict | None:
         v = self.values.get(key)

@@ -2,7 +2,7 @@
 
 `load_expected()` returns {key: entry}; each entry is the [[value]] table with the
 defaults filled in (reported = True, approximate = False). `load_document()` also
-returns [meta] and the [[config]] list. Any schema problem raises ArtifactError
+returns [meta], the [[config]] list and the [claim.ID] tables (what a claim reads of the paper). Any schema problem raises ArtifactError
 with a one-line message naming the file and the key.
 """
 
@@ -35,6 +35,7 @@ META_FIELDS = {
 }
 CONFIG_REQUIRED = {"id": str, "engine": str, "quant": str, "engine_stated": bool}
 CONFIG_OPTIONAL = {"model": str, "note": str}
+CLAIM_OPTIONAL = {"server_family": str, "context": list}
 VALUE_REQUIRED = {"key": str, "unit": str, "source": str, "quote": str}
 VALUE_OPTIONAL = {
     "value": NUMBER, "reported": bool, "config": str, "quant": str, "comparison": str,
@@ -89,7 +90,7 @@ def load_document(path: str | Path | None = None) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise ArtifactError(f"{path}: invalid TOML: {exc}") from exc
 
-    _check_table(path, "top level", doc, {"meta": dict, "config": list, "value": list}, {})
+    _check_table(path, "top level", doc, {"meta": dict, "config": list, "value": list}, {"claim": dict})
     _check_table(path, "[meta]", doc["meta"], META_FIELDS, {})
     config_ids: set[str] = set()
     for cfg in doc["config"]:
@@ -105,7 +106,13 @@ def load_document(path: str | Path | None = None) -> dict:
         if checked["key"] in values:
             raise ArtifactError(f"{path}: value '{checked['key']}': duplicate key")
         values[checked["key"]] = checked
-    return {"meta": doc["meta"], "config": doc["config"], "value": values}
+    claims = doc.get("claim", {})
+    for cid, table in claims.items():
+        _check_table(path, f"[claim.{cid}]", table, {}, CLAIM_OPTIONAL)
+        for key in table.get("context", []):
+            if key not in values:
+                raise ArtifactError(f"{path}: [claim.{cid}]: context '{key}' is not a [[value]] key")
+    return {"meta": doc["meta"], "config": doc["config"], "value": values, "claim": claims}
 
 
 def load_expected(path: str | Path | None = None) -> dict[str, dict]:

@@ -21,6 +21,7 @@ REGISTRY = {
     "vllm": "artifact.engines.vllm",
     "endpoint": "artifact.engines.endpoint",
 }
+DEFAULT = "llama.cpp"  # records made before manifests named their engine are of this one
 
 
 def get(kind: str):
@@ -39,6 +40,19 @@ def _tools_dir(kind: str) -> Path:
 # asks this table, never the registry).
 for _kind in REGISTRY:
     derive.TOOL_DIRS.setdefault(_kind, functools.partial(_tools_dir, _kind))
+
+
+def of_manifest(manifest: dict):
+    """The engine a run's records were served by (its manifest says; older records are the default one's), or None
+    for an engine this version does not know."""
+    kind = manifest.get("engine") or DEFAULT
+    return get(kind) if kind in REGISTRY else None
+
+
+def server_family(manifest: dict) -> str | None:
+    """The family of server a run was served by (`Engine.family_of`: recorded, or for older records the engine's)."""
+    engine = of_manifest(manifest)
+    return engine.family_of(manifest) if engine is not None else manifest.get("server_family")
 
 
 def identity(cfg, plan) -> dict:

@@ -143,6 +143,50 @@ class Capabilities:
         return out
 
 
+# The GPUs the artifact's CUDA builds target by default (CMAKE_CUDA_ARCHITECTURES): sm_89 + sm_90 native, sm_90 PTX
+DEFAULT_CUDA_ARCHS = "89-real;90-real;90-virtual"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """The container image `./run.sh all` builds (or reuses) to serve an engine, as the engine declares it."""
+
+    engine: str  # the configurations' engine.kind it serves
+    dockerfile: str
+    repository: str
+    pin_tag: str
+    buildargs: dict = field(default_factory=dict)
+    expect_build_info: str | None = None  # what every manifest's engine_build must read
+    shm_size: str | None = None
+    # host files added to the build context: () -> [(path inside the context, host file)], e.g. a wheel cache
+    extra_context: Any = field(default=None, compare=False)
+
+    def tag(self, context_hash: str) -> str:
+        return f"{self.repository}:{self.pin_tag}-{context_hash[:12]}"
+
+
+def native_venv() -> Path:
+    """The environment `./run.sh all --native` builds into and runs its jobs from (run.sh passes the same)."""
+    import os
+
+    from artifact.config import REPO
+
+    return Path(os.environ.get("ARTIFACT_NATIVE_VENV") or REPO / ".venv-cuda")
+
+
+class NativeBuild(Protocol):
+    """What `./run.sh all --native` (and --slurm's native tasks) builds on the host for an engine before any job
+    starts, and the label every manifest of its jobs must then read (`engine_build`)."""
+
+    def plan(self, args) -> tuple[str | None, list[str]]:
+        """(the label its jobs will report, the dry run's lines about it), without building anything."""
+        ...
+
+    def ensure(self, args) -> str | None:
+        """Build (or find) it; returns the label every manifest of the engine's jobs must read."""
+        ...
+
+
 class Engine:
     """An engine adapter: a subclass per engine package sets the class attributes and implements the methods."""
 
@@ -150,6 +194,11 @@ class Engine:
     capabilities: Capabilities
     settings_type: type | None = None  # a dataclass: the engine's own settings (None: it has none)
     cache_keys: tuple[str, ...] = ()  # settings a plan may set as its cache condition (not "overrides")
+    # the family of server its sessions serve, in the server's own word (what it reports as /v1/models owned_by:
+    # "vllm", "llamacpp"); recorded in every manifest as `server_family`. None: known only from the server itself
+    server_family: str | None = None
+    # repository folders its own set-up makes (an environment of its own), never part of an image's build context
+    host_folders: tuple[str, ...] = ()
 
     @property
     def settings_key(self) -> str:
@@ -206,6 +255,33 @@ class Engine:
         """"host:port" of loopback servers outside the run's network namespace that its sessions talk to (the
         isolation forwards exactly these; scripts/isolate.sh). An engine that starts its own server has none."""
         return []
+
+    def family_of(self, manifest: dict) -> str | None:
+        """The family of server a run of this engine was served by: its manifest's `server_family`, else (records
+        made before manifests carried it) the engine's own."""
+        return manifest.get("server_family") or self.server_family
+
+    # --- what `./run.sh all` needs of it: its image, where it can run, what it builds natively ------------------
+    def image(self, args) -> ImageSpec | None:
+        """The image that serves it (`args`: `./run.sh all`'s options: cpu, base_image, cuda_archs); None: none."""
+        return None
+
+    def container_unavailable(self) -> str | None:
+        """None if this version can run it in its image, else why not (one line)."""
+        from artifact.config import REPO
+
+        image = self.capabilities.image
+        if not image or not (REPO / image).is_file():
+            return f"engine {self.kind} declares no image this version can build ({image or 'none'})"
+        return None
+
+    def native_unavailable(self, cfg, gpu: bool) -> str | None:
+        """None if this version can run configuration `cfg` natively here (on a GPU if `gpu`), else why not."""
+        return None
+
+    def native_build(self) -> NativeBuild | None:
+        """What `all --native` builds for it on the host before any job (None: nothing, it runs what is installed)."""
+        return None
 
     # The rest is the engine's own.
     def identity(self, cfg, plan) -> dict:

@@ -14,6 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
+from artifact.engines.base import DEFAULT_CUDA_ARCHS
 from artifact.models import hub as weights
 from artifact.errors import ArtifactError
 from artifact.orchestrate import engines, host, images
@@ -153,14 +154,14 @@ def add_parser(sub) -> None:
     g = sp.add_argument_group("containers (the default; Docker and the NVIDIA Container Toolkit)")
     g.add_argument("--base-image", default=None, help="base image for the build and runtime stages (default: "
                    "nvidia/cuda 12.6.3 devel/runtime on Ubuntu 24.04; with --cpu debian:bookworm-slim)")
-    g.add_argument("--cuda-archs", default=images.DEFAULT_CUDA_ARCHS, help="CMAKE_CUDA_ARCHITECTURES for the "
-                   "llama.cpp image and the --native build (default: %(default)s = sm_89 + sm_90 native, sm_90 PTX)")
+    g.add_argument("--cuda-archs", default=DEFAULT_CUDA_ARCHS, help="CMAKE_CUDA_ARCHITECTURES for the "
+                   "engines' CUDA images and --native builds (default: %(default)s = sm_89 + sm_90 native, sm_90 PTX)")
     g.add_argument("--ca-bundle", default=None, help="a CA bundle for pip/git inside the image builds (behind an "
                    "intercepting proxy); build stage only, never in the images")
     g.add_argument("--rebuild", action="store_true", help="build the images even when their tags exist")
     g = sp.add_argument_group("native (--native: the host's GPUs without containers; ARTIFACT.md section 7b)")
     g.add_argument("--native", action="store_true", help="run each job as a process on this host, one per GPU "
-                   "(CUDA_VISIBLE_DEVICES), llama-server built with CUDA into its own environment")
+                   "(CUDA_VISIBLE_DEVICES), each engine's native build (llama-server with CUDA) in its own environment")
     g.add_argument("--llama-source", default=None, metavar="DIR", help="a llama.cpp git checkout to build (the "
                    "paper's b10434 = commit 7e4c0a9); default: the sdist's b10435")
     g.add_argument("--no-build", action="store_true", help="use the llama-server already installed in the "

@@ -392,5 +392,5 @@ def check_manifests(pdir: Path, expect_build: str | None) -> str | None:
             return f"{run.path.name} is not complete"
         build = run.manifest.get("engine_build")
         if expect_build and build != expect_build:
-            return f"{run.path.name} was served by llama.cpp {build}, the image should hold {expect_build}"
+            return f"{run.path.name} was served by {run.manifest.get('engine') or 'its engine'} {build}, the image should hold {expect_build}"
     return None

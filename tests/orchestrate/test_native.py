@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from artifact.config import REPO
-
 from artifact.catalog import load_config
+from artifact.config import REPO
+from artifact.engines.llama_cpp.build import cuda_cmake_args
 from artifact.orchestrate import native
 from artifact.orchestrate.fanout import DONE, Slot, pick, simulate
 from artifact.orchestrate.matrix import Job
@@ -268,7 +268,7 @@ def test_native_dry_run_with_several_jobs_per_fake_gpu_plans_the_slots_and_says_
     assert rows[0].startswith("gpu0.0 (23 GiB):")
     build = next(ln for ln in out.splitlines() if ln.strip().startswith("build: "))
     assert build.split()[1].endswith("scripts/build-llama-server.sh") and build.split()[2].endswith("/bin/python")
-    assert build.split()[3:] == native.cuda_cmake_args("90")
+    assert build.split()[3:] == cuda_cmake_args("90")
     fake_mps_control(tmp_path / "one")
     r = cli(*argv, env={**env, "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe")})
     assert r.returncode == 0 and "through CUDA MPS (a control daemon started for the run" in r.stdout, r.stderr
@@ -347,5 +347,5 @@ def test_the_native_cuda_flags_are_those_that_built_the_h200_evidence():
         member = next(m for m in tar if m.name.endswith("/main/on-run1/manifest.json"))
         manifest = json.load(tar.extractfile(member))
     cuda = [a for a in manifest["engine_build_flags"]["cmake_args"] if "CUDA" in a]
-    assert cuda == native.cuda_cmake_args("90")
+    assert cuda == cuda_cmake_args("90")
     assert manifest["host"]["gpu_sharing"]["mode"] == "CUDA MPS"

@@ -12,34 +12,10 @@ from artifact.check.core import (
     FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, TESTED, Claim, Context, cache_unverified, fmt_rate, make_claim,
     observation_note, off_exposure, pair_evidence, Paper, scope_of, Verdict,
 )
+from artifact.check.rules import rule
 
 ID = "RQ1"
-RULE = {
-    "statement": "With the cache off, reruns are bit-identical (0 diverging episodes) and OFF runs are served "
-                 "no cached tokens, in every configuration run.",
-    "hard": True,
-    "rule": "Every configuration-plan with cache-OFF runs: every pair of its OFF runs (run i vs run j, i < j) "
-            "diverges in 0 episodes (an episode diverges when any generated token id or the number of requests "
-            "differs), and no OFF run of any plan was served a cached prompt token: cache_n = 0 on every "
-            "request that reports it, failed requests included. A null cache_n means 'not reported' and is "
-            "shown so; it never hides a non-zero count on another request, and an OFF run with served requests "
-            "that do not report their cache use, on an engine that does not report it on every request (a server "
-            "the artifact did not start may report none), is INCONCLUSIVE (that its cache was off is not shown), "
-            "whatever its reruns did. No tolerance: bit-identity is exact, and one diverging episode means a "
-            "source of nondeterminism escaped the protocol's control (paper: 0/800). FAIL on any cached token, "
-            "and on any divergence but in such unreported runs; INVALID where an OFF run or an OFF pairing "
-            "is invalid; NOT-RUN with a single OFF run; INCONCLUSIVE where an OFF run of an engine that reports "
-            "cache use on every request it serves (llama.cpp, vLLM) reports none on a served request (cache_n "
-            "null): that run cannot show it was served no cached token. Plans with background tenants (a run whose "
-            "tenants.jsonl holds tenant requests) are not judged here: their OFF requests share the server with "
-            "other users' requests, which "
-            "the protocol excludes; they are measured beyond the paper (BEYOND-TENANTS-<plan>), and named in this "
-            "claim's evidence.",
-    "minimum_evidence": "per configuration-plan, at least one episode compared in every OFF pair in which both "
-                        "runs made a request without an error, and cache use reported (cache_n not null) on every "
-                        "served OFF request; below it INCONCLUSIVE (e.g. runs whose requests all failed, or a server that "
-                        "reports no cache use).",
-}
+RULE = rule(ID)  # statement, hard, rule, minimum_evidence: claims/rules.toml
 
 
 def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:

@@ -12,29 +12,10 @@ from artifact.check.core import (
     group_problems, make_claim, observation_note, pair_evidence, paired_flags, Paper, paper_configs_for, pct, rollup,
     scope_of, Verdict, without_evidence, zero_contradicts,
 )
+from artifact.check.rules import rule
 
 ID = "RQ2"
-RULE = {
-    "statement": "Enabling the cache changes trajectories: ON-vs-OFF divergence > 0 and above same-arm rerun "
-                 "divergence.",
-    "hard": False,
-    "rule": "Direction, per configuration-plan with both arms: the headline ON-vs-OFF divergence (ON run 1 vs "
-            "OFF run 1) is > 0 and strictly above the ON rerun and the OFF rerun divergence (a comparison of "
-            "rates, as the paper makes it). FAIL if a rerun diverges in significantly more episodes than ON vs "
-            "OFF (exact McNemar over the paired episodes, p < 0.05), or if ON vs OFF is 0/n with n large "
-            "enough that its Wilson 95% upper bound lies below the smallest ON-vs-OFF rate the paper reports "
-            "(36.2%; n >= 7); a tie, a rerun not significantly above, or a smaller 0/n is INCONCLUSIVE. "
-            "Applies to any configuration, the demo included, under every plan that keeps the configuration's "
-            "server settings (plans with server_overrides are mitigation arms, judged in the beyond-the-paper "
-            "section instead; plans with background tenants likewise, BEYOND-TENANTS). "
-            "Magnitude: the value band (BAND_RULE) for each ON-vs-OFF and ON-rerun rate the paper reports for a "
-            "named configuration; NOT-RUN where that configuration did not run.",
-    "minimum_evidence": "the three comparisons the rule compares (ON vs OFF, ON rerun, OFF rerun), each over "
-                        ">= 1 episode in which both runs made a request without an error; without the reruns "
-                        "INCONCLUSIVE. Each ON run compared was served a cached token (cache_n > 0 on at least "
-                        "one request): an ON run with none, or that reports no cache use, is not a cache-ON run "
-                        "(INCONCLUSIVE, with the run named).",
-}
+RULE = rule(ID)  # statement, hard, rule, minimum_evidence: claims/rules.toml
 
 
 def rerun_above(rerun: Pair, on_vs_off: Pair) -> tuple[bool, str]:

@@ -12,25 +12,10 @@ from artifact.check.core import (
     group_problems, make_claim, pair_evidence, paired_flags, Paper, power_note, rollup, scope_of, Verdict,
     without_evidence,
 )
+from artifact.check.rules import rule
 
 ID = "RQ2b"
-RULE = {
-    "statement": "With the host prompt cache off, or the cache state reset between runs, cache-ON reruns agree "
-                 "(paper: 79/80, against 38.8% diverging with the default).",
-    "hard": False,
-    "rule": "Per configuration with cache-ON reruns under --cache-ram 0 (plan cram0) or a new server per run "
-            "(plan fresh), against the default cache-ON reruns (plan main) of the same configuration, episode "
-            "by episode: b = episodes that diverge by default but agree under cram0/fresh, c = the reverse; "
-            "exact McNemar test on (b, c). PASS if the reruns diverge less (b > c) with two-sided p < 0.05: "
-            "switching the layer off brings reruns into agreement beyond chance. FAIL if not, although the data "
-            "had power >= 0.80 to show it (exact McNemar power at n episodes, for reruns that agree wherever "
-            "the default ones diverge: discordant rate = net shift = the default rerun rate). Otherwise "
-            "INCONCLUSIVE, with the power shown; INCONCLUSIVE too where the default reruns do not diverge "
-            "(nothing for the layer to explain). NOT-RUN without the default ON reruns. The paper's 1/80 "
-            "(Qwen2.5-7B Q4_K_M, llama.cpp) gets a value band (BAND_RULE) for that configuration.",
-    "minimum_evidence": "a paired McNemar p < 0.05 for PASS (at least 6 episodes that diverge by default and "
-                        "agree under cram0/fresh); power >= 0.80 for FAIL.",
-}
+RULE = rule(ID)  # statement, hard, rule, minimum_evidence: claims/rules.toml
 
 
 def rq2b(tables: Tables, paper: Paper, root: Path | None) -> Claim:

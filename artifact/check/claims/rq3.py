@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pandas as pd
 
 from artifact.analysis.stats import cochran_armitage
@@ -10,30 +12,28 @@ from artifact.check.core import (
     ALPHA, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, Claim, Context, fmt_p, group_problems, make_claim, Paper,
     paper_configs_for, unobserved, Verdict,
 )
+from artifact.check.rules import rule, text
 
 ID = "RQ3"
-RULE = {
-    "statement": "Coarser quantization amplifies ON-vs-OFF divergence (trend test significant at 0.05).",
-    "hard": False,
-    "rule": "Per model and engine under plan main, where >= 3 quantization levels ran: Cochran-Armitage test "
-            "of the ON-vs-OFF divergence (run 1 vs run 1) across levels ordered finest to coarsest by "
-            "tables.QUANT_LEVELS, scores 0..m-1 over the levels that ran (the paper does not report its "
-            "scores). PASS if z > 0 and two-sided p < 0.05. FAIL needs evidence against the paper: a "
-            "significant trend the other way (z < 0, p < 0.05), or, for a model and engine the paper measured "
-            "run at the paper's scale (>= 80 episodes at every level), no PASS. Otherwise INCONCLUSIVE (a model "
-            "the paper never measured whose trend is not significant is no evidence against it). NOT-RUN with "
-            "fewer than 3 levels. Exception: for a series whose own paper rates would not reach p < 0.05 under "
-            "this test (Llama-3.1-8B: 44, 56, 55 of 80 give z = 1.82, p = 0.069), only the direction z > 0 is "
-            "required, so that an exact reproduction of the paper cannot FAIL. No band on z: it depends on "
-            "which levels ran and on the scores. INCONCLUSIVE where a level's weights are not observable (manifest "
-            "observes.weights_sha256 false: a server the artifact did not start), its level being only declared.",
-    "minimum_evidence": "3 quantization levels; p < 0.05 for PASS; for FAIL a significant opposite trend, or "
-                        "the paper's scale (80 episodes per level) on a series the paper measured.",
-}
+RULE = rule(ID)  # statement, hard, rule, minimum_evidence: claims/rules.toml
+TEXT = text(ID)
+TESTED = ("trend_z_qwen2.5-7b", "trend_p_qwen2.5-7b")  # the paper's trend test (§IV-D)
+RISING = tuple(f"on_vs_off_llama-3.1-8b_{q}" for q in ("Q8_0", "Q4_K_M", "Q3_K_M"))  # rates, no test (Tab. 2)
+
+
+def series_of(paper: Paper, keys) -> str | None:
+    """The paper's configuration ids of a series ("model/engine/"), from the configurations its values are of."""
+    parts = [v["config"].split("/") for k in keys if (v := paper.value(k)) and v.get("config")]
+    if not parts:
+        return None
+    common = parts[0] if len(parts) == 1 else [
+        p[0] for p in itertools.takewhile(lambda p: len(set(p)) == 1, zip(*parts))]
+    return "/".join(common) + "/"
 
 
 def rq3(tables: Tables, paper: Paper) -> Claim:
     details = []
+    tested, rising = series_of(paper, TESTED), series_of(paper, RISING)
     trend = tables.fig2_trend
     paper_n = int(paper.meta["episodes"])
     for _, t in (trend.iterrows() if not trend.empty else []):
@@ -43,13 +43,13 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
         ids = paper_configs_for(meta, paper.configs, with_quant=False)
         expected = "z > 0, p < 0.05"
         direction_only = False  # the paper's own rates for this series are not significant: ask only for z > 0
-        if any(i.startswith("qwen2.5-7b/llama.cpp/") for i in ids):
-            z, p = paper.value("trend_z_qwen2.5-7b"), paper.value("trend_p_qwen2.5-7b")
+        if tested and any(i.startswith(tested) for i in ids):
+            z, p = (paper.value(k) for k in TESTED)
             if z and p:
                 expected = f"z = {z['value']}, p = {p['value']:.2g} ({z['source']}; levels F16, Q8_0, Q4_K_M, Q3_K_M)"
-        elif any(i.startswith("llama-3.1-8b/llama.cpp/") for i in ids):
+        elif rising and any(i.startswith(rising) for i in ids):
             expected = "rising: Q8_0 55.0% -> Q4_K_M 70.0% -> Q3_K_M 68.8% (Tab. 2; no test reported)"
-            vals = [paper.value(f"on_vs_off_llama-3.1-8b_{q}") for q in ("Q8_0", "Q4_K_M", "Q3_K_M")]
+            vals = [paper.value(k) for k in RISING]
             if all(vals):
                 z, p = cochran_armitage([paper.k_of(v) for v in vals], [paper.n_of(v) for v in vals])
                 expected += (f"; computed here, the same test on those values gives z = {z:.2f}, p = {p:.2g}, "
@@ -99,7 +99,7 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
         "no model with >= 3 quantization levels run"
     if len(tested) < len(details):
         observed += f" ({len(details) - len(tested)} series with < 3 levels not tested)"
-    return make_claim(ID, RULE, details, observed, "Qwen2.5-7B llama.cpp: z = 5.68, p = 1.3e-8 (§IV-D)",
+    return make_claim(ID, RULE, details, observed, TEXT["expected"],
                   "trend significant at 0.05 with >= 3 levels", [f"{d.scope}: {d.status}" for d in details])
 
 

@@ -10,30 +10,25 @@ from artifact.check.core import (
     FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, Claim, Context, fmt_rate, group_problems, make_claim,
     pair_evidence, Paper, pct, scope_of, Verdict, without_evidence, zero_contradicts,
 )
+from artifact.check.rules import rule, text
+from artifact.engines import server_family
 
 ID = "RQ4"
-RULE = {
-    "statement": "vLLM shows the same direction: OFF reruns identical, ON-vs-OFF divergence > 0.",
-    "hard": False,
-    "rule": "Per vLLM configuration-plan: PASS if its cache-OFF reruns diverge in 0 episodes and its ON-vs-OFF "
-            "divergence is > 0; FAIL if the OFF reruns diverge, or ON vs OFF is 0/n with n >= 7 (as in RQ2); "
-            "INCONCLUSIVE for a smaller 0/n; NOT-RUN if either comparison is missing, and NOT-RUN without vLLM "
-            "runs (`./run.sh demo --vllm` makes them on a CPU; `./run.sh all` on a GPU host; configs/h200-vllm on "
-            "an H200). Any vLLM version and build (each verdict names the one its records report), under every plan "
-            "with both arms that keeps the configuration's server settings: plans with server_overrides (vLLM's "
-            "batch_invariant) are mitigation arms, judged in the beyond-the-paper section, as in RQ2. The paper's "
-            "vLLM values (8.8% and 27.5% ON reruns in two sessions, 62.5% ON vs OFF) are context, not a band: the "
-            "summary does not name the model.",
-    "minimum_evidence": "both comparisons over >= 1 episode in which both runs made a request without an error, "
-                        "and an ON run that was served a cached token (cache_n > 0 on at least one request; as in "
-                        "RQ2, an ON run with none, or that reports no cache use, is INCONCLUSIVE).",
-}
+RULE = rule(ID)  # statement, hard, rule, minimum_evidence: claims/rules.toml
+TEXT = text(ID)
+
+
+def served_by(g, family: str | None) -> bool:
+    """Every run of the group was served by a server of `family` (the manifest's server_family; for older records
+    the family its engine declares), whichever engine talked to it."""
+    return family is not None and all(server_family(r.manifest) == family for r in g.runs)
 
 
 def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
     details = []
+    family = paper.needs(ID, "server_family")  # which servers the paper's claim is about (expected/paper.toml)
     for g in tables.groups:
-        if str(g.meta["engine"]).lower() != "vllm":
+        if not served_by(g, family):
             continue
         if not {"on", "off"} <= {r.manifest["arm"] for r in g.runs}:
             continue  # a plan with one arm only (an OFF arm by cache_salt): no ON-vs-OFF comparison to make
@@ -42,7 +37,8 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         if any(under_load(r) for r in g.runs):
             continue  # background tenants: not the protocol's isolated condition
         off, onoff = g.stats.get("off_rerun"), g.stats.get("on_vs_off")
-        obs = f"OFF reruns {fmt_rate(off)}; ON vs OFF {fmt_rate(onoff)} ({g.meta.get('engine_build') or 'vLLM'})"
+        build = g.meta.get("engine_build") or TEXT["observed_server"]
+        obs = f"OFF reruns {fmt_rate(off)}; ON vs OFF {fmt_rate(onoff)} ({build})"
         invalid = group_problems(g)
         why = []
         if invalid:
@@ -65,16 +61,12 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         details.append(Verdict.of_claim(ID, scope_of(g), "direction", status, obs,
                                "OFF reruns 0 diverging; ON vs OFF > 0", "direction only (model not named by the paper)",
                                why + pair_evidence(g, "off_rerun", root) + pair_evidence(g, "on_vs_off", root)))
-    ctx = [paper.value(k) for k in ("on_rerun_vllm_16bit", "on_rerun_vllm_16bit_other_session", "on_vs_off_vllm_16bit")]
-    expected = ("OFF reruns identical, ON vs OFF > 0; paper vLLM 16-bit: ON reruns "
-                f"{pct(ctx[0]['value'])} / {pct(ctx[1]['value'])}, ON vs OFF {pct(ctx[2]['value'])} (§IV-E, Tab. 2)"
-                if all(ctx) else "OFF reruns identical, ON vs OFF > 0")
+    ctx = [paper.value(k) for k in paper.needs(ID, "context") or []]
+    expected = (TEXT["expected_with_paper"].format(*(pct(c["value"]) for c in ctx))
+                if ctx and all(ctx) else TEXT["expected"])
     if not details:
-        return make_claim(ID, RULE, [], "no vLLM runs", expected, "direction only",
-                      ["no run with engine = vllm of a plan with both arms and the configuration's own server "
-                       "settings in these results: `./run.sh demo --vllm` makes them on a CPU (vLLM 0.11.0 CPU "
-                       "build), `./run.sh all` on a GPU host, configs/h200-vllm on an H200 (vLLM 0.25.0)"],
-                      NOT_RUN)
+        return make_claim(ID, RULE, [], TEXT["none_observed"], expected, "direction only", [TEXT["none_why"]],
+                          NOT_RUN)
     return make_claim(ID, RULE, details, "; ".join(f"{d.scope}: {d.observed}" for d in details), expected,
                   "direction only", [f"{d.scope}: {d.status}" for d in details])
 

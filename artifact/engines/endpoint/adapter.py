@@ -270,6 +270,7 @@ class EndpointSession:
         s = self.settings
         return {
             "engine": KIND, "engine_build": observe.build_string(self.identity),
+            "server_family": observe.server_family(self.identity),  # what the server says it is (owned_by)
             "server": {"url": self.url, "remote": self.remote, "model_id": self.model, "identity": self.identity,
                        "started_by": "the user (not the artifact)"},
             "unknown": {"server_cmd": UNKNOWN, "binary": UNKNOWN, "weights_sha256": UNKNOWN,
@@ -351,6 +352,15 @@ class Endpoint(Engine):
                                 arms=("off", "on"), packages=(), loads_weights=False, reports_cache_use=False)
     settings_type = Settings
     identity_keys = ("engine", "servers", "model_id", "cache_control", "request_fields", "unknown")
+
+    def family_of(self, manifest: dict) -> str | None:
+        """The manifest's `server_family`, else (older records) what the recorded server identity reports."""
+        return manifest.get("server_family") or observe.server_family(
+            ((manifest.get("server") or {}).get("identity")))
+
+    def native_unavailable(self, cfg: Config, gpu: bool) -> str | None:
+        return (f"engine {self.kind} talks to servers the user runs, which `./run.sh all` does not start: "
+                "./run.sh run CONFIG (ARTIFACT.md section 9)")
 
     def problems(self, cfg: Config, s: Settings) -> list[str]:
         out = []

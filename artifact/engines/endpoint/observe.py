@@ -70,6 +70,18 @@ def server_identity(get) -> dict:
     return ident
 
 
+def server_family(ident: dict | None) -> str | None:
+    """The family of server it is, in its own word: the `owned_by` its /v1/models gives every model (vLLM "vllm",
+    llama-server "llamacpp"), lower-cased; None where it gives none or several (never guessed from the rest)."""
+    owners = {m.get("owned_by") for m in (ident or {}).get("models") or [] if isinstance(m, dict)}
+    if len(owners) != 1:
+        return None
+    owner = owners.pop()
+    if not isinstance(owner, str) or not owner.strip():
+        return None
+    return owner.strip().lower()
+
+
 def build_string(ident: dict) -> str:
     """The server's own build or version string, as it reports it (never guessed)."""
     props, version = ident.get("props") or {}, ident.get("version") or {}

@@ -314,6 +314,21 @@ class LlamaCpp(Engine):
     settings_type = Settings
     cache_keys = CACHE_KEYS
     identity_keys = ("engine", "binary_sha256")
+    server_family = "llamacpp"  # llama-server's /v1/models owned_by
+
+    def image(self, args):
+        """Dockerfile.llamacpp: the paper's b10434 with CUDA, or with --cpu the CPU default's b10435 (build.py)."""
+        from artifact.engines.base import DEFAULT_CUDA_ARCHS
+        from artifact.engines.llama_cpp.build import image_spec
+
+        return image_spec(cpu=getattr(args, "cpu", False), base=getattr(args, "base_image", None),
+                          cuda_archs=getattr(args, "cuda_archs", DEFAULT_CUDA_ARCHS), kind=self.kind)
+
+    def native_build(self):
+        """Natively, `all --native` builds the llama-server every job uses before any job starts (build.py)."""
+        from artifact.engines.llama_cpp.build import NativeLlamaServer
+
+        return NativeLlamaServer()
 
     def command_settings(self, manifest: dict) -> dict:
         return command_settings(manifest)

@@ -485,6 +485,34 @@ class Vllm(Engine):
     settings_type = Settings
     cache_keys = CACHE_KEYS
     identity_keys = ("engine", "vllm", "server_args")
+    server_family = "vllm"  # vLLM's /v1/models owned_by
+    host_folders = (".venv-vllm",)  # scripts/setup-vllm.sh's environment (~8 GB), never in an image's context
+
+    def image(self, args):
+        """Dockerfile.vllm: the paper's vLLM 0.11.0 (the Dockerfile checks the same pin; requirements-vllm.lock for
+        the CPU build)."""
+        from artifact.engines.base import ImageSpec
+
+        return ImageSpec(self.kind, "Dockerfile.vllm", "prefix-cache-artifact/vllm", f"v{versions.DEFAULT}", {},
+                         None, shm_size="8g")
+
+    def native_unavailable(self, cfg: Config, gpu: bool) -> str | None:
+        """A vLLM the user installed, at the version the configuration is written for (versions.DEFAULT unless its
+        [engine.settings] version says otherwise), and for a GPU run its CUDA build."""
+        why = self.container_unavailable()
+        if why:
+            return why
+        want = self.settings(cfg).version
+        try:
+            exe = vllm_env.resolve_executable(cfg.engine.binary)
+            info = vllm_env.probe(str(exe))
+        except ArtifactError as exc:
+            return f"no usable vLLM ({exc}); install vLLM {want} and point ARTIFACT_VLLM_VENV at its prefix"
+        if versions.mismatch(info.get("vllm"), want):
+            return f"{exe} is vLLM {info.get('vllm')}, the configuration is written for {want}"
+        if gpu and info.get("build") != "cuda":
+            return f"{exe} is vLLM {info.get('vllm')}'s {info.get('build')} build, not a CUDA build that sees a GPU"
+        return None
 
     def manifest_problem(self, manifest: dict) -> str | None:
         """The identity's keys; the command line is `EXE serve MODEL ...` with the pairing inputs' server_args (port,

@@ -31,8 +31,10 @@ def cmd_slurm(jobs: list[Job], args) -> int:
     opts = sbatch_options(args)
     mode = args.container
     if mode == "apptainer" and not args.image and not args.dry_run:
+        specs = [s for s in (engines.image_spec(j.engine, args) for j in jobs) if s]
         raise ArtifactError("--container apptainer needs --image FILE.sif (apptainer build FILE.sif "
-                            "docker-daemon://prefix-cache-artifact/llamacpp:TAG; ARTIFACT.md section 7c)")
+                            f"docker-daemon://{specs[0].repository if specs else 'IMAGE'}:TAG; ARTIFACT.md section "
+                            "7c)")
     if mode == "apptainer" and args.image and not Path(args.image).is_file() and not args.dry_run:
         raise ArtifactError(f"--image {args.image}: no such file")
     where = "container" if mode != "native" else "native"
@@ -118,7 +120,7 @@ def prepare(runnable: list[Job], args, mode: str) -> dict:
     the image's digest."""
     out = {}
     if mode == "native":
-        out["expect_build"] = native.ensure_llama_server(args)
+        out["expect_build"] = engines.ensure_native_builds(args)  # engine kind -> label
     if not args.no_fetch:
         fetch([j.cfg for j in runnable])
     if mode != "docker":

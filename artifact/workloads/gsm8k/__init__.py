@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from artifact.config import choice
-from artifact.workloads.base import Prepared, Workload
+from artifact.workloads.base import CacheBridge, Prepared, Workload
 from artifact.workloads.gsm8k import prompts
 from artifact.workloads.gsm8k.scoring import ANSWER_INSTRUCTION, score_numeric, score_strict
 from artifact.engines.base import RequestError
@@ -110,6 +110,13 @@ class Gsm8k(Workload):
         return {"flagged_servings": sum(len(r["flagged_servings"]) for r in records)}
 
     table_files = ("tab3.csv",)
+
+    @property
+    def cache_bridge(self) -> CacheBridge:
+        """Tab. 3 (table.py) is the table RQ5 judges; rows of the paper's GSM8K items are its evidence."""
+        from artifact.workloads.gsm8k.prompts import NET_SHIFT, SERVINGS
+
+        return CacheBridge("tab3.csv", "gsm8k", NET_SHIFT, len(SERVINGS))
 
     def record_problem(self, run) -> str | None:
         """Each item's own source against the manifest's labels of the data (records.py)."""

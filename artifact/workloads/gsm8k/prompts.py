@@ -29,6 +29,7 @@ SYNTHETIC_SEED = 42
 # prompt is already in the slot from cold2, so warm1 and warm2 both reuse its KV).
 SERVINGS = (("cold1", False), ("cold2", False), ("warm1", True), ("warm2", True))
 CACHE_PROMPT = dict(SERVINGS)
+NET_SHIFT = 0.01  # the net accuracy shift the McNemar power is computed for (1 pp; Tab. 3 and RQ5)
 # Handlers whose _format_prompt renders a plain chat turn when given no functions.
 PROMPT_HANDLERS = ("qwen", "qwen_fc", "llama")
 

@@ -26,10 +26,9 @@ from artifact.workloads.gsm8k.scoring import answer_flips, score_numeric, score_
 from artifact.analysis.stats import mcnemar_exact, mcnemar_power
 from artifact.records.store import Run
 from artifact.analysis.fmt import missing, num, pct, records
-from artifact.workloads.gsm8k.prompts import SERVINGS, cache_check
+from artifact.workloads.gsm8k.prompts import NET_SHIFT, SERVINGS, cache_check  # NET_SHIFT: the power's 1 pp shift
 from artifact.workloads.gsm8k.records import item_sources
 
-NET_SHIFT = 0.01  # the net accuracy shift the power is computed for (1 pp)
 COUNT_KEYS = (
     "items", "n", "flagged_items", "flagged_servings", "truncated",
     "cold_identical", "warm_identical", "cold_warm_diverged",
