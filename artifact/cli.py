@@ -54,10 +54,10 @@ def execute(config: str, plan_name: str | None, episodes: int | None, results: P
 
 def demo_variants() -> dict:
     """NAME -> its help, for each `./run.sh demo --NAME` configs/demo.toml declares ([variants.NAME])."""
-    from artifact.config import _read_toml
+    from artifact.config import read_toml  # lazy: each command imports only what it runs
 
     try:
-        variants = _read_toml(DEMO_FILE).get("variants") or {}
+        variants = read_toml(DEMO_FILE).get("variants") or {}
     except ArtifactError:
         return {}  # the demo command reports it (demo_entries)
     return {name: str(v.get("help", f"instead: [[{name}]] of configs/demo.toml, then check"))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from artifact.config import build_table
+from artifact.config import REPO, build_table
 from artifact.errors import ArtifactError
 
 # Greedy decoding stated explicitly (the same values on every engine; each adapter sends its own field names).
@@ -169,8 +169,6 @@ def native_venv() -> Path:
     """The environment `./run.sh all --native` builds into and runs its jobs from (run.sh passes the same)."""
     import os
 
-    from artifact.config import REPO
-
     return Path(os.environ.get("ARTIFACT_NATIVE_VENV") or REPO / ".venv-cuda")
 
 
@@ -268,8 +266,6 @@ class Engine:
 
     def container_unavailable(self) -> str | None:
         """None if this version can run it in its image, else why not (one line)."""
-        from artifact.config import REPO
-
         image = self.capabilities.image
         if not image or not (REPO / image).is_file():
             return f"engine {self.kind} declares no image this version can build ({image or 'none'})"

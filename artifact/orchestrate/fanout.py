@@ -24,6 +24,9 @@ from pathlib import Path
 from artifact import workloads
 from artifact.orchestrate import host
 from artifact.orchestrate.matrix import Job
+from artifact.protocol.sessions import sessions
+from artifact.catalog import load_plan
+from artifact.records.store import find_runs
 
 RUN_LINE = re.compile(r"^\s*\[(?P<arm>\w+) run (?P<run>\d+)\] (?P<i>\d+)/(?P<n>\d+) ")
 REUSE_LINE = re.compile(r"\] session (?P<session>\S+): complete, reusing")
@@ -99,8 +102,6 @@ class Progress:
 
 
 def runs_per_session(plan) -> tuple[int, dict]:
-    from artifact.protocol.sessions import sessions
-
     groups = sessions(plan)
     return sum(len(g) for g in groups), {g[0].session: [(s.arm, s.run) for s in g] for g in groups}
 
@@ -307,8 +308,6 @@ class Fanout(FanoutBase):
     def run_job(self, job: Job, slot: Slot) -> Outcome:
         import docker
 
-        from artifact.catalog import load_plan
-
         t0 = time.monotonic()
         total, per_session = runs_per_session(load_plan(job.plan))
         progress = Progress(job, total)
@@ -382,8 +381,6 @@ def last_error(log_path: Path) -> str:
 
 def check_manifests(pdir: Path, expect_build: str | None) -> str | None:
     """None if every run under `pdir` is complete (and was served by the expected engine build), else why not."""
-    from artifact.records.store import find_runs
-
     runs = find_runs(pdir)
     if not runs:
         return f"no runs under {pdir}"

@@ -21,6 +21,7 @@ from pathlib import Path
 from artifact.config import REPO
 from artifact.engines.base import ImageSpec
 from artifact.errors import ArtifactError
+from artifact import engines
 
 # Never in an image's build context: environments (.venv-cuda, --native's; and each engine's own, `host_folders`, e.g.
 # an ~8 GB one), results, weights and models, tests. Top-level folders only (the package has its own
@@ -33,8 +34,6 @@ BUILD_INPUTS = "docker/build-inputs"
 
 def excluded_top() -> set[str]:
     """EXCLUDE_TOP and the repository folders of the engines' own set-ups (`Engine.host_folders`)."""
-    from artifact import engines
-
     return EXCLUDE_TOP | {f for kind in engines.REGISTRY for f in engines.get(kind).host_folders}
 
 

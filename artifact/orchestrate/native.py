@@ -43,6 +43,10 @@ from artifact.orchestrate.common import (conclude, cpu_slots, gpu_slots, print_g
 from artifact.orchestrate.fanout import FanoutBase, Outcome, FAILED, Progress, Slot, job_logs, runs_per_session, \
     simulate
 from artifact.orchestrate.matrix import Job
+from artifact.fetch import fetch as fetch_weights
+from artifact.models.derive import SOURCE_PREFIX, locate
+from artifact.catalog import load_plan
+from artifact.orchestrate.staging import MANIFEST, load_manifest, summary
 
 def native_venv() -> Path:
     """Where `./run.sh all --native` keeps its engines' builds (run.sh passes the same)."""
@@ -53,11 +57,7 @@ def prepare_models(jobs: list[Job], fetch: bool) -> None:
     """Weights fetched and verified (unless `fetch` is off), derived models made, once, before any job starts (jobs
     running at once must not derive the same file at once)."""
     if fetch and jobs:
-        from artifact.fetch import fetch as fetch_weights
-
         fetch_weights([j.cfg for j in jobs])
-    from artifact.models.derive import SOURCE_PREFIX, locate
-
     for source in dict.fromkeys(j.cfg.model.source for j in jobs if j.cfg.model.source.startswith(SOURCE_PREFIX)):
         say(f"model {source}: {locate(source)}")
 
@@ -224,8 +224,6 @@ class NativeFanout(FanoutBase):
         self._init_fanout()
 
     def run_job(self, job: Job, slot: Slot) -> Outcome:
-        from artifact.catalog import load_plan
-
         t0 = time.monotonic()
         total, per_session = runs_per_session(load_plan(job.plan))
         progress = Progress(job, total)
@@ -310,8 +308,6 @@ def offline_words() -> str | None:
     if not d:
         return None
     try:
-        from artifact.orchestrate.staging import MANIFEST, load_manifest, summary
-
         return f"set up from the stage {d} ({summary(load_manifest(Path(d) / MANIFEST))}); no weights fetched"
     except Exception as exc:  # the set-up verified it; a reader's failure must not stop the run
         return f"set up from the stage {d} ({exc}); no weights fetched"

@@ -21,8 +21,9 @@ from artifact import workloads
 from artifact.analysis.groups import cache_condition
 from artifact.analysis.figure import legend_rows, new_figure, overhang, text_room
 from artifact.analysis.fmt import num, pct, rate_cell, records
-from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, divergence_example, relative
+from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, relative
 from artifact.records.store import Run
+from artifact.report.example import divergence_example
 from artifact.verdict import STATUSES
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

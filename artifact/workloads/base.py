@@ -93,7 +93,7 @@ class Workload:
         """For background tenants (plans with `tenants`, artifact/protocol/tenants.py): per unit, its first prompt
         and `n` prompts of data the protocol never evaluates that share that prompt's prefix as another user of the
         same application would; and how they were made (recorded in every manifest)."""
-        from artifact import workloads  # the registry (its package's __init__, which imports none of them first)
+        from artifact import workloads  # lazy: the registry, the package above this module (its __init__ imports this)
 
         having = [n for n in workloads.REGISTRY if type(workloads.get(n)).tenant_prompts is not Workload.tenant_prompts]
         raise ArtifactError(f"workload {self.name} has no prompts for background tenants; plans with tenants run "
@@ -123,7 +123,7 @@ class Workload:
         """Its section of report.html: {"template": "<package>/<file>.j2", ...context}, or None."""
         return None
 
-    # --- the report's divergence example (artifact.analysis.tables.divergence_example) -------------------------
+    # --- the report's divergence example (artifact.report.example.divergence_example) --------------------------------
     def divergence_change(self, run_a, run_b, unit_id: str, first_request: int | None) -> str | None:
         """What a unit's first divergence changed beyond the reply (an agent: "observation" where it made other
         calls and saw other results, "call" where the calls differ only), or None; the example prefers units where

@@ -10,8 +10,9 @@ import math
 
 import pytest
 
+from artifact.report.example import divergence_example, top2_margin
 from artifact.analysis.tables import (
-    QUANT_LEVELS, build_tables, divergence_example, exposure, quant_level, run_problems, top2_margin,
+    QUANT_LEVELS, build_tables, exposure, quant_level, run_problems,
 )
 from artifact.records.store import RunWriter, load_run
 from synthetic_runs import OFF, ON1, ON2, main_plan, trend_runs, write_bfcl_run

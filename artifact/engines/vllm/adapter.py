@@ -40,7 +40,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from artifact.config import Config, Plan, choice
-from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
+from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, ImageSpec, RequestError
 from artifact.models import verified_weights
 from artifact.engines.server_process import ANSI, ServerProcess, ServerSession
 from artifact.engines.vllm import env as vllm_env
@@ -491,8 +491,6 @@ class Vllm(Engine):
     def image(self, args):
         """Dockerfile.vllm: the paper's vLLM 0.11.0 (the Dockerfile checks the same pin; requirements-vllm.lock for
         the CPU build)."""
-        from artifact.engines.base import ImageSpec
-
         return ImageSpec(self.kind, "Dockerfile.vllm", "prefix-cache-artifact/vllm", f"v{versions.DEFAULT}", {},
                          None, shm_size="8g")
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from artifact.config import choice
 from artifact.workloads.base import Prepared, Workload
 from artifact.workloads.bfcl.records import record_problem
+from artifact.workloads.bfcl import example
 
 
 @dataclass(frozen=True)
@@ -96,15 +97,11 @@ class Bfcl(Workload):
 
     def divergence_change(self, run_a, run_b, unit_id: str, first_request: int | None) -> str | None:
         """A changed tool call, and with it the result the model saw next (example.py)."""
-        from artifact.workloads.bfcl.example import divergence_change
-
-        return divergence_change(run_a, run_b, unit_id, first_request)
+        return example.divergence_change(run_a, run_b, unit_id, first_request)
 
     def example_trajectory(self, run, reqs: list, unit_id: str, start: int) -> list[dict]:
         """The calls BFCL decoded from each reply and their results, from the episode record's steps (example.py)."""
-        from artifact.workloads.bfcl.example import trajectory
-
-        return trajectory(run, reqs, unit_id, start)
+        return example.trajectory(run, reqs, unit_id, start)
 
     def run_columns(self, run) -> dict:
         from artifact.workloads.bfcl.tables import agent_row  # lazy: pandas (~0.9 s), which a protocol run never needs

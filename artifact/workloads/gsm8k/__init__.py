@@ -114,9 +114,7 @@ class Gsm8k(Workload):
     @property
     def cache_bridge(self) -> CacheBridge:
         """Tab. 3 (table.py) is the table RQ5 judges; rows of the paper's GSM8K items are its evidence."""
-        from artifact.workloads.gsm8k.prompts import NET_SHIFT, SERVINGS
-
-        return CacheBridge("tab3.csv", "gsm8k", NET_SHIFT, len(SERVINGS))
+        return CacheBridge("tab3.csv", "gsm8k", prompts.NET_SHIFT, len(prompts.SERVINGS))
 
     def record_problem(self, run) -> str | None:
         """Each item's own source against the manifest's labels of the data (records.py)."""

@@ -4,7 +4,8 @@ flip)."""
 
 import io
 
-from artifact.analysis.tables import call_flip, divergence_example, group_runs
+from artifact.analysis.tables import group_runs
+from artifact.report.example import call_flip, divergence_example
 from artifact.workloads.bfcl import driver as bfcl
 from artifact.workloads.bfcl import oracle as data
 from artifact.workloads.bfcl.tables import agent_row
