@@ -18,6 +18,7 @@ Prints the verdict table, the invalid runs and the runs that were not network-is
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -269,6 +270,11 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
     Input problems raise ArtifactError with one line. Records are validated up front (`check_records`); anything
     still unexpected in them is reported the same way, with the traceback only when ARTIFACT_DEBUG is set.
     """
+    # no cyclic garbage collection while checking: at scale the records are millions of objects (none in a cycle:
+    # they are freed by reference counting), which each of Python's full collections walks again (~1.5 CPU s of
+    # ~12 at paper scale, bench/README.md); what the check leaves in cycles (figures, frames) is collected after it
+    gc_enabled = gc.isenabled()
+    gc.disable()
     try:
         return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet, label=label)
     except ArtifactError:
@@ -278,6 +284,9 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
             raise
         raise ArtifactError(f"could not check {results_dir}: unexpected content in the records "
                             f"({type(exc).__name__}: {exc}); set ARTIFACT_DEBUG=1 for the traceback") from None
+    finally:
+        if gc_enabled:
+            gc.enable()
 
 
 class Laps:
