@@ -15,9 +15,7 @@ from artifact.models import pypi_parts
 from artifact.protocol.tenants import spec_of
 
 
-def arms() -> tuple[str, ...]:
-    """Every arm a plan may have: the paired arms and those of the registered workloads."""
-    return tuple(dict.fromkeys(a for name in workloads.REGISTRY for a in workloads.get(name).arms))
+arms = workloads.arms  # every arm a plan may have (the workloads declare theirs)
 
 
 def _plugin_problems(cfg: Config):

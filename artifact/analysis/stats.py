@@ -28,14 +28,25 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     k = 0 gives low = 0 and k = n gives high = 1. Raises ValueError for n = 0
     (a rate over no observations has no interval; callers report "not run").
     """
-    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy.special import ndtri  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     k, n = int(k), int(n)
     if n <= 0:
         raise ValueError(f"wilson_interval needs n >= 1, got n={n}")
     if not 0 <= k <= n:
         raise ValueError(f"wilson_interval needs 0 <= k <= n, got k={k}, n={n}")
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
+    if not 0 <= confidence <= 1:
+        raise ValueError(f"wilson_interval needs a confidence level in [0, 1], got {confidence}")
+    # scipy.stats.binomtest(k, n).proportion_ci(confidence, method="wilson"), operation for operation (scipy 1.x's
+    # _binom_wilson_conf_int, two-sided, no correction: the same floats), without binomtest's p-value (an exact
+    # binomial sum per call, ~2.5 ms; check computes ~170 intervals) nor scipy.stats' import
+    p = k / n
+    z = ndtri(0.5 + 0.5 * confidence)
+    denom = 2 * (n + z**2)
+    center = (2 * n * p + z**2) / denom
+    delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z**2)
+    low = 0.0 if k == 0 else center - delta
+    high = 1.0 if k == n else center + delta
+    return float(low), float(high)
 
 
 def block_bootstrap_interval(

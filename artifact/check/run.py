@@ -18,6 +18,7 @@ Prints the verdict table, the invalid runs and the runs that were not network-is
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -29,8 +30,7 @@ from pathlib import Path
 
 from artifact import workloads
 from artifact.check import facts
-from artifact.check.worker import Drawing, Worker, want_worker
-from artifact.catalog import arms
+from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST
 from artifact.records.store import REQUESTS, Run, find_runs, validate_records
@@ -52,9 +52,9 @@ def check_records(run: Run) -> None:
     problem = MANIFEST.problem(m)
     if problem:
         raise ArtifactError(f"{run.path / 'manifest.json'}: {problem}")
-    if m["arm"] not in arms():
+    if m["arm"] not in workloads.arms():
         raise ArtifactError(f"{run.path / 'manifest.json'}: arm {m['arm']!r} is not one of the artifact's arms "
-                            f"({', '.join(arms())}; labels are lower-case)")
+                            f"({', '.join(workloads.arms())}; labels are lower-case)")
     validate_records(run)
 
 
@@ -79,13 +79,17 @@ def load_run(path: Path, manifest: dict) -> tuple:
     return run.requests, run.episodes, run.top2_arrays()
 
 
-def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None) -> list[Run]:
+def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None,
+                     then: tuple = ()) -> list[Run]:
     """Read and validate every run's records (`check_records`); one run per (config, plan, arm, run). With a
     `worker`, it reads runs from the front of the list while this process, once it has done `meanwhile()`, reads
     them from the back (each run the worker has not started yet); without, in the list's order. The first problem
-    in the list's order is raised either way."""
+    in the list's order is raised either way. `then` (a function and its arguments) is queued for the worker behind
+    its runs (only with a worker: what it does once its share is loaded; its result is not waited for)."""
     worker = worker if worker is not None else Worker()
     jobs = [worker.submit(load_run, run.path, run.manifest) for run in runs]
+    if then and worker.enabled:
+        worker.submit(*then)
     meanwhile()
     # this process's share, with a worker: from the back, up to a run the worker has begun
     for job in reversed(jobs if worker.enabled else []):
@@ -265,6 +269,11 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
     Input problems raise ArtifactError with one line. Records are validated up front (`check_records`); anything
     still unexpected in them is reported the same way, with the traceback only when ARTIFACT_DEBUG is set.
     """
+    # no cyclic garbage collection while checking: at scale the records are millions of objects (none in a cycle:
+    # they are freed by reference counting), which each of Python's full collections walks again (~1.5 CPU s of
+    # ~12 at paper scale, bench/README.md); what the check leaves in cycles (figures, frames) is collected after it
+    gc_enabled = gc.isenabled()
+    gc.disable()
     try:
         return _run_check(results_dir, out_dir, expected_path=expected_path, quiet=quiet, label=label)
     except ArtifactError:
@@ -274,6 +283,9 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
             raise
         raise ArtifactError(f"could not check {results_dir}: unexpected content in the records "
                             f"({type(exc).__name__}: {exc}); set ARTIFACT_DEBUG=1 for the traceback") from None
+    finally:
+        if gc_enabled:
+            gc.enable()
 
 
 class Laps:
@@ -294,11 +306,14 @@ class Laps:
         self._last = now
 
 
-# What check's worker imports as it starts: what loading a run needs (`load_run`) and the figure functions' modules
-# (matplotlib and pandas; while this process imports pandas, scipy and the analyses): it then shares the loading of
-# the runs, and is ready to draw when the first figure is asked for.
-WORKER_MODULES = ("artifact.check.run", "numpy", "pyarrow.csv", "matplotlib.backends.backend_agg",
-                  "matplotlib.figure", "artifact.report.render", "artifact.check.beyond")
+# What check's worker imports as it starts: only what loading a run needs (`load_run`), so that it begins loading
+# runs from the front of the list while this process imports pandas, scipy and the analyses. The figure functions'
+# modules (matplotlib and pandas, ~1.5 s) it imports once its share of the runs is loaded (a job queued behind the
+# loading jobs: `worker.preload`), while this process runs the paper's tables: it is then ready to draw when the
+# first figure is asked for.
+WORKER_MODULES = ("artifact.check.run", "numpy", "pyarrow.csv")
+FIGURE_MODULES = ("matplotlib.backends.backend_agg", "matplotlib.figure", "artifact.report.render",
+                  "artifact.check.beyond")
 
 
 def _import_analyses() -> None:
@@ -322,7 +337,8 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     worker = Worker(want_worker(records_bytes(runs)), modules=WORKER_MODULES)
     new = None
     try:
-        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, scipy, analyses")))
+        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, scipy, analyses")),
+                         then=(preload, *FIGURE_MODULES))
         lap("load+validate")
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
         from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415

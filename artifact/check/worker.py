@@ -18,6 +18,7 @@ core, ARTIFACT_CHECK_WORKER=0) every job runs here, in the order asked for.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import multiprocessing
 import os
@@ -51,6 +52,8 @@ def _timed(fn, args) -> tuple:
 
 def _start(modules: tuple[str, ...]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is the caller's to handle: it stops the worker
+    gc.disable()  # as in check (artifact.check.run.run_check): the runs' records hold no cycles; the worker lives
+    # for one check and is killed at its end
     preload(*modules)
 
 

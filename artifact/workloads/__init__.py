@@ -26,6 +26,11 @@ def get(name: str):
     return importlib.import_module(REGISTRY[name]).WORKLOAD
 
 
+def arms() -> tuple[str, ...]:
+    """Every arm a plan may have: the paired arms and those of the registered workloads."""
+    return tuple(dict.fromkeys(a for name in REGISTRY for a in get(name).arms))
+
+
 def of_run(run):
     """The workload a run's records belong to (its manifest says; older records are the default one's)."""
     name = run.manifest.get("workload") or DEFAULT
