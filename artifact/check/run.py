@@ -154,6 +154,7 @@ def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
 
 
 def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) -> list[str]:
+    # lazy: pandas and scipy after the worker has started
     from artifact.analysis.tables import quant_levels_frame  # noqa: PLC0415
 
     frames = {"tab2.csv": tables.tab2, "tab2_comparisons.csv": tables.comparisons, "runs.csv": tables.runs,
@@ -249,7 +250,7 @@ def _clip(s: str, n: int) -> str:
 
 def exit_code(claims: list[Claim], problems: list[str]) -> int:
     """`claims.EXIT_CODES`: 1 hard failure or invalid runs, 4 another claim fails, 3 nothing tested, else 0."""
-    from artifact.check.claims import FAIL, TESTED  # noqa: PLC0415
+    from artifact.check.claims import FAIL, TESTED  # noqa: PLC0415; lazy: pandas and scipy after the worker has started
 
     if problems or any(c.hard and c.status == FAIL for c in claims):
         return 1
@@ -318,7 +319,7 @@ FIGURE_MODULES = ("matplotlib.backends.backend_agg", "matplotlib.figure", "artif
 
 def _import_analyses() -> None:
     """pandas, scipy and the analyses, imported on their own (a step of check's timings)."""
-    import artifact.analysis.tables  # noqa: F401, PLC0415
+    import artifact.analysis.tables  # noqa: F401, PLC0415; lazy: pandas and scipy after the worker has started
     import artifact.check.beyond  # noqa: F401, PLC0415
     import artifact.check.claims  # noqa: F401, PLC0415
     import artifact.report.render  # noqa: F401, PLC0415
@@ -340,7 +341,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, scipy, analyses")),
                          then=(preload, *FIGURE_MODULES))
         lap("load+validate")
+        # lazy: pandas and scipy after the worker has started
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
+        # lazy: pandas and scipy after the worker has started
         from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
 
         facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
@@ -387,7 +390,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
 def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtables: dict, claims: list[Claim],
                    code: int, lap, drawing: Drawing, label: str) -> dict:
     """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
-    from artifact.check.beyond import write_beyond  # noqa: PLC0415
+    from artifact.check.beyond import write_beyond  # noqa: PLC0415; lazy: pandas and scipy after the worker has started
     from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
     from artifact.report.render import PAPER_FIGURES, draw_figures, write_report  # noqa: PLC0415
 
@@ -420,6 +423,7 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
 
 
 def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int) -> None:
+    # lazy: pandas and scipy after the worker has started
     from artifact.check.claims import EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT  # noqa: PLC0415
 
     problems = tables.problems

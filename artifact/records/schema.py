@@ -356,8 +356,8 @@ MANIFEST = Schema("manifest", "manifest.json", (
     Field("engine", (str,), "the engine kind (artifact.engines.REGISTRY)", required=False),
     Field("engine_build", (str, NoneType), "the engine's own build string", required=False),
     Field("server_family", (str, NoneType), "the family of server that served the run, as the server calls itself "
-          "(/v1/models owned_by: vllm, llamacpp); null where it is not known; older records have none (their engine's)",
-          required=False),
+          "(/v1/models owned_by; Engine.server_family); null where it is not known; older records have none "
+          "(their engine's)", required=False),
     Field("model", (dict,), "family, name, quant, sha256, source (and a derived model's derivation, a pypi-parts "
           "model's origin)", required=False),
     Field("session", (str,), "the server session the run belongs to", required=False),
