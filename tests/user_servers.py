@@ -76,8 +76,10 @@ def llama_server(log: Path, *flags: str):
 
 def vllm_server(log: Path, *flags: str):
     """`vllm serve MODEL_DIR --host 127.0.0.1 --port P ... FLAGS...` from the vLLM environment of
-    scripts/setup-vllm.sh, on the agent model in Hugging Face format (the artifact's conversion of its F16 GGUF)."""
+    scripts/setup-vllm.sh, on the agent model in Hugging Face format (the artifact's conversion of its F16 GGUF),
+    served as the vLLM server tests serve it (tests/budget.py: float32, eager)."""
     from artifact.engines.vllm import env as vllm_env
+    from budget import TEST_VLLM_DTYPE, TEST_VLLM_EXTRA_ARGS
 
     cfg = load_config("demo-smollm2-cpu-vllm")
     exe = vllm_env.resolve_executable(cfg.engine.binary)
@@ -85,8 +87,8 @@ def vllm_server(log: Path, *flags: str):
     cache = vllm_env.compile_cache("cpu")
     port = free_port()
     cmd = [str(exe), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", "smollm2-agent", "--max-model-len", "8192", "--dtype", "bfloat16",
-           "--seed", "42", "--max-num-seqs", "1", *flags]
+           "--served-model-name", "smollm2-agent", "--max-model-len", "8192", "--dtype", TEST_VLLM_DTYPE,
+           *TEST_VLLM_EXTRA_ARGS, "--seed", "42", "--max-num-seqs", "1", *flags]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CACHE_ROOT": str(cache / "vllm"),
            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
