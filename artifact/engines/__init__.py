@@ -32,6 +32,11 @@ def get(kind: str):
     return importlib.import_module(REGISTRY[kind]).ENGINE
 
 
+def find(kind: str):
+    """The adapter of engine `kind`, or None for a kind this version does not implement."""
+    return get(kind) if kind in REGISTRY else None
+
+
 def _tools_dir(kind: str) -> Path:
     return get(kind).tools_dir()
 
@@ -45,8 +50,7 @@ for _kind in REGISTRY:
 def of_manifest(manifest: dict):
     """The engine a run's records were served by (its manifest says; older records are the default one's), or None
     for an engine this version does not know."""
-    kind = manifest.get("engine") or DEFAULT
-    return get(kind) if kind in REGISTRY else None
+    return find(manifest.get("engine") or DEFAULT)
 
 
 def server_family(manifest: dict) -> str | None:

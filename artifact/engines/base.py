@@ -19,6 +19,7 @@ Failure kinds, kept apart because they are scored differently:
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -167,8 +168,6 @@ class ImageSpec:
 
 def native_venv() -> Path:
     """The environment `./run.sh all --native` builds into and runs its jobs from (run.sh passes the same)."""
-    import os
-
     return Path(os.environ.get("ARTIFACT_NATIVE_VENV") or REPO / ".venv-cuda")
 
 

@@ -9,19 +9,15 @@ from artifact import engines as registry
 from artifact.engines.base import ImageSpec
 
 
-def _engine(kind: str):
-    return registry.get(kind) if kind in registry.REGISTRY else None
-
-
 def image_spec(kind: str, args) -> ImageSpec | None:
     """The image that serves engine `kind` (None: no image for it in this version)."""
-    engine = _engine(kind)
+    engine = registry.find(kind)
     return engine.image(args) if engine else None
 
 
 def unavailable(job, where: str = "container", gpu: bool = True) -> str | None:
     """None if this version can run `job`'s engine `where` ("container" or "native"), else why not (one line)."""
-    engine = _engine(job.engine)
+    engine = registry.find(job.engine)
     if engine is None:
         return f"the {job.engine} engine adapter is not part of this version of the artifact"
     return engine.container_unavailable() if where == "container" else engine.native_unavailable(job.cfg, gpu)

@@ -340,3 +340,15 @@ def test_mantel_haenszel_skips_strata_without_information_and_pools_the_rest():
     assert mantel_haenszel(empty) == (pytest.approx(float("nan"), nan_ok=True), 1.0)
     with pytest.raises(ValueError):
         mantel_haenszel([(1, -1, 0, 0)])
+
+
+def test_wilson_equals_scipys_binomtest_interval_float_for_float():
+    """wilson_interval computes scipy's own Wilson interval without binomtest's exact p-value (issue 30): held to
+    binomtest's interval, float for float, so a scipy upgrade that changes either shows here."""
+    from scipy.stats import binomtest
+
+    for n in (*range(1, 121), 399, 1000, 100_000):
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n} & set(range(n + 1))):
+            for confidence in (0.9, 0.95, 0.99):
+                ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+                assert wilson_interval(k, n, confidence) == (float(ci.low), float(ci.high)), (k, n, confidence)
