@@ -15,9 +15,6 @@ from artifact.models import pypi_parts
 from artifact.protocol.tenants import spec_of
 
 
-arms = workloads.arms  # every arm a plan may have (the workloads declare theirs)
-
-
 def _plugin_problems(cfg: Config):
     m = cfg.model
     if m.source.startswith("pypi-parts:"):
@@ -47,6 +44,7 @@ def load_config(name_or_path: str, engine_settings: dict | None = None) -> Confi
 def load_plans(path: Path = PLANS_FILE) -> dict[str, Plan]:
     by_key = {engines.get(kind).settings_key: engines.get(kind) for kind in engines.REGISTRY}
     data = read_toml(path)
+    arms = workloads.arms()  # every arm a plan may have (the workloads declare theirs)
     plans = {}
     for name, body in data.items():
         if not isinstance(body, dict):
@@ -58,9 +56,9 @@ def load_plans(path: Path = PLANS_FILE) -> dict[str, Plan]:
             by_key[key].check_plan_table(table, f"{path}: {name}.{key}")
         rest = {k: v for k, v in body.items() if k not in by_key}
         plan = build_table(Plan, {"name": name, **rest, "engine_settings": tables}, str(path), f"{name}.")
-        bad = [a for a in plan.arms if a not in arms()]
+        bad = [a for a in plan.arms if a not in arms]
         if bad or not plan.arms:
-            raise ArtifactError(f"{path}: {name}.arms: each arm must be one of {', '.join(arms())}")
+            raise ArtifactError(f"{path}: {name}.arms: each arm must be one of {', '.join(arms)}")
         if plan.runs < 1:
             raise ArtifactError(f"{path} [{name}].runs must be >= 1")
         if plan.tenants:
