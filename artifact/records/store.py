@@ -271,8 +271,23 @@ def _parse_pairs(texts: list[bytes]):
                                                                 null_values=[], quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    ids, lps = table.column("id").to_numpy(), table.column("lp").to_numpy()
+    ids, lps = (_numpy(table.column(c), dtype) for c, dtype in (("id", np.int64), ("lp", np.float64)))
+    if ids is None or lps is None:
+        return None
     return ids.reshape(-1, 2), lps.reshape(-1, 2)
+
+
+def _numpy(column, dtype):
+    """A column of numbers as a writable numpy array (None where it holds a null), from its data buffer: pyarrow's
+    own `to_numpy` imports pandas (~0.5 s; in check's worker, before its first run is loaded)."""
+    import numpy as np  # noqa: PLC0415; lazy: the protocol's writer never reads
+
+    arr = column.combine_chunks()
+    if arr.null_count:  # none is read as a null (null_values=[]): refused as a number that is not one
+        return None
+    if not len(arr):
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset).copy()
 
 
 def _top2_parse(records: list) -> tuple[list, list, object, object]:
