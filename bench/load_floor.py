@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         "pyarrow.json read_json into typed columns": lambda d, r: pj.read_json(pa.py_buffer(d), read_options=one_thread),
         "msgspec untyped decode_lines (Python objects)": lambda d, r: anything.decode_lines(d),
         "stdlib json.loads per line": lambda d, r: [json.loads(line) for line in d.splitlines()],
-        "the artifact's loader (load_run: decode, schema rules, top-2 arrays)": lambda d, r: load_run(r.path,
-                                                                                                       r.manifest),
+        "the artifact's loader (load_run: decode, schema rules, top-2 arrays)":
+            lambda d, r: load_run(r.path, r.manifest),
     }
     print(f"{len(runs)} runs, {sum(map(len, data)) / len(data) / 2**20:.2f} MiB of requests.jsonl each")
     for name, read in readers.items():

@@ -285,8 +285,6 @@ def _numpy(column, dtype):
     arr = column.combine_chunks()
     if arr.null_count:  # none is read as a null (null_values=[]): refused as a number that is not one
         return None
-    if not len(arr):
-        return np.empty(0, dtype=dtype)
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset).copy()
 
 

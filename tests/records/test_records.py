@@ -1,4 +1,7 @@
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -165,13 +168,9 @@ def test_manifests_carry_the_schema_version_and_a_newer_one_is_refused_in_one_li
     assert MANIFEST.problem({**legacy, "schema_version": 0}) == "field 'schema_version' must be >= 1, not 0"
 
 
-
 def test_top2_parse_gives_writable_arrays_without_importing_pandas():
     """check's worker loads runs before it imports pandas: the top-2 parse must not pull it in (pyarrow's to_numpy
     does, ~0.5 s), and its arrays stay writable copies."""
-    import subprocess
-    import sys
-
     code = ("import sys\n"
             "from artifact.records.store import _parse_pairs\n"
             "ids, lps = _parse_pairs([b'[[[1, -0.5], [7, -2.25]]]', b'[[[3, -0.1], [9, -3]]]'])\n"
@@ -179,5 +178,6 @@ def test_top2_parse_gives_writable_arrays_without_importing_pandas():
             "assert str(ids.dtype) == 'int64' and ids.flags.writeable and lps.flags.writeable\n"
             "assert _parse_pairs([b'[[[1.5, -0.5], [7, -2.25]]]']) is None\n"
             "print('pandas' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
