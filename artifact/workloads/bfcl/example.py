@@ -8,10 +8,23 @@ TRAJECTORY_STEPS = 4  # requests shown per side, from the first diverging one
 
 
 def steps(run, episode_id: str) -> list:
-    """The episode record's trajectory (`steps`: per request, the calls BFCL decoded and their results)."""
-    rec = next((e for e in run.episodes if isinstance(e, dict) and e.get("episode_id") == episode_id), {})
-    out = rec.get("steps")
+    """The episode record's trajectory (`steps`: per request, the calls BFCL decoded and their results); the first
+    record of the episode where episodes.jsonl holds two."""
+    out = _records_by_episode(run).get(episode_id, {}).get("steps")
     return out if isinstance(out, list) else []
+
+
+def _records_by_episode(run) -> dict:
+    """episode id -> the run's first episode record of it (memoised on the run: the report asks for every diverged
+    episode of every comparison, which scanned the run's records each time)."""
+    index = run.__dict__.get("_bfcl_episode_records")
+    if index is None:
+        index = {}
+        for e in run.episodes:
+            if isinstance(e, dict):
+                index.setdefault(e.get("episode_id"), e)
+        run.__dict__["_bfcl_episode_records"] = index
+    return index
 
 
 def step_at(all_steps: list, i: int | None) -> dict:
