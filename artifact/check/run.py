@@ -29,15 +29,16 @@ import time
 from pathlib import Path
 
 from artifact import workloads
-from artifact.check import facts
 from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST
 from artifact.records.store import REQUESTS, Run, find_runs, validate_records
 
-# pandas, scipy and the analyses (artifact.check.claims, .beyond, artifact.analysis.tables, artifact.report.render)
-# are imported where they are used, not here: a check at scale starts its worker process (artifact.check.worker)
-# first, whose start-up then overlaps these imports (the worker imports this module to load runs: without them).
+# pandas, scipy and the analyses (artifact.check.facts, .claims, .beyond, artifact.analysis.tables,
+# artifact.report.render; numpy with them) are imported where they are used, not here: a check at scale starts its
+# worker process (artifact.check.worker) first, whose start-up then overlaps these imports (the worker imports this
+# module to load runs: without them). What is left here (the records' store and schema, msgspec) is what finding
+# and loading the runs needs.
 
 CHECK_DIR = "check"
 
@@ -321,6 +322,7 @@ def _import_analyses() -> None:
     """pandas, scipy and the analyses, imported on their own (a step of check's timings)."""
     import artifact.analysis.tables  # noqa: F401, PLC0415; lazy: pandas and scipy after the worker has started
     import artifact.check.beyond  # noqa: F401, PLC0415
+    import artifact.check.facts  # noqa: F401, PLC0415
     import artifact.check.claims  # noqa: F401, PLC0415
     import artifact.report.render  # noqa: F401, PLC0415
     import scipy.stats  # noqa: F401, PLC0415
@@ -345,6 +347,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
         # lazy: pandas and scipy after the worker has started
         from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
+        from artifact.check import facts  # noqa: PLC0415; lazy: numpy and the analyses after the worker has started
 
         facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
         lap("facts")
