@@ -76,7 +76,11 @@ def block_bootstrap_interval(
 
     Vectorised: block sums come from a prefix sum over the sequence followed by
     its first L values, replicates are rows of a (n_boot, blocks) array. Seeded
-    with numpy.random.default_rng(seed).
+    with numpy.random.default_rng(seed). The flags are 0/1, so every block sum
+    and replicate total is a small integer, exact in floating point whatever the
+    order of the additions: each block's sum is looked up in a table of the n
+    possible starts, and the starts drawn for (seed, n, n_boot, blocks) are kept
+    (`_block_starts`: check computes many intervals over one episode count).
     """
     x = np.asarray(flags, dtype=float).ravel()
     n = x.size
@@ -91,15 +95,34 @@ def block_bootstrap_interval(
     tail = n - (n_blocks - 1) * L  # length kept from the last block, 1..L
 
     csum = np.concatenate(([0.0], np.cumsum(np.concatenate((x, x[:L])))))  # wrapped: a block may run past n
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, n, size=(n_boot, n_blocks))
-    full = (csum[starts[:, :-1] + L] - csum[starts[:, :-1]]).sum(axis=1)
-    last = csum[starts[:, -1] + tail] - csum[starts[:, -1]]
+    full_starts, last_starts = _block_starts(seed, n, n_boot, n_blocks)
+    full = (csum[L:L + n] - csum[:n])[full_starts].sum(axis=1)  # the sum of the block starting at s, by s
+    last = (csum[tail:tail + n] - csum[:n])[last_starts]
     means = (full + last) / n
 
     alpha = 1.0 - confidence
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(low), float(high)
+
+
+_STARTS: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _block_starts(seed: int, n: int, n_boot: int, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The block starts of every replicate, numpy.random.default_rng(seed).integers(0, n, (n_boot, n_blocks)):
+    (those of the full blocks, (n_boot, n_blocks - 1); those of the last block, (n_boot,)), read-only, kept for
+    the last few keys."""
+    key = (seed, n, n_boot, n_blocks)
+    hit = _STARTS.get(key)
+    if hit is None:
+        starts = np.random.default_rng(seed).integers(0, n, size=(n_boot, n_blocks))
+        hit = (np.ascontiguousarray(starts[:, :-1]), starts[:, -1].copy())
+        for a in hit:
+            a.setflags(write=False)
+        if len(_STARTS) >= 4:
+            _STARTS.pop(next(iter(_STARTS)))
+        _STARTS[key] = hit
+    return hit
 
 
 def cochran_armitage(

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add
 from pathlib import Path
 
 import pandas as pd
@@ -349,7 +351,7 @@ def run_row(run: Run, root: Path | None = None) -> dict:
     return {
         "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "session": m.get("session"),
         "lifecycle": m.get("lifecycle"), "status": m.get("status"), "episodes": len(m["episodes"]),
-        "requests": len(reqs), "errors": sum(1 for r in reqs if _get(r, "error") is not None),
+        "requests": len(reqs), "errors": len(reqs) - list(map(_get, reqs, repeat("error"))).count(None),
         "valid": sum(bool(x.get("valid")) for x in eps) if is_paired_run(run) else None,
         "prompt_tokens": None if e is None else e.prompt_tokens,
         "cached_tokens": None if e is None else e.cached_tokens,
@@ -357,7 +359,8 @@ def run_row(run: Run, root: Path | None = None) -> dict:
         "requests_with_cache": None if e is None else e.requests_with_cache,
         "cache_unreported": len(reqs) if e is None else e.unreported,
         "wall_s": m.get("wall_s"),
-        "server_compute_s": sum((_get(r, "prompt_ms") or 0) + (_get(r, "predicted_ms") or 0) for r in reqs) / 1000,
+        "server_compute_s": sum(map(add, *([v or 0 for v in map(_get, reqs, repeat(f))]
+                                             for f in ("prompt_ms", "predicted_ms")))) / 1000,
         "pairing_fingerprint": pairing_fingerprint(run),
         "isolation": (as_dict(m.get("isolation")).get("network") or "not recorded"),
         "path": relative(run.path, root), "problems": "; ".join(run_problems(run)) or None,
