@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.groups import by_plan, ok_requests, on_off_pairs
+from artifact.analysis.stats import seeded_integers
 from artifact.records.store import Run
 
 N_RESAMPLES = 2999  # percentile bootstrap; paper-scale check time (bench) bounds it
@@ -93,20 +94,33 @@ def _paired_percentile_bootstrap(on: np.ndarray, off: np.ndarray, confidence: fl
     random_state=np.random.default_rng(seed)), whose statistic is np.stack([mean_j(on) / mean_j(off)]) over the
     last axis, operation for operation (scipy 1.15's _resampling.py: the same floats; a test holds the two equal):
     one draw of (n_resamples, units) indices from the generator (`rng_integers`: Generator.integers(0, n, size,
-    dtype='int64')), each column gathered by them into a C-contiguous (n_resamples, units) array and averaged along
+    dtype='int64'); kept for the next plan of as many units, `stats.seeded_integers`), each column gathered by them into a C-contiguous (n_resamples, units) array and averaged along
     its last axis (numpy's pairwise sum, then / units), the ratios stacked, and np.percentile at 100 * alpha and
     100 * (1 - alpha), alpha = (1 - confidence) / 2. What scipy adds (input checks, its standard error, its
     per-column fancy indexing) is left out: ~3x less time.
     """
     n, k = on.shape
-    flat = np.random.default_rng(seed).integers(0, n, (n_resamples, n), dtype="int64").ravel()
+    flat = seeded_integers(seed, n, (n_resamples, n)).ravel()  # kept: one draw serves every plan of n episodes
+    # a few resamples at a time into one small buffer (a row's mean is its own pairwise sum, whatever the rows
+    # around it): no (n_resamples, n) array per column, whose fresh pages cost more than the gathering
+    rows = max(1, _CHUNK // n)
+    buf = np.empty(rows * n)
 
     def mean(column: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(column).take(flat).reshape(n_resamples, n).mean(axis=-1)
+        column, out = np.ascontiguousarray(column), np.empty(n_resamples)
+        for start in range(0, n_resamples, rows):
+            stop = min(start + rows, n_resamples)
+            chunk = buf[:(stop - start) * n]
+            column.take(flat[start * n:stop * n], out=chunk, mode="clip")  # indices < n: "clip" only skips a copy
+            out[start:stop] = chunk.reshape(stop - start, n).mean(axis=-1)
+        return out
 
     theta = np.stack([mean(on[:, j]) / mean(off[:, j]) for j in range(k)])
     alpha = (1 - float(confidence)) / 2
     return (np.percentile(theta, alpha * 100, axis=-1), np.percentile(theta, (1 - alpha) * 100, axis=-1))
+
+
+_CHUNK = 1 << 15  # resampled values gathered at a time (256 KiB)
 
 
 def ratio_interval(on, off, **kw) -> tuple[float, float, float]:
@@ -122,6 +136,14 @@ RATIO_FIELDS = {"prompt_ms": ("prompt_ms",), "evaluated_tokens": ("prompt_n",),
                 "server_ms": ("prompt_ms", "predicted_ms")}
 
 
+def _floats(values: list) -> list[float]:
+    """float(v or 0.0) of each value; numbers (the schema's) straight to float (a -0.0 then stays -0.0, which
+    changes no sum that starts at 0)."""
+    if set(map(type, values)) <= {int, float}:
+        return list(map(float, values))
+    return [float(v or 0.0) for v in values]
+
+
 def _episode_sums(run: Run) -> dict[str, list[float]]:
     """Episode id -> [sum of each RATIO_FIELDS quantity over its served requests]."""
     get = dict.get  # dict.get: never decodes lazy fields
@@ -129,10 +151,11 @@ def _episode_sums(run: Run) -> dict[str, list[float]]:
     # every served request's fields, episode after episode, once: the sum of an episode's quantity is the builtin
     # sum over its slice (its fields in request order, request by request), the floats summing float(value or 0)
     # over its requests and fields gives
-    ok = [[r for r in reqs if get(r, "error") is None] for reqs in by_episode.values()]
+    ok = list(by_episode.values())
+    if list(map(get, run.requests, repeat("error"))).count(None) != len(run.requests):  # some request failed
+        ok = [[r for r in reqs if get(r, "error") is None] for reqs in ok]
     flat = list(chain.from_iterable(ok))
-    values = {f: list(map(float, [v or 0.0 for v in map(get, flat, repeat(f))]))
-              for f in {f for fs in RATIO_FIELDS.values() for f in fs}}
+    values = {f: _floats(list(map(get, flat, repeat(f)))) for f in {f for fs in RATIO_FIELDS.values() for f in fs}}
     columns = []
     for fields in RATIO_FIELDS.values():
         if len(fields) == 1:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = [
+    "seeded_integers",
     "wilson_interval",
     "block_bootstrap_interval",
     "cochran_armitage",
@@ -105,24 +106,42 @@ def block_bootstrap_interval(
     return float(low), float(high)
 
 
-_STARTS: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+_DRAWS: dict[tuple, np.ndarray | tuple[np.ndarray, np.ndarray]] = {}
 
 
 def _block_starts(seed: int, n: int, n_boot: int, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
-    """The block starts of every replicate, numpy.random.default_rng(seed).integers(0, n, (n_boot, n_blocks)):
-    (those of the full blocks, (n_boot, n_blocks - 1); those of the last block, (n_boot,)), read-only, kept for
-    the last few keys."""
-    key = (seed, n, n_boot, n_blocks)
-    hit = _STARTS.get(key)
+    """The block starts of every replicate, numpy.random.default_rng(seed).integers(0, n, (n_boot, n_blocks)),
+    split into those of the full blocks (C-contiguous, (n_boot, n_blocks - 1)) and those of the last block; kept
+    as `seeded_integers` keeps its draws."""
+    key = ("blocks", seed, n, (n_boot, n_blocks))
+    hit = _DRAWS.get(key)
     if hit is None:
         starts = np.random.default_rng(seed).integers(0, n, size=(n_boot, n_blocks))
         hit = (np.ascontiguousarray(starts[:, :-1]), starts[:, -1].copy())
-        for a in hit:
-            a.setflags(write=False)
-        if len(_STARTS) >= 4:
-            _STARTS.pop(next(iter(_STARTS)))
-        _STARTS[key] = hit
+        _keep(key, hit)
     return hit
+
+
+def seeded_integers(seed: int, high: int, shape: tuple[int, ...]) -> np.ndarray:
+    """numpy.random.default_rng(seed).integers(0, high, shape) (int64), read-only, kept for the last few (seed,
+    high, shape) of at most 32 MiB: a check draws the same resamples for every comparison over as many episodes."""
+    key = (seed, high, shape)
+    hit = _DRAWS.get(key)
+    if hit is None:
+        hit = np.random.default_rng(seed).integers(0, high, size=shape, dtype=np.int64)
+        _keep(key, hit)
+    return hit
+
+
+def _keep(key: tuple, arrays) -> None:
+    """Keep read-only draws for the next call with `key` (at most 4 keys, 32 MiB a key)."""
+    arrays = arrays if isinstance(arrays, tuple) else (arrays,)
+    for a in arrays:
+        a.setflags(write=False)
+    if sum(a.nbytes for a in arrays) <= 32 << 20:
+        if len(_DRAWS) >= 4:
+            _DRAWS.pop(next(iter(_DRAWS)))
+        _DRAWS[key] = arrays if len(arrays) > 1 else arrays[0]
 
 
 def cochran_armitage(

@@ -37,6 +37,7 @@ from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import is_fresh
 from artifact.verdict import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
+from artifact.analysis.tables import made_comparison
 from artifact.errors import ArtifactError
 from artifact.records.store import Run, read_server_log
 
@@ -151,7 +152,10 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
                 c[0] += 1
                 c[1] += differ
                 pairs.append((*head, qa["request_index"], t.tier, t.certain, differ))  # PAIR_COLUMNS
-            cmp = comparison(on, ref)
+            # an episode's divergence and evidence are the same whichever run is compared with which (only they are
+            # read here): the comparison check's paper tables made either way round (`tables.made_comparison`: the
+            # reruns there are run i vs a later run j), else groups.comparison's
+            cmp = made_comparison(on, ref) or made_comparison(ref, on) or comparison(on, ref)
             for e in cmp.episodes:
                 t = tier_of.get((e.episode_id, 0))
                 if t is not None and e.evidence:
