@@ -92,12 +92,13 @@ def _paired_percentile_bootstrap(on: np.ndarray, off: np.ndarray, confidence: fl
     scipy.stats.bootstrap(tuple(on.T) + tuple(off.T), statistic, paired=True, vectorized=True,
     method="percentile", confidence_level=confidence, n_resamples=n_resamples,
     random_state=np.random.default_rng(seed)), whose statistic is np.stack([mean_j(on) / mean_j(off)]) over the
-    last axis, operation for operation (scipy 1.15's _resampling.py: the same floats; a test holds the two equal):
-    one draw of (n_resamples, units) indices from the generator (`rng_integers`: Generator.integers(0, n, size,
-    dtype='int64'); kept for the next plan of as many units, `stats.seeded_integers`), each column gathered by them into a C-contiguous (n_resamples, units) array and averaged along
-    its last axis (numpy's pairwise sum, then / units), the ratios stacked, and np.percentile at 100 * alpha and
-    100 * (1 - alpha), alpha = (1 - confidence) / 2. What scipy adds (input checks, its standard error, its
-    per-column fancy indexing) is left out: ~3x less time.
+    last axis, operation for operation (scipy 1.15's _resampling.py; the same floats, a test holds the two equal):
+    one draw of (n_resamples, units) row indices (its `rng_integers`: Generator.integers(0, n, size,
+    dtype="int64"); kept for the next plan of as many units, `stats.seeded_integers`); each column gathered by
+    them into C-contiguous rows of `units` values, each row averaged along its last axis (numpy's pairwise sum,
+    then / units: a row's mean does not depend on the rows gathered with it, so a few are gathered at a time);
+    the ratios stacked; np.percentile at 100 * alpha and 100 * (1 - alpha), alpha = (1 - confidence) / 2. What
+    scipy adds (input checks, its standard error, a (n_resamples, units) array per column) is left out.
     """
     n, k = on.shape
     flat = seeded_integers(seed, n, (n_resamples, n)).ravel()  # kept: one draw serves every plan of n episodes

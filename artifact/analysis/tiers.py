@@ -24,8 +24,9 @@ stratum.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import attrgetter, itemgetter
+from collections import Counter
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter, ne
 from pathlib import Path
 
 import pandas as pd
@@ -82,6 +83,10 @@ def run_tiers(runs: list[Run]) -> dict[int, list]:
     return out
 
 
+_EPISODE, _INDEX, _OUTPUT = itemgetter("episode_id"), itemgetter("request_index"), itemgetter("output_tokens")
+_TIER, _CERTAIN, _EVIDENCE = attrgetter("tier"), attrgetter("certain"), attrgetter("evidence")
+
+
 def requests_frame(runs: list[Run], tiers: dict[int, list]) -> pd.DataFrame:
     get = dict.get  # dict.get: never decodes lazy fields
     rows: list[tuple] = []
@@ -95,9 +100,8 @@ def requests_frame(runs: list[Run], tiers: dict[int, list]) -> pd.DataFrame:
         # rows as tuples, column by column (pandas infers each column's dtype from a list of tuples as from a list
         # of dicts: the same conversion of the same values)
         rows += zip(repeat(m["config"]), repeat(m["plan"]), repeat(m["arm"]), repeat(m["run"]),
-                    map(itemgetter("episode_id"), reqs), map(itemgetter("request_index"), reqs),
-                    map(get, reqs, repeat("cache_n")), map(get, reqs, repeat("prompt_tokens")),
-                    map(attrgetter("tier"), ts), map(attrgetter("certain"), ts), map(attrgetter("evidence"), ts))
+                    map(_EPISODE, reqs), map(_INDEX, reqs), map(get, reqs, repeat("cache_n")),
+                    map(get, reqs, repeat("prompt_tokens")), map(_TIER, ts), map(_CERTAIN, ts), map(_EVIDENCE, ts))
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
 
@@ -137,21 +141,24 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
         if id(on) not in tiers or on.manifest.get("arm") != "on":
             continue
         m = on.manifest
-        tier_of = {(q["episode_id"], q["request_index"]): t for q, t in zip(on.requests, tiers[id(on)])}
+        reqs = on.requests
+        tier_of = dict(zip(zip(map(_EPISODE, reqs), map(_INDEX, reqs)), tiers[id(on)]))  # the last of a key twice
         for ref_name, ref in references(on, runs):
             counts: dict[tuple, list[int]] = {}  # (level, tier) -> [units, differing units]
-            head = (m["config"], m["plan"], m["run"], ref_name)
-            for qa, qb in same_prompt_requests(on, ref):
-                t = tier_of.get((qa["episode_id"], qa["request_index"]))
-                if t is None:
-                    continue
-                differ = qa["output_tokens"] != qb["output_tokens"]
-                c = counts.get(("request", t.tier))
-                if c is None:
-                    c = counts[("request", t.tier)] = [0, 0]
-                c[0] += 1
-                c[1] += differ
-                pairs.append((*head, qa["request_index"], t.tier, t.certain, differ))  # PAIR_COLUMNS
+            # the same-prompt request pairs with a tier, field by field (map: no bytecode per pair)
+            matched = list(same_prompt_requests(on, ref))
+            qas, qbs = [p[0] for p in matched], [p[1] for p in matched]
+            ts = list(map(tier_of.get, zip(map(_EPISODE, qas), map(_INDEX, qas))))
+            if ts.count(None):
+                keep = [i for i, t in enumerate(ts) if t is not None]
+                qas, qbs, ts = [qas[i] for i in keep], [qbs[i] for i in keep], [ts[i] for i in keep]
+            names = list(map(_TIER, ts))
+            differ = list(map(ne, map(_OUTPUT, qas), map(_OUTPUT, qbs)))
+            changed = Counter(compress(names, differ))
+            for tier, n in Counter(names).items():
+                counts[("request", tier)] = [n, changed[tier]]
+            pairs += zip(repeat(m["config"]), repeat(m["plan"]), repeat(m["run"]), repeat(ref_name),  # PAIR_COLUMNS
+                         map(_INDEX, qas), names, map(_CERTAIN, ts), differ)
             # an episode's divergence and evidence are the same whichever run is compared with which (only they are
             # read here): the comparison check's paper tables made either way round (`tables.made_comparison`: the
             # reruns there are run i vs a later run j), else groups.comparison's
