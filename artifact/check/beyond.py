@@ -310,9 +310,10 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
     cell as it is (None and NaN: ""). Where every cell so is a string that csv.writer writes as it is (no ',', '"',
     CR or LF: nothing to quote), in a table of two or more columns (a lone empty field is written quoted), the
     lines are joined here; any other table (an extension or date dtype, a non-string object, a field to quote, a
-    non-string column name) is written by pandas itself.
+    non-string column name) and any small one is written by pandas itself.
     """
-    cells = _plain_cells(df) if len(df) >= FAST_CSV_ROWS else None
+    # (another suffix: pandas may compress by it)
+    cells = _plain_cells(df) if len(df) >= FAST_CSV_ROWS and Path(path).suffix == ".csv" else None
     if cells is None:
         df.to_csv(path, index=False)
         return

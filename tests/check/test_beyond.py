@@ -481,6 +481,7 @@ def test_beyond_csvs_are_the_bytes_pandas_writes(tmp_path, monkeypatch, rows):
     floats = np.concatenate([rng.gamma(2.0, 50.0, rows - 2), [np.nan, np.inf]])
     floats[: rows // 3] *= 1e-7
     floats[rows // 3: rows // 2] *= 1e18
+    floats[0], floats[-3] = -0.0, 0.1 + 0.2
     frames = {
         "plain": pd.DataFrame({"config": [f"cfg-{i % 7}" for i in range(rows)], "run": rng.integers(1, 3, rows),
                                "index": rng.integers(-5, 10**6, rows), "big": rng.integers(0, 2**62, rows),
