@@ -142,7 +142,7 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
             continue
         m = on.manifest
         reqs = on.requests
-        tier_of = dict(zip(zip(map(_EPISODE, reqs), map(_INDEX, reqs)), tiers[id(on)]))  # the last of a key twice
+        tier_of = dict(zip(zip(map(_EPISODE, reqs), map(_INDEX, reqs)), tiers[id(on)]))  # a key twice: its last tier
         for ref_name, ref in references(on, runs):
             counts: dict[tuple, list[int]] = {}  # (level, tier) -> [units, differing units]
             # the same-prompt request pairs with a tier, field by field (map: no bytecode per pair)
