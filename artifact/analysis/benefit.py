@@ -10,10 +10,13 @@ number per run, so its ratio is given per run pair (mean, min and max over the p
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+
 import numpy as np
 import pandas as pd
 
 from artifact.analysis.groups import by_plan, ok_requests, on_off_pairs
+from artifact.analysis.stats import seeded_integers
 from artifact.records.store import Run
 
 N_RESAMPLES = 2999  # percentile bootstrap; paper-scale check time (bench) bounds it
@@ -23,9 +26,13 @@ SEED = 42
 def run_costs(run: Run) -> dict:
     """The cache's work and the time spent in one run."""
     reqs = ok_requests(run)
+    get = dict.get  # dict.get: never decodes lazy fields
 
     def total(key: str) -> float:
-        return sum(float(dict.get(r, key) or 0) for r in reqs)  # dict.get: never decodes lazy fields
+        # sum(float(value or 0) for each request), the same floats: the builtin sum in request order, its zeros left
+        # out (adding 0.0 changes no partial sum, which starts at 0.0); int 0 without requests, as the sum of none.
+        # map and filter: no Python bytecode per request
+        return sum(map(float, filter(None, map(get, reqs, repeat(key)))), 0.0 if reqs else 0)
 
     cached, prompt_tokens, prompt_ms = total("cache_n"), total("prompt_tokens"), total("prompt_ms")
     m = run.manifest
@@ -57,10 +64,10 @@ def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n
     """Per column j: (mean(on[:, j]) / mean(off[:, j]), low, high), a paired percentile bootstrap over the rows.
 
     Rows are the units (here episodes), resampled with replacement with each unit's ON and OFF values kept together;
-    one set of resamples serves every column (scipy.stats.bootstrap, paired=True, method='percentile', seeded,
-    vector-valued statistic). Fewer than two units, or identical units, give NaN intervals.
+    one set of resamples serves every column (scipy.stats.bootstrap's paired, seeded percentile interval of a
+    vector-valued statistic, computed here: `_paired_percentile_bootstrap`). Fewer than two units, or identical
+    units, give NaN intervals.
     """
-    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
     on, off = np.asarray(on, dtype=float), np.asarray(off, dtype=float)
     if on.shape != off.shape or on.ndim != 2:
         raise ValueError("ratio_intervals needs two (units, quantities) arrays of one shape")
@@ -71,20 +78,50 @@ def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n
     if len(on) < 2 or (np.all(on == on[0]) and np.all(off == off[0])):
         return [(p, nan, nan) for p in points]
 
-    def ratios(*cols, axis=-1):
-        k = len(cols) // 2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.stack([cols[j].mean(axis=axis) / cols[k + j].mean(axis=axis) for j in range(k)])
-
-    data = tuple(on.T) + tuple(off.T)
     # a column whose OFF values are all 0 has no ratio (its point is NaN and so is its interval, below); its
-    # resampled ratios are inf/NaN, which scipy's spread of the bootstrap distribution would warn about on stderr
+    # resampled ratios are inf/NaN
     with np.errstate(divide="ignore", invalid="ignore"):
-        res = stats.bootstrap(data, ratios, paired=True, vectorized=True, method="percentile",
-                              confidence_level=confidence, n_resamples=n_resamples,
-                              random_state=np.random.default_rng(seed))
-    lo, hi = np.atleast_1d(res.confidence_interval.low), np.atleast_1d(res.confidence_interval.high)
+        lo, hi = _paired_percentile_bootstrap(on, off, confidence, n_resamples, seed)
     return [(p, float(a), float(b)) if not np.isnan(p) else (p, nan, nan) for p, a, b in zip(points, lo, hi)]
+
+
+def _paired_percentile_bootstrap(on: np.ndarray, off: np.ndarray, confidence: float, n_resamples: int,
+                                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per column j, the percentile interval of mean(on[I, j]) / mean(off[I, j]) over resampled row sets I.
+
+    scipy.stats.bootstrap(tuple(on.T) + tuple(off.T), statistic, paired=True, vectorized=True,
+    method="percentile", confidence_level=confidence, n_resamples=n_resamples,
+    random_state=np.random.default_rng(seed)), whose statistic is np.stack([mean_j(on) / mean_j(off)]) over the
+    last axis, operation for operation (scipy 1.15's _resampling.py; the same floats, a test holds the two equal):
+    one draw of (n_resamples, units) row indices (its `rng_integers`: Generator.integers(0, n, size,
+    dtype="int64"); kept for the next plan of as many units, `stats.seeded_integers`); each column gathered by
+    them into C-contiguous rows of `units` values, each row averaged along its last axis (numpy's pairwise sum,
+    then / units: a row's mean does not depend on the rows gathered with it, so a few are gathered at a time);
+    the ratios stacked; np.percentile at 100 * alpha and 100 * (1 - alpha), alpha = (1 - confidence) / 2. What
+    scipy adds (input checks, its standard error, a (n_resamples, units) array per column) is left out.
+    """
+    n, k = on.shape
+    flat = seeded_integers(seed, n, (n_resamples, n)).ravel()  # kept: one draw serves every plan of n episodes
+    # a few resamples at a time into one small buffer (a row's mean is its own pairwise sum, whatever the rows
+    # around it): no (n_resamples, n) array per column, whose fresh pages cost more than the gathering
+    rows = max(1, _CHUNK // n)
+    buf = np.empty(rows * n)
+
+    def mean(column: np.ndarray) -> np.ndarray:
+        column, out = np.ascontiguousarray(column), np.empty(n_resamples)
+        for start in range(0, n_resamples, rows):
+            stop = min(start + rows, n_resamples)
+            chunk = buf[:(stop - start) * n]
+            column.take(flat[start * n:stop * n], out=chunk, mode="wrap")  # indices < n: "wrap" only skips a copy
+            out[start:stop] = chunk.reshape(stop - start, n).mean(axis=-1)
+        return out
+
+    theta = np.stack([mean(on[:, j]) / mean(off[:, j]) for j in range(k)])
+    alpha = (1 - float(confidence)) / 2
+    return (np.percentile(theta, alpha * 100, axis=-1), np.percentile(theta, (1 - alpha) * 100, axis=-1))
+
+
+_CHUNK = 1 << 16  # resampled values gathered at a time (512 KiB)
 
 
 def ratio_interval(on, off, **kw) -> tuple[float, float, float]:
@@ -100,12 +137,40 @@ RATIO_FIELDS = {"prompt_ms": ("prompt_ms",), "evaluated_tokens": ("prompt_n",),
                 "server_ms": ("prompt_ms", "predicted_ms")}
 
 
+def _floats(values: list) -> list[float]:
+    """float(v or 0.0) of each value; numbers (the schema's) straight to float (a -0.0 then stays -0.0, which
+    changes no sum that starts at 0)."""
+    if set(map(type, values)) <= {int, float}:
+        return list(map(float, values))
+    return [float(v or 0.0) for v in values]
+
+
 def _episode_sums(run: Run) -> dict[str, list[float]]:
     """Episode id -> [sum of each RATIO_FIELDS quantity over its served requests]."""
-    out = {}
-    for eid, reqs in run.requests_by_episode().items():
-        ok = [r for r in reqs if dict.get(r, "error") is None]  # dict.get: never decodes lazy fields
-        out[eid] = [sum(float(dict.get(r, f) or 0.0) for r in ok for f in fields) for fields in RATIO_FIELDS.values()]
+    get = dict.get  # dict.get: never decodes lazy fields
+    by_episode = run.requests_by_episode()
+    # every served request's fields, episode after episode, once: the sum of an episode's quantity is the builtin
+    # sum over its slice (its fields in request order, request by request), the floats summing float(value or 0)
+    # over its requests and fields gives
+    ok = list(by_episode.values())
+    if list(map(get, run.requests, repeat("error"))).count(None) != len(run.requests):  # some request failed
+        ok = [[r for r in reqs if get(r, "error") is None] for reqs in ok]
+    flat = list(chain.from_iterable(ok))
+    values = {f: _floats(list(map(get, flat, repeat(f)))) for f in {f for fs in RATIO_FIELDS.values() for f in fs}}
+    columns = []
+    for fields in RATIO_FIELDS.values():
+        if len(fields) == 1:
+            columns.append((values[fields[0]], 1))
+        else:  # request by request, field after field
+            both = [0.0] * (len(flat) * len(fields))
+            for j, f in enumerate(fields):
+                both[j::len(fields)] = values[f]
+            columns.append((both, len(fields)))
+    out, start = {}, 0
+    for eid, reqs in zip(by_episode, ok):
+        end = start + len(reqs)
+        out[eid] = [sum(col[start * w:end * w]) for col, w in columns]
+        start = end
     return out
 
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from artifact.analysis.compare import first_difference
+from artifact.analysis.compare import Comparison, first_difference
 from artifact.analysis.groups import cache_condition, by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
+from artifact.analysis.tables import made_comparison
 from artifact.analysis.tenants import tenant_plan
 from artifact.records.store import Run
 from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
@@ -58,8 +59,14 @@ def max_logprob_gap(a: Run, b: Run) -> float:
     return gap if seen else float("nan")
 
 
+def _comparison(a: Run, b: Run) -> Comparison:
+    """compare_runs(a, b): the one check's paper tables made (`tables.made_comparison`), else groups.comparison's."""
+    made = made_comparison(a, b)
+    return made if made is not None else comparison(a, b)
+
+
 def _divergence(pairs: list[tuple[Run, Run]], gaps: bool = True) -> dict:
-    cmps = [comparison(x, y) for x, y in pairs]
+    cmps = [_comparison(x, y) for x, y in pairs]
     n, k = sum(c.n for c in cmps), sum(c.k for c in cmps)
     lo, hi = wilson_interval(k, n) if n else (float("nan"), float("nan"))
     gaps = [max_logprob_gap(x, y) for x, y in pairs] if gaps else []
@@ -71,8 +78,11 @@ def _divergence(pairs: list[tuple[Run, Run]], gaps: bool = True) -> dict:
 
 def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration and plan: ON vs OFF and rerun divergence, and each arm's cost next to the main plan's."""
-    arm_cost = costs.groupby(["config", "plan", "arm"])[["prompt_ms", "wall_s", "ttft_ms_mean"]].mean() \
-        if not costs.empty else None
+    # (config, plan, arm) -> {cost: the mean over the arm's runs}, as plain floats (looked up ~13 times a plan)
+    arm_cost: dict[tuple, dict[str, float]] = {}
+    if not costs.empty:
+        means = costs.groupby(["config", "plan", "arm"])[["prompt_ms", "wall_s", "ttft_ms_mean"]].mean()
+        arm_cost = {key: dict(zip(means.columns, row)) for key, row in zip(means.index, means.to_numpy().tolist())}
     rows = []
     plans = by_plan(runs)
     for (config, plan), by in plans.items():
@@ -118,10 +128,9 @@ def _cost_text(r) -> str:
     return f"ON wall {_x(r['on_wall_s_vs_main'])}, OFF wall {_x(r['off_wall_s_vs_main'])} the main plan's"
 
 
-def _cost(table, config, plan, arm, what) -> float:
-    if table is None or (config, plan, arm) not in table.index:
-        return float("nan")
-    return float(table.loc[(config, plan, arm), what])
+def _cost(table: dict, config, plan, arm, what) -> float:
+    row = table.get((config, plan, arm))
+    return float("nan") if row is None else float(row[what])
 
 
 def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
@@ -135,7 +144,7 @@ def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
         if ("on", 1) not in by or ("on", 2) not in by:
             out.append(Verdict.beyond("BEYOND-FRESH", claim, scope, NOT_RUN, "ON run 1 and run 2 not both complete"))
             continue
-        c = comparison(by[("on", 1)], by[("on", 2)])
+        c = _comparison(by[("on", 1)], by[("on", 2)])
         status = PASS if c.n and c.k == 0 else FAIL if c.n else NOT_RUN
         out.append(Verdict.beyond("BEYOND-FRESH", claim, scope, status, f"ON rerun diverged in {c.k}/{c.n} episodes",
                            [f"{c.a} vs {c.b}"] + [f"{e.episode_id}: request {e.first_request}, token "

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = [
+    "seeded_integers",
     "wilson_interval",
     "block_bootstrap_interval",
     "cochran_armitage",
@@ -76,7 +77,11 @@ def block_bootstrap_interval(
 
     Vectorised: block sums come from a prefix sum over the sequence followed by
     its first L values, replicates are rows of a (n_boot, blocks) array. Seeded
-    with numpy.random.default_rng(seed).
+    with numpy.random.default_rng(seed). The flags are 0/1, so every block sum
+    and replicate total is a small integer, exact in floating point whatever the
+    order of the additions: each block's sum is looked up in a table of the n
+    possible starts, and the starts drawn for (seed, n, n_boot, blocks) are kept
+    (`_block_starts`: check computes many intervals over one episode count).
     """
     x = np.asarray(flags, dtype=float).ravel()
     n = x.size
@@ -91,15 +96,52 @@ def block_bootstrap_interval(
     tail = n - (n_blocks - 1) * L  # length kept from the last block, 1..L
 
     csum = np.concatenate(([0.0], np.cumsum(np.concatenate((x, x[:L])))))  # wrapped: a block may run past n
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, n, size=(n_boot, n_blocks))
-    full = (csum[starts[:, :-1] + L] - csum[starts[:, :-1]]).sum(axis=1)
-    last = csum[starts[:, -1] + tail] - csum[starts[:, -1]]
+    full_starts, last_starts = _block_starts(seed, n, n_boot, n_blocks)
+    full = (csum[L:L + n] - csum[:n])[full_starts].sum(axis=1)  # the sum of the block starting at s, by s
+    last = (csum[tail:tail + n] - csum[:n])[last_starts]
     means = (full + last) / n
 
     alpha = 1.0 - confidence
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(low), float(high)
+
+
+_DRAWS: dict[tuple, np.ndarray | tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _block_starts(seed: int, n: int, n_boot: int, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The block starts of every replicate, numpy.random.default_rng(seed).integers(0, n, (n_boot, n_blocks)),
+    split into those of the full blocks (C-contiguous, (n_boot, n_blocks - 1)) and those of the last block; kept
+    as `seeded_integers` keeps its draws."""
+    key = ("blocks", seed, n, (n_boot, n_blocks))
+    hit = _DRAWS.get(key)
+    if hit is None:
+        starts = np.random.default_rng(seed).integers(0, n, size=(n_boot, n_blocks))
+        hit = (np.ascontiguousarray(starts[:, :-1]), starts[:, -1].copy())
+        _keep(key, hit)
+    return hit
+
+
+def seeded_integers(seed: int, high: int, shape: tuple[int, ...]) -> np.ndarray:
+    """numpy.random.default_rng(seed).integers(0, high, shape) (int64), read-only, kept for the last few (seed,
+    high, shape) of at most 32 MiB: a check draws the same resamples for every comparison over as many episodes."""
+    key = (seed, high, shape)
+    hit = _DRAWS.get(key)
+    if hit is None:
+        hit = np.random.default_rng(seed).integers(0, high, size=shape, dtype=np.int64)
+        _keep(key, hit)
+    return hit
+
+
+def _keep(key: tuple, arrays) -> None:
+    """Keep read-only draws for the next call with `key` (at most 4 keys, 32 MiB a key)."""
+    arrays = arrays if isinstance(arrays, tuple) else (arrays,)
+    for a in arrays:
+        a.setflags(write=False)
+    if sum(a.nbytes for a in arrays) <= 32 << 20:
+        if len(_DRAWS) >= 4:
+            _DRAWS.pop(next(iter(_DRAWS)))
+        _DRAWS[key] = arrays if len(arrays) > 1 else arrays[0]
 
 
 def cochran_armitage(

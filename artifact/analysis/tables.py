@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add
 from pathlib import Path
 
 import pandas as pd
@@ -349,7 +351,7 @@ def run_row(run: Run, root: Path | None = None) -> dict:
     return {
         "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "session": m.get("session"),
         "lifecycle": m.get("lifecycle"), "status": m.get("status"), "episodes": len(m["episodes"]),
-        "requests": len(reqs), "errors": sum(1 for r in reqs if _get(r, "error") is not None),
+        "requests": len(reqs), "errors": len(reqs) - list(map(_get, reqs, repeat("error"))).count(None),
         "valid": sum(bool(x.get("valid")) for x in eps) if is_paired_run(run) else None,
         "prompt_tokens": None if e is None else e.prompt_tokens,
         "cached_tokens": None if e is None else e.cached_tokens,
@@ -357,7 +359,8 @@ def run_row(run: Run, root: Path | None = None) -> dict:
         "requests_with_cache": None if e is None else e.requests_with_cache,
         "cache_unreported": len(reqs) if e is None else e.unreported,
         "wall_s": m.get("wall_s"),
-        "server_compute_s": sum((_get(r, "prompt_ms") or 0) + (_get(r, "predicted_ms") or 0) for r in reqs) / 1000,
+        "server_compute_s": sum(map(add, *([v or 0 for v in map(_get, reqs, repeat(f))]
+                                             for f in ("prompt_ms", "predicted_ms")))) / 1000,
         "pairing_fingerprint": pairing_fingerprint(run),
         "isolation": (as_dict(m.get("isolation")).get("network") or "not recorded"),
         "path": relative(run.path, root), "problems": "; ".join(run_problems(run)) or None,
@@ -454,9 +457,22 @@ FIG2_COLUMNS = ["series", "engine", "model_family", "model_name", "config", "qua
                 *_flat("div", None)]
 
 
+_COMPARISONS: dict[tuple[int, int], tuple[Run, Run, Comparison]] = {}  # cleared and filled by build_tables
+
+
+def made_comparison(a: Run, b: Run) -> Comparison | None:
+    """compare_runs(a, b) where the last `build_tables` made it (a plan's comparisons, `compare.plan_pairs`), else
+    None: the analyses beyond the paper compare some of the same runs again (mitigation: the reruns). The memo
+    holds the runs themselves, so an id is never reused while it holds them."""
+    hit = _COMPARISONS.get((id(a), id(b)))
+    return hit[2] if hit is not None and hit[0] is a and hit[1] is b else None
+
+
 def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
     _EXPOSURES.clear()
+    _COMPARISONS.clear()
     groups = group_runs(runs)
+    _COMPARISONS.update(((id(p.a), id(p.b)), (p.a, p.b, p.cmp)) for g in groups for p in g.comparisons)
     refused = [why for g in groups for _, why in g.refused]
     fig2 = pd.DataFrame(fig2_rows(groups), columns=FIG2_COLUMNS)
     return Tables(

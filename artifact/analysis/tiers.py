@@ -24,6 +24,9 @@ stratum.
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter, ne
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +38,7 @@ from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import is_fresh
 from artifact.verdict import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
+from artifact.analysis.tables import made_comparison
 from artifact.errors import ArtifactError
 from artifact.records.store import Run, read_server_log
 
@@ -79,17 +83,25 @@ def run_tiers(runs: list[Run]) -> dict[int, list]:
     return out
 
 
+_EPISODE, _INDEX, _OUTPUT = itemgetter("episode_id"), itemgetter("request_index"), itemgetter("output_tokens")
+_TIER, _CERTAIN, _EVIDENCE = attrgetter("tier"), attrgetter("certain"), attrgetter("evidence")
+
+
 def requests_frame(runs: list[Run], tiers: dict[int, list]) -> pd.DataFrame:
-    rows = []
+    get = dict.get  # dict.get: never decodes lazy fields
+    rows: list[tuple] = []
     for r in runs:
         if id(r) not in tiers or r.manifest.get("arm") != "on":
             continue
         m = r.manifest
-        for q, t in zip(r.requests, tiers[id(r)]):
-            rows.append({"config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"],
-                         "episode_id": q["episode_id"], "request_index": q["request_index"],
-                         "cache_n": q.get("cache_n"), "prompt_tokens": q.get("prompt_tokens"),
-                         "tier": t.tier, "certain": t.certain, "evidence": t.evidence})
+        ts = tiers[id(r)]
+        reqs = r.requests[:len(ts)]  # a request and its tier, as zip pairs them
+        ts = ts[:len(reqs)]
+        # rows as tuples, column by column (pandas infers each column's dtype from a list of tuples as from a list
+        # of dicts: the same conversion of the same values)
+        rows += zip(repeat(m["config"]), repeat(m["plan"]), repeat(m["arm"]), repeat(m["run"]),
+                    map(_EPISODE, reqs), map(_INDEX, reqs), map(get, reqs, repeat("cache_n")),
+                    map(get, reqs, repeat("prompt_tokens")), map(_TIER, ts), map(_CERTAIN, ts), map(_EVIDENCE, ts))
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
 
@@ -119,6 +131,9 @@ def references(on: Run, runs: list[Run]) -> list[tuple[str, Run]]:
     return out
 
 
+PAIR_COLUMNS = ["config", "plan", "run", "reference", "request_index", "tier", "certain", "differ"]
+
+
 def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per ON run, reference, level and tier: compared units and how many differ. Also the request pairs."""
     rows, pairs = [], []
@@ -126,37 +141,40 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
         if id(on) not in tiers or on.manifest.get("arm") != "on":
             continue
         m = on.manifest
-        tier_of = {(q["episode_id"], q["request_index"]): t for q, t in zip(on.requests, tiers[id(on)])}
+        reqs = on.requests
+        tier_of = dict(zip(zip(map(_EPISODE, reqs), map(_INDEX, reqs)), tiers[id(on)]))  # a key twice: its last tier
         for ref_name, ref in references(on, runs):
-            counts: dict[tuple, list[int]] = {}
-
-            def add(level, tier, differ):
-                c = counts.setdefault((level, tier), [0, 0])
-                c[0] += 1
-                c[1] += int(differ)
-
-            for qa, qb in same_prompt_requests(on, ref):
-                t = tier_of.get((qa["episode_id"], qa["request_index"]))
-                if t is None:
-                    continue
-                differ = qa["output_tokens"] != qb["output_tokens"]
-                add("request", t.tier, differ)
-                pairs.append({"config": m["config"], "plan": m["plan"], "run": m["run"], "reference": ref_name,
-                              "request_index": qa["request_index"], "tier": t.tier, "certain": t.certain,
-                              "differ": differ})
-            cmp = comparison(on, ref)
+            counts: dict[tuple, list[int]] = {}  # (level, tier) -> [units, differing units]
+            # the same-prompt request pairs with a tier, field by field (map: no bytecode per pair)
+            matched = list(same_prompt_requests(on, ref))
+            qas, qbs = [p[0] for p in matched], [p[1] for p in matched]
+            ts = list(map(tier_of.get, zip(map(_EPISODE, qas), map(_INDEX, qas))))
+            if ts.count(None):
+                keep = [i for i, t in enumerate(ts) if t is not None]
+                qas, qbs, ts = [qas[i] for i in keep], [qbs[i] for i in keep], [ts[i] for i in keep]
+            names = list(map(_TIER, ts))
+            differ = list(map(ne, map(_OUTPUT, qas), map(_OUTPUT, qbs)))
+            changed = Counter(compress(names, differ))
+            for tier, n in Counter(names).items():
+                counts[("request", tier)] = [n, changed[tier]]
+            pairs += zip(repeat(m["config"]), repeat(m["plan"]), repeat(m["run"]), repeat(ref_name),  # PAIR_COLUMNS
+                         map(_INDEX, qas), names, map(_CERTAIN, ts), differ)
+            # an episode's divergence and evidence are the same whichever run is compared with which (only they are
+            # read here): the comparison check's paper tables made either way round (`tables.made_comparison`: the
+            # reruns there are run i vs a later run j), else groups.comparison's
+            cmp = made_comparison(on, ref) or made_comparison(ref, on) or comparison(on, ref)
             for e in cmp.episodes:
                 t = tier_of.get((e.episode_id, 0))
                 if t is not None and e.evidence:
-                    add("episode", t.tier, e.diverged)
+                    c = counts.setdefault(("episode", t.tier), [0, 0])
+                    c[0] += 1
+                    c[1] += int(e.diverged)
             for (level, tier), (n, k) in sorted(counts.items()):
                 lo, hi = wilson_interval(k, n)
                 rows.append({"config": m["config"], "plan": m["plan"], "run": m["run"], "reference": ref_name,
                              "level": level, "tier": tier, "n": n, "differ": k, "rate": k / n if n else None,
                              "wilson_lo": lo, "wilson_hi": hi})
-    return (pd.DataFrame(rows, columns=SUMMARY_COLUMNS),
-            pd.DataFrame(pairs, columns=["config", "plan", "run", "reference", "request_index", "tier", "certain",
-                                         "differ"]))
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), pd.DataFrame(pairs, columns=PAIR_COLUMNS)
 
 
 def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> list[Verdict]:
@@ -169,21 +187,36 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
              "than requests served from the slot's own cache")
     shared = {(r.manifest.get("config"), r.manifest.get("plan")) for r in runs
               if r.manifest.get("arm") == "on" and not is_fresh(r)}
-    on_on = pairs[pairs["reference"].str.startswith("on run") & pairs["certain"]] if not pairs.empty else pairs
+    # the certain ON-vs-earlier-ON pairs counted once: (config, plan, tier) -> [differ, pairs] over first requests
+    # and over all
+    tally: dict[tuple, list[int]] = {}
+    if not pairs.empty:
+        for config, plan, ref, certain, index, tier, differ in zip(
+                *(pairs[c].tolist() for c in ("config", "plan", "reference", "certain", "request_index", "tier",
+                                              "differ"))):
+            if ref.startswith("on run") and certain:
+                t = tally.setdefault((config, plan, tier), [0, 0, 0, 0])
+                t[2] += differ
+                t[3] += 1
+                if index == 0:  # like for like: host hits happen at an episode's first request
+                    t[0] += differ
+                    t[1] += 1
 
     def counts(config, plan, first_only=True):
-        p = on_on[(on_on["config"] == config) & (on_on["plan"] == plan)]
-        if first_only:  # like for like: host hits happen at an episode's first request (a new prompt's slot choice)
-            p = p[p["request_index"] == 0]
-        host, slot = p[p["tier"] == "host"], p[p["tier"] == "slot"]
-        return int(host["differ"].sum()), len(host), int(slot["differ"].sum()), len(slot)
+        host, slot = (tally.get((config, plan, tier), [0, 0, 0, 0]) for tier in ("host", "slot"))
+        j = 0 if first_only else 2
+        return int(host[j]), host[j + 1], int(slot[j]), slot[j + 1]
 
     strata = []
-    scopes = {(c, p) for c, p in zip(requests["config"], requests["plan"])}
+    # each configuration-plan's ON requests: their rows of `requests`, in its order
+    scope_rows: dict[tuple, list[int]] = {}
+    for i, key in enumerate(zip(requests["config"].tolist(), requests["plan"].tolist())):
+        scope_rows.setdefault(key, []).append(i)
+    scopes = set(scope_rows)
     for config, plan in sorted(scopes):
         if (config, plan) not in shared:
             continue
-        req = requests[(requests["config"] == config) & (requests["plan"] == plan)]
+        req = requests.iloc[scope_rows[(config, plan)]]
         shares = ", ".join(f"{t} {n}" for t, n in req["tier"].value_counts().sort_index().items())
         evidence = [f"ON requests by tier: {shares}"]
         for c, p in sorted(scopes - shared):

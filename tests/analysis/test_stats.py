@@ -158,6 +158,34 @@ def test_bootstrap_covers_true_mean_for_iid(block_length):
     assert 0.88 <= hits / reps <= 0.99
 
 
+def _block_bootstrap_reference(flags, block_length=5, n_boot=10_000, confidence=0.95, seed=42):
+    """The interval as first written: every replicate's blocks gathered from the prefix sum and added up."""
+    x = np.asarray(flags, dtype=float).ravel()
+    n = x.size
+    L = min(int(block_length), max(1, n // 2))
+    n_blocks = math.ceil(n / L)
+    tail = n - (n_blocks - 1) * L
+    csum = np.concatenate(([0.0], np.cumsum(np.concatenate((x, x[:L])))))
+    starts = np.random.default_rng(seed).integers(0, n, size=(n_boot, n_blocks))
+    full = (csum[starts[:, :-1] + L] - csum[starts[:, :-1]]).sum(axis=1)
+    last = csum[starts[:, -1] + tail] - csum[starts[:, -1]]
+    low, high = np.quantile((full + last) / n, [(1 - confidence) / 2, 1 - (1 - confidence) / 2])
+    return float(low), float(high)
+
+
+@pytest.mark.parametrize("n, block_length, n_boot, seed", [(80, 5, 10_000, 42), (80, 5, 10_000, 42), (81, 5, 999, 3),
+                                                           (7, 5, 500, 1), (1, 5, 200, 0), (2, 1, 300, 9),
+                                                           (400, 20, 2000, 42), (160, 5, 10_000, 42)])
+def test_bootstrap_equals_the_gathering_reference_float_for_float(n, block_length, n_boot, seed):
+    # block sums of 0/1 flags are small integers, exact in any order: the table lookup (and the kept draws, asked
+    # twice for n = 80) give the very floats of the first implementation
+    for i, stay in enumerate((0.5, 0.9)):
+        x = _markov_flags(n, stay, seed=seed + i) if n > 1 else np.array([1])
+        for confidence in (0.95, 0.9):
+            assert block_bootstrap_interval(x, block_length, n_boot, confidence, seed) == \
+                _block_bootstrap_reference(x, block_length, n_boot, confidence, seed)
+
+
 def test_bootstrap_short_sequences():
     # n < block_length: L is capped at n // 2 = 2, so replicates mix blocks
     # (block means 1, 0.5, 0, 0) and the interval is not degenerate.

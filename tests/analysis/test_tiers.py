@@ -116,3 +116,36 @@ def test_check_writes_the_tier_tables_figure_and_report_section(tmp_path):
     host = ctx["tier_columns"].index("host (llama.cpp)")  # the columns are the engines' declared tiers
     assert any(r["cells"][host].startswith("8/10") for r in ctx["tiers"])
     assert b.as_dict()["tiers"]
+
+
+def test_requests_without_a_tier_are_left_out_of_the_pairs_and_counts(tmp_path):
+    """summary_frame counts a same-prompt pair under its ON request's tier; a request the engine gave no tier (its
+    tier list ends early) is left out, as the per-pair loop this replaced left it out."""
+    import pandas as pd
+
+    from artifact.analysis.groups import same_prompt_requests
+    from artifact.records.store import find_runs
+
+    scenario(tmp_path)
+    runs = find_runs(tmp_path)
+    tiers_of = tiers.run_tiers(runs)
+    on2 = next(r for r in runs if r.manifest["arm"] == "on" and r.manifest["run"] == 2)
+    tiers_of[id(on2)] = tiers_of[id(on2)][:25]  # episodes e0-e11 and e12's first request
+    summary, pairs = tiers.summary_frame(runs, tiers_of)
+    expected = []
+    for on in runs:
+        if id(on) not in tiers_of or on.manifest["arm"] != "on":
+            continue
+        tier_of = {(q["episode_id"], q["request_index"]): t for q, t in zip(on.requests, tiers_of[id(on)])}
+        for name, ref in tiers.references(on, runs):
+            for qa, qb in same_prompt_requests(on, ref):
+                t = tier_of.get((qa["episode_id"], qa["request_index"]))
+                if t is not None:
+                    expected.append((on.manifest["config"], "main", on.manifest["run"], name, qa["request_index"],
+                                     t.tier, t.certain, qa["output_tokens"] != qb["output_tokens"]))
+    pd.testing.assert_frame_equal(pairs, pd.DataFrame(expected, columns=tiers.PAIR_COLUMNS))
+    run2 = pairs[pairs["run"] == 2]
+    assert 0 < len(run2[run2["reference"] == "on run 1"]) <= 25
+    req = summary[(summary["run"] == 2) & (summary["reference"] == "on run 1") & (summary["level"] == "request")]
+    assert req["n"].sum() == len(run2[run2["reference"] == "on run 1"])
+    assert req.set_index("tier").loc["host", "differ"] == 8

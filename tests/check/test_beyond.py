@@ -353,3 +353,185 @@ def test_the_reports_tier_columns_come_from_the_engines_and_the_records(monkeypa
     cols = dict(tier_columns(["from_the_records"]))
     assert cols["gpu"] == "gpu (throwaway)" and cols["disk"] == "disk (throwaway)"
     assert cols["gpu_or_disk"] == "gpu or disk (throwaway)" and cols["from_the_records"] == "from_the_records"
+
+
+def _scipy_ratio_intervals(on, off, confidence=0.95, n_resamples=benefit.N_RESAMPLES, seed=benefit.SEED):
+    """scipy.stats.bootstrap's paired percentile interval of the ON/OFF mean ratios, as benefit first called it."""
+    from scipy import stats
+
+    def ratios(*cols, axis=-1):
+        k = len(cols) // 2
+        return np.stack([cols[j].mean(axis=axis) / cols[k + j].mean(axis=axis) for j in range(k)])
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        res = stats.bootstrap(tuple(on.T) + tuple(off.T), ratios, paired=True, vectorized=True, method="percentile",
+                              confidence_level=confidence, n_resamples=n_resamples,
+                              random_state=np.random.default_rng(seed))
+    return np.atleast_1d(res.confidence_interval.low), np.atleast_1d(res.confidence_interval.high)
+
+
+@pytest.mark.parametrize("units, quantities, confidence, n_resamples, seed", [
+    (2, 1, 0.95, 2999, 42), (3, 3, 0.95, 2999, 42), (7, 2, 0.9, 999, 1), (80, 3, 0.95, 2999, 42),
+    (160, 3, 0.95, 2999, 42), (160, 3, 0.95, 2999, 42), (200, 4, 0.99, 500, 7), (641, 3, 0.95, 2999, 42)])
+def test_ratio_intervals_are_scipys_bootstrap_float_for_float(units, quantities, confidence, n_resamples, seed):
+    """benefit computes scipy.stats.bootstrap's paired percentile interval itself (the same index draws, the same
+    means and percentiles): the same floats as scipy's, so that a scipy upgrade that changes them shows here.
+    Inputs: timings with many decimals, token counts, ties, an OFF column of zeros (inf/NaN ratios); the repeated
+    case takes the kept draws."""
+    rng = np.random.default_rng(units * 10 + quantities)
+    on = rng.gamma(2.0, 150.0, (units, quantities))
+    off = on * rng.uniform(0.5, 2.0, (units, quantities))
+    on[:, 0] = np.round(on[:, 0])  # counts
+    off[: units // 2, -1] = off[0, -1]  # ties
+    if quantities > 2:
+        off[:, 1] = 0.0
+    lo, hi = _scipy_ratio_intervals(on, off, confidence, n_resamples, seed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mine = benefit._paired_percentile_bootstrap(on, off, confidence, n_resamples, seed)
+    assert mine[0].tobytes() == lo.tobytes() and mine[1].tobytes() == hi.tobytes()
+    got = benefit.ratio_intervals(on, off, confidence, n_resamples, seed)
+    for j, (point, a, b) in enumerate(got):
+        if not np.isnan(point):
+            assert (a, b) == (float(lo[j]), float(hi[j]))
+
+
+def _run_of(requests: list[dict], episodes: list[str]):
+    from pathlib import Path
+
+    from artifact.records.store import Run
+
+    return Run(Path("/nonexistent"), {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": episodes,
+                                      "status": "complete", "wall_s": 12.5}, _requests=requests)
+
+
+def _costs_reference(run) -> dict:
+    """run_costs' per-request formulas as first written."""
+    reqs = [r for r in run.requests if r.get("error") is None]
+
+    def total(key):
+        return sum(float(r.get(key) or 0) for r in reqs)
+
+    cached, prompt_tokens, prompt_ms = total("cache_n"), total("prompt_tokens"), total("prompt_ms")
+    return {"requests": len(reqs), "prompt_tokens": int(prompt_tokens), "cached_tokens": int(cached),
+            "evaluated_tokens": int(total("prompt_n")),
+            "cached_share": cached / prompt_tokens if prompt_tokens else float("nan"), "prompt_ms": prompt_ms,
+            "ttft_ms_mean": prompt_ms / len(reqs) if reqs else float("nan"), "predicted_ms": total("predicted_ms")}
+
+
+def _episode_sums_reference(run) -> dict:
+    out = {}
+    for eid, reqs in run.requests_by_episode().items():
+        ok = [r for r in reqs if r.get("error") is None]
+        out[eid] = [sum(float(r.get(f) or 0.0) for r in ok for f in fields) for fields in benefit.RATIO_FIELDS.values()]
+    return out
+
+
+def _same(a, b) -> bool:
+    """Equal values of equal types; NaN equals NaN; -0.0 is not 0.0."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return math.copysign(1, a) == math.copysign(1, b) and (a == b or (math.isnan(a) and math.isnan(b)))
+    return a == b
+
+
+@pytest.mark.parametrize("errors", [False, True])
+def test_run_costs_and_episode_sums_are_the_per_request_sums_float_for_float(errors):
+    """The per-request sums benefit takes from lists built once per run: the floats (and types) of summing
+    float(value or 0) request by request, for timings with many decimals, ints, nulls, zeros and -0.0, failed
+    requests, requests out of order, an episode without requests and one the manifest does not list."""
+    rng = np.random.default_rng(5)
+    reqs = []
+    for e in range(30):
+        for i in rng.permutation(int(rng.integers(1, 12))).tolist():
+            pt = int(rng.integers(50, 4000))
+            cn = [None, 0, int(pt * 0.6)][int(rng.integers(3))]
+            reqs.append({"episode_id": f"e{e}", "request_index": i, "prompt_tokens": pt, "cache_n": cn,
+                         "prompt_n": None if cn is None else pt - cn,
+                         "prompt_ms": [None, 0, 0.0, -0.0, 17, float(rng.gamma(2, 80))][int(rng.integers(6))],
+                         "predicted_ms": float(rng.gamma(2, 400)) if rng.random() < 0.9 else None,
+                         "error": "timeout" if errors and rng.random() < 0.15 else None})
+    reqs.append({**reqs[0], "episode_id": "unlisted"})
+    run = _run_of(reqs, [f"e{e}" for e in range(31)])
+    costs = benefit.run_costs(run)
+    ref = _costs_reference(run)
+    assert _same({k: costs[k] for k in ref}, ref)
+    assert _same(benefit._episode_sums(run), _episode_sums_reference(run))
+    served = [r for r in reqs if r["error"] is None][:3]
+    for few in ([], served, [{**r, "prompt_ms": None, "predicted_ms": 0.0} for r in served]):
+        run = _run_of(few, ["e0"])
+        assert _same({k: benefit.run_costs(run)[k] for k in ref}, _costs_reference(run))
+        assert _same(benefit._episode_sums(run), _episode_sums_reference(run))
+
+
+@pytest.mark.parametrize("rows", [3, 1500])
+def test_beyond_csvs_are_the_bytes_pandas_writes(tmp_path, monkeypatch, rows):
+    """write_csv joins a table of plain cells itself and leaves any other to pandas: the bytes of df.to_csv either
+    way (ints, bools, floats with NaN and inf and every kind of repr, strings, None and NaN in string columns; a
+    field to quote, a non-string cell, an extension dtype, a lone column, no rows)."""
+    import pandas as pd
+
+    from artifact.check.beyond import write_csv
+
+    rng = np.random.default_rng(rows)
+    floats = np.concatenate([rng.gamma(2.0, 50.0, rows - 2), [np.nan, np.inf]])
+    floats[: rows // 3] *= 1e-7
+    floats[rows // 3: rows // 2] *= 1e18
+    floats[0], floats[-3] = -0.0, 0.1 + 0.2
+    frames = {
+        "plain": pd.DataFrame({"config": [f"cfg-{i % 7}" for i in range(rows)], "run": rng.integers(1, 3, rows),
+                               "index": rng.integers(-5, 10**6, rows), "big": rng.integers(0, 2**62, rows),
+                               "certain": rng.random(rows) < 0.5, "rate": floats,
+                               "tier": [[None, "host", "slot", float("nan")][i % 4] for i in range(rows)],
+                               "évidence": ["no server log ü"] * rows}),
+        "quoted": pd.DataFrame({"a": ["x, y"] * rows, "b": range(rows)}),
+        "quote": pd.DataFrame({"a": ['say "hi"'] * rows, "b": range(rows)}),
+        "newline": pd.DataFrame({"a": ["two\nlines"] * rows, "b": range(rows)}),
+        "object numbers": pd.DataFrame({"a": [1.5, 2, "x"] * rows, "b": [np.float64(0.1)] * (3 * rows)}),
+        "nullable": pd.DataFrame({"a": pd.array([1, None] * rows, dtype="Int64"), "b": range(2 * rows)}),
+        "one column": pd.DataFrame({"a": [""] * rows}),
+        "no rows": pd.DataFrame({"a": [], "b": []}),
+    }
+    for fast_rows in (0, 1000):
+        monkeypatch.setattr("artifact.check.beyond.FAST_CSV_ROWS", fast_rows)
+        for name, df in frames.items():
+            df.to_csv(tmp_path / "pandas.csv", index=False)
+            write_csv(df, tmp_path / "mine.csv")
+            assert (tmp_path / "mine.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), name
+
+
+def test_analyses_after_the_paper_tables_equal_those_without(tmp_path):
+    """mitigation and tiers take the comparisons check's paper tables made (`tables.made_comparison`, tiers either
+    way round): the same tables and verdicts as comparing the runs afresh."""
+    import pandas as pd
+
+    from artifact.analysis import tables, tiers
+
+    eps = {"e0": [[1], [2]], "e1": [[3]], "e2": [[4], [5]], "e3": [[6, 7]]}
+    for k, changed in ((1, {}), (2, {"e2": [[4], [8]]}), (3, {"e3": [[6, 9]], "e0": [[1], [9]]})):
+        write_bfcl_run(tmp_path, "off", k, eps)
+        write_bfcl_run(tmp_path, "on", k, {**eps, "e0": [[1], [9]], **changed})
+
+    def outputs(runs):
+        costs = benefit.costs_frame(runs)
+        rows = mitigation.plan_rows(runs, costs)
+        frames, verdicts = tiers.analyse(runs)
+        return rows, frames, [v.as_dict() for v in mitigation.fresh_verdicts(runs) + verdicts]
+
+    tables._COMPARISONS.clear()
+    fresh = outputs(find_runs(tmp_path))
+    again = find_runs(tmp_path)
+    tables.build_tables(again)
+    assert tables._COMPARISONS
+    made = outputs(again)
+    pd.testing.assert_frame_equal(made[0], fresh[0])
+    for name in fresh[1]:
+        pd.testing.assert_frame_equal(made[1][name], fresh[1][name])
+    assert made[2] == fresh[2]
+    s = fresh[1]["tiers.csv"]
+    assert set(s["reference"]) == {"off run 1", "on run 1", "on run 2"} and (s["level"] == "episode").any()
+    assert fresh[0]["on_rerun_diverged"].tolist() == [1]
