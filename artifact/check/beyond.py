@@ -16,7 +16,6 @@ price.png, tiers.png, quant_mechanism.png and tenants.png when the runs allow th
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -283,81 +282,6 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
     return path
 
 
-FAST_CSV_ROWS = 1000  # a smaller table: pandas' own writing costs less than looking at its cells
-_BOOL_TEXT = np.array(["False", "True"], dtype=object)
-
-
-def _int_text(values: np.ndarray) -> list[str]:
-    """str() of each integer (what csv.writer writes of the Python int pandas hands it); through a table of the
-    strings of lo..hi where there are fewer of them than cells (a run number, a request index, token counts)."""
-    if not values.size:
-        return []
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo >= values.size:
-        return list(map(str, values.tolist()))
-    text = np.array([str(i) for i in range(lo, hi + 1)], dtype=object)
-    return text[(values - values.dtype.type(lo)).astype(np.intp)].tolist()
-
-
-_QUOTED = re.compile('[,"\r\n]')  # a field holding one of these is quoted by csv.writer (QUOTE_MINIMAL)
-
-
-def write_csv(df: pd.DataFrame, path: Path) -> None:
-    """`df.to_csv(path, index=False)`, the same bytes, faster for a table of plain values.
-
-    pandas hands csv.writer (QUOTE_MINIMAL, lineterminator "\n", UTF-8) each integer and boolean cell as the Python
-    value (written as str() of it), each float cell as numpy's astype(str) of its column (NaN: ""), each object
-    cell as it is (None and NaN: ""). Where every cell so is a string that csv.writer writes as it is (no ',', '"',
-    CR or LF: nothing to quote), in a table of two or more columns (a lone empty field is written quoted), the
-    lines are joined here; any other table (an extension or date dtype, a non-string object, a field to quote, a
-    non-string column name) and any small one is written by pandas itself.
-    """
-    # (another suffix: pandas may compress by it)
-    cells = _plain_cells(df) if len(df) >= FAST_CSV_ROWS and Path(path).suffix == ".csv" else None
-    if cells is None:
-        df.to_csv(path, index=False)
-        return
-    lines = [",".join(df.columns)]
-    lines += map(",".join, zip(*cells))
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write("\n".join(lines) + "\n")
-
-
-def _plain_cells(df: pd.DataFrame) -> list[list[str]] | None:
-    """Each column's cells as the strings pandas' to_csv writes, or None where `write_csv` leaves the table to
-    pandas."""
-    names = list(df.columns)
-    if len(names) < 2 or not all(type(c) is str for c in names) or any(_QUOTED.search(c) for c in names):
-        return None
-    cells = []
-    for j, dtype in enumerate(df.dtypes.tolist()):
-        if not isinstance(dtype, np.dtype):
-            return None
-        values = df.iloc[:, j].to_numpy()
-        kind = values.dtype.kind
-        if kind == "b":
-            col = _BOOL_TEXT[values.view(np.uint8)].tolist()
-        elif kind in "iu":
-            col = _int_text(values)
-        elif kind == "f":
-            col = values.astype(str).tolist()
-            for i in np.flatnonzero(np.isnan(values)).tolist():
-                col[i] = ""
-        elif kind == "O":
-            col = values.tolist()
-            if set(map(type, col)) - {str}:  # no string is missing: a column of strings needs no isna
-                for i in np.flatnonzero(pd.isna(values)).tolist():
-                    col[i] = ""
-                if set(map(type, col)) - {str}:
-                    return None
-            if any(_QUOTED.search(v) for v in set(col)):
-                return None
-        else:
-            return None
-        cells.append(col)
-    return cells
-
-
 BEYOND_FIGURES = ("flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png")
 
 
@@ -368,7 +292,7 @@ def write_beyond(runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | Non
     drawing = drawing if drawing is not None else Drawing()
     b = analyse(runs, lap, lambda name, fn, *args: drawing.draw(name, fn, *args, out / name))
     for name, df in b.tables.items():
-        write_csv(df, out / name)
+        df.to_csv(out / name, index=False)
     lap("beyond: csv")
     drawn = drawing.results()
     lap("figures")

@@ -468,42 +468,6 @@ def test_run_costs_and_episode_sums_are_the_per_request_sums_float_for_float(err
         assert _same(benefit._episode_sums(run), _episode_sums_reference(run))
 
 
-@pytest.mark.parametrize("rows", [3, 1500])
-def test_beyond_csvs_are_the_bytes_pandas_writes(tmp_path, monkeypatch, rows):
-    """write_csv joins a table of plain cells itself and leaves any other to pandas: the bytes of df.to_csv either
-    way (ints, bools, floats with NaN and inf and every kind of repr, strings, None and NaN in string columns; a
-    field to quote, a non-string cell, an extension dtype, a lone column, no rows)."""
-    import pandas as pd
-
-    from artifact.check.beyond import write_csv
-
-    rng = np.random.default_rng(rows)
-    floats = np.concatenate([rng.gamma(2.0, 50.0, rows - 2), [np.nan, np.inf]])
-    floats[: rows // 3] *= 1e-7
-    floats[rows // 3: rows // 2] *= 1e18
-    floats[0], floats[-3] = -0.0, 0.1 + 0.2
-    frames = {
-        "plain": pd.DataFrame({"config": [f"cfg-{i % 7}" for i in range(rows)], "run": rng.integers(1, 3, rows),
-                               "index": rng.integers(-5, 10**6, rows), "big": rng.integers(0, 2**62, rows),
-                               "certain": rng.random(rows) < 0.5, "rate": floats,
-                               "tier": [[None, "host", "slot", float("nan")][i % 4] for i in range(rows)],
-                               "évidence": ["no server log ü"] * rows}),
-        "quoted": pd.DataFrame({"a": ["x, y"] * rows, "b": range(rows)}),
-        "quote": pd.DataFrame({"a": ['say "hi"'] * rows, "b": range(rows)}),
-        "newline": pd.DataFrame({"a": ["two\nlines"] * rows, "b": range(rows)}),
-        "object numbers": pd.DataFrame({"a": [1.5, 2, "x"] * rows, "b": [np.float64(0.1)] * (3 * rows)}),
-        "nullable": pd.DataFrame({"a": pd.array([1, None] * rows, dtype="Int64"), "b": range(2 * rows)}),
-        "one column": pd.DataFrame({"a": [""] * rows}),
-        "no rows": pd.DataFrame({"a": [], "b": []}),
-    }
-    for fast_rows in (0, 1000):
-        monkeypatch.setattr("artifact.check.beyond.FAST_CSV_ROWS", fast_rows)
-        for name, df in frames.items():
-            df.to_csv(tmp_path / "pandas.csv", index=False)
-            write_csv(df, tmp_path / "mine.csv")
-            assert (tmp_path / "mine.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes(), name
-
-
 def test_analyses_after_the_paper_tables_equal_those_without(tmp_path):
     """mitigation and tiers take the comparisons check's paper tables made (`tables.made_comparison`, tiers either
     way round): the same tables and verdicts as comparing the runs afresh."""
