@@ -29,34 +29,23 @@ import time
 from pathlib import Path
 
 from artifact import workloads
+from artifact.check.load import check_records, load_run  # noqa: F401 (check_records: one of this module's names)
 from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
-from artifact.records.schema import MANIFEST
-from artifact.records.store import REQUESTS, Run, find_runs, validate_records
+from artifact.records.store import REQUESTS, Run, find_runs
 
 # pandas, scipy and the analyses (artifact.check.facts, .claims, .beyond, artifact.analysis.tables,
 # artifact.report.render; numpy with them) are imported where they are used, not here: a check at scale starts its
-# worker process (artifact.check.worker) first, whose start-up then overlaps these imports (the worker imports this
-# module to load runs: without them). What is left here (the records' store and schema, msgspec) is what finding
-# and loading the runs needs.
+# worker process (artifact.check.worker) first, whose start-up then overlaps these imports (the worker imports
+# artifact.check.load to load runs, without them). What is left here (the records' store and schema, msgspec) is what
+# finding and loading the runs needs.
 
 CHECK_DIR = "check"
 
 
 # --- validating the records ---------------------------------------------------------------------------------
 
-def check_records(run: Run) -> None:
-    """Raise ArtifactError (one line, naming file, line and field) where a record breaks the records' schema
-    (artifact.records.schema: the one the writer enforces, fields and cross-field rules), or a manifest names an
-    arm the artifact does not have."""
-    m = run.manifest
-    problem = MANIFEST.problem(m)
-    if problem:
-        raise ArtifactError(f"{run.path / 'manifest.json'}: {problem}")
-    if m["arm"] not in workloads.arms():
-        raise ArtifactError(f"{run.path / 'manifest.json'}: arm {m['arm']!r} is not one of the artifact's arms "
-                            f"({', '.join(workloads.arms())}; labels are lower-case)")
-    validate_records(run)
+# check_records and load_run (a job of the worker): artifact.check.load
 
 
 def find_results(results_dir: Path) -> list[Run]:
@@ -69,15 +58,6 @@ def find_results(results_dir: Path) -> list[Run]:
     if not runs:
         raise ArtifactError(f"no runs (manifest.json files) under {results_dir}")
     return runs
-
-
-def load_run(path: Path, manifest: dict) -> tuple:
-    """One run's records, read and validated (`check_records`): (requests, episodes, the parsed top-2 arrays), what
-    a `Run` memoises (a job of check's worker process, artifact.check.worker: the three travel together, so that
-    the records the arrays name stay the request records)."""
-    run = Run(path, manifest)
-    check_records(run)
-    return run.requests, run.episodes, run.top2_arrays()
 
 
 def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None,
@@ -313,7 +293,7 @@ class Laps:
 # modules (matplotlib and pandas, ~1.5 s) it imports once its share of the runs is loaded (a job queued behind the
 # loading jobs: `worker.preload`), while this process runs the paper's tables: it is then ready to draw when the
 # first figure is asked for.
-WORKER_MODULES = ("artifact.check.run", "numpy", "pyarrow.csv")
+WORKER_MODULES = ("artifact.check.load", "numpy", "pyarrow.csv")
 FIGURE_MODULES = ("matplotlib.backends.backend_agg", "matplotlib.figure", "artifact.report.render",
                   "artifact.check.beyond")
 

@@ -122,6 +122,8 @@ def _compile(fields: tuple, rules: tuple, typed: bool = False) -> Callable[[dict
     lines = ["def valid(r):", " if not isinstance(r, dict): return False", " served = _get(r, 'error') is None"]
     env: dict = {"_get": dict.get, "_MISSING": _MISSING}
     for i, f in enumerate(fields):
+        if typed and not f.required:
+            continue  # its type and range were checked as it was decoded: nothing is left to check
         env[f"k{i}"] = frozenset(f.kinds)
         lines.append(f" v = _get(r, {f.name!r}, _MISSING)")
         if f.required:
@@ -321,6 +323,18 @@ def _decoder(schema: Schema, raw: tuple[str, ...]):
             raise TypeError(f"field '{f.name}': its check {f.check.__name__} has no msgspec type")
         types[f.name] = Union[tuple(kinds)] if len(kinds) > 1 else kinds[0]
     return msgspec.json.Decoder(TypedDict(f"{schema.kind.title()}Record", types, total=False))
+
+
+def decoded_text_fields(schema: Schema, raw: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The fields of `schema.decoder(raw)`'s records whose values may hold a JSON string (a string, or a list or
+    object of any values): not the numbers, nulls, booleans and token-id lists (`_ints`) among them, nor the fields
+    named in `raw`. store._all_keys_decoded counts the ':' of a line against its record's: one per key and those
+    inside these values; no field name may hold a ':' (TypeError)."""
+    named = next((f.name for f in schema.fields if ":" in f.name), None)
+    if named is not None:
+        raise TypeError(f"field '{named}': a field name holds ':'")
+    return tuple(f.name for f in schema.fields if f.name not in raw
+                 and any(k in (str, dict) or (k is list and f.check is not _ints) for k in f.kinds))
 
 
 # The records' schema version, in every manifest from version 2 on (`schema_version`). A manifest without one was

@@ -21,6 +21,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 
 import msgspec
@@ -28,7 +29,8 @@ import msgspec
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST as MANIFEST_SCHEMA
 from artifact.records.schema import (
-    LOGPROB_TOLERANCE, PROB_SUM_TOLERANCE, REQUEST, UNIT, Schema, top_logprobs_problem,
+    LOGPROB_TOLERANCE, PROB_SUM_TOLERANCE, REQUEST, UNIT, Schema, decoded_text_fields,
+    top_logprobs_problem,
 )
 
 MANIFEST = "manifest.json"
@@ -143,17 +145,73 @@ def read_text(path: Path) -> str:
         raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
 
 
-def _read_jsonl(path: Path, complete: bool = False, decode=loads) -> list:
-    """The records of a JSON-lines file. Only the last line of an interrupted (not complete) run may be cut short
-    and is then dropped; any other line that does not decode is corruption (ArtifactError naming file and line)."""
+def read_bytes(path: Path) -> bytes:
+    """A record file's text as UTF-8 bytes, as `read_text` reads it: the same checks and the same one-line errors
+    (a byte that is not UTF-8 is named by its offset in the file), its newlines as read_text's ('\\r\\n' and '\\r'
+    read as '\\n'). The JSON-lines readers decode bytes: only a file that is not all ASCII is decoded here, to find
+    a byte that is not UTF-8 (ASCII is UTF-8)."""
+    try:
+        if path.exists() and not path.is_file() and not path.is_dir():  # a directory: "Is a directory" below
+            raise ArtifactError(f"{path}: not a regular file; the record is corrupt")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}); the record is corrupt") from None
+    if b"\r" in data:  # read_text's universal newlines ('\r' is ASCII: never part of a longer UTF-8 character)
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return data
+
+
+# The first bytes of a line that str.strip() may find blank: ASCII whitespace as str sees it (bytes.strip() leaves
+# \x1c-\x1f) and the first byte of any other character (Unicode whitespace, such as U+00A0 or U+3000).
+_MAYBE_BLANK = frozenset(b" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f") | frozenset(range(0x80, 0x100))
+
+
+def _blank(line: bytes) -> bool:
+    """Whether a line (UTF-8) is empty or only whitespace, as `str.strip` tells it."""
+    return not line or (line[0] in _MAYBE_BLANK and not line.decode("utf-8").strip())
+
+
+def _strict(line: bytes):
+    """One line (UTF-8 bytes) decoded by the strict decoder (`loads`)."""
+    return loads(line.decode("utf-8"))
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """`data.split(b"\\n")`, its newlines found by memchr (bytes.split compares byte by byte: 4-5 times the
+    instructions on a run's 3 MiB)."""
+    lines, find, start = [], data.find, 0
+    while (end := find(b"\n", start)) >= 0:
+        lines.append(data[start:end])
+        start = end + 1
+    lines.append(data[start:])
+    return lines
+
+
+def _read_jsonl(path: Path, complete: bool = False, decode=_strict) -> list:
+    """The records of a JSON-lines file (`decode`: one line, as UTF-8 bytes, to its record). Only the last line of
+    an interrupted (not complete) run may be cut short and is then dropped; any other line that does not decode is
+    corruption (ArtifactError naming file and line)."""
     if not path.exists() and not path.is_symlink():
         return []
-    lines = read_text(path).split("\n")
-    while lines and not lines[-1].strip():
+    return _decode_lines(path, _split_lines(read_bytes(path)), complete, decode)
+
+
+def _decode_lines(path: Path, lines: list[bytes], complete: bool, decode, decoded: list | None = None) -> list:
+    """`_read_jsonl`'s records of a file's lines; `decoded`: per line, its record where the caller has decoded it
+    already (None elsewhere)."""
+    while lines and _blank(lines[-1]):
         lines.pop()
     rows = []
     for lineno, line in enumerate(lines, 1):
-        if not line.strip():
+        if decoded is not None and (record := decoded[lineno - 1]) is not None:
+            rows.append(record)
+            continue
+        if _blank(line):
             continue
         try:
             rows.append(decode(line))
@@ -202,74 +260,127 @@ class LazyRecord(dict):
         return dict.__contains__(self, key) or (key == _TOP and self._raw is not None)
 
 
-def _all_keys_decoded(line: str, record: dict, encode) -> bool:
-    """Whether the typed decoder read every key the line holds, once. It keeps the last of a key written twice and
-    leaves out keys the schema does not list, silently, where the strict decoder refuses the first and keeps the
-    second. Outside its strings a JSON text holds one ':' per key, so the line holds as many ':' as the record
-    re-encoded (`encode`, msgspec's encoder: the raw top_logprobs text verbatim) only when no key was dropped: a
-    dropped key takes its ':' with it. (A ':' written as an escape, \\u003a, is not one in the line: such a line is
-    left to the strict decoder.)"""
-    if "\\u003" in line:
-        return False
-    try:
-        return line.count(":") == encode(record).count(b":")
-    except (msgspec.EncodeError, ValueError, RecursionError):  # the strict decoder says why
-        return False
+@cache
+def _colons(schema: Schema, raw: tuple[str, ...]):
+    """record -> the ':' its line holds if the typed decoder (`schema.decoder(raw)`) dropped no key of it at any
+    depth, the fields named in `raw` left out (None where a nested value does not re-encode: the strict decoder then
+    says why). See `_all_keys_decoded`."""
+    text, encode, get = decoded_text_fields(schema, raw), msgspec.json.Encoder().encode, dict.get
+
+    def colons(record: dict) -> int | None:
+        n = len(record)  # one per key
+        for name in text:
+            value = get(record, name)
+            if type(value) is str:
+                n += value.count(":")
+            elif value is not None:
+                try:
+                    n += encode(value).count(b":")
+                except (msgspec.EncodeError, ValueError, RecursionError):
+                    return None
+        return n
+
+    return colons
 
 
-def _decode_request(decoder, encode, line: str):
-    """A LazyRecord for a line the typed decoder reads whole, else None."""
-    try:
-        record = decoder.decode(line)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
-    if not _all_keys_decoded(line, record, encode):
-        return None
-    raw = record.pop(_TOP, None)
-    lazy = LazyRecord(record)
-    lazy._raw = bytes(raw) if raw is not None else None
-    return lazy
+def _typed_requests(data: bytes, lines: list[bytes]) -> list:
+    """Per line of requests.jsonl (`data`, split into `lines`), a LazyRecord where the typed decoder read it whole
+    (`_all_keys_decoded`), else None (a blank line, or one left to the strict decoder)."""
+    decoder, colons = REQUEST.decoder((_TOP,)), _colons(REQUEST, (_TOP,))
+    escapes = b"\\" in data and b"\\u003" in data  # else no line holds one
+    typed: list = [None] * len(lines)
+    held = [0] * len(lines)  # per typed line, the ':' it holds if the typed decoder dropped no key of it
+    for i, line in enumerate(lines):
+        try:
+            record = decoder.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            continue
+        n = colons(record) if not (escapes and b"\\u003" in line) else None
+        if n is None:
+            continue
+        raw = record.pop(_TOP, None)
+        if raw is not None:
+            raw = bytes(raw)
+            n += raw.count(b":") if b":" in raw else 0
+        typed[i], held[i] = LazyRecord(record), n
+        typed[i]._raw = raw
+    _all_keys_decoded(data, lines, typed, held)
+    return typed
+
+
+def _all_keys_decoded(data: bytes, lines: list[bytes], typed: list, held: list) -> None:
+    """Leaves in `typed` only the records of lines whose every key the typed decoder read, once (the others: None).
+    It keeps the last of a key written twice and leaves out keys the schema does not list, silently, at any depth,
+    where the strict decoder refuses the first and keeps the second. A JSON text holds a ':' after each key and
+    inside strings, nowhere else, and a ':' inside a string is one of the decoded string (one written as an escape,
+    \\u003a, is not one in the line: such a line is left to the strict decoder). So for each key of a record its
+    line holds 1 + the ':' of the key (no field name holds one: `schema.decoded_text_fields`) + those of its value's
+    text: none for a number, null, boolean or list of token ids; the decoded string's for a string; the text's own
+    for the raw top_logprobs; and for a nested list or object at least as many as the decoded value re-encoded
+    holds, as many when no key in it was dropped (`_colons`). A line therefore holds exactly `held` ':' when no key
+    of it was dropped at any depth, and more otherwise (a dropped key takes its ':' with it); and the typed lines
+    hold their `held` in all only when each holds its own, which one count over the file tells (the lines are
+    counted one by one only where it does not)."""
+    import numpy as np  # noqa: PLC0415  (the protocol's writer never reads; bytes.count takes 4-5 times as long)
+
+    others = sum(line.count(b":") for line, record in zip(lines, typed) if record is None)
+    if int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == ord(":"))) - others == sum(held):
+        return
+    for i, (line, record) in enumerate(zip(lines, typed)):
+        if record is not None and line.count(b":") != held[i]:
+            typed[i] = None
 
 
 def read_requests(path: Path, complete: bool = False) -> list:
     """requests.jsonl's records, as `_read_jsonl` reads them (the same rules: only the last line of a run not
     marked complete may be cut short), each decoded by the typed decoder where it can (a LazyRecord) and by the
     strict decoder otherwise (a dict)."""
-    decoder, encode = REQUEST.decoder((_TOP,)), msgspec.json.Encoder().encode
-
-    def decode(line: str):
-        record = _decode_request(decoder, encode, line)
-        return loads(line) if record is None else record
-
-    return _read_jsonl(path, complete, decode)
+    if not path.exists() and not path.is_symlink():
+        return []
+    data = read_bytes(path)
+    lines = _split_lines(data)
+    return _decode_lines(path, lines, complete, _strict, _typed_requests(data, lines))
 
 
 # A run's top-2 texts, checked and parsed at once. Their shape is checked on what is left once the numbers are taken
 # out ('[[[1, -0.5], [7, -2.25]], ...]' leaves '[[[,],[,]],...]'; the typed decoder checked that each number is a
-# JSON number), and the numbers are parsed by pyarrow's CSV reader as rows 'id,logprob' (ids as int64, so an id
+# JSON number), and the numbers are parsed by pyarrow's CSV reader as rows 'id,logprob,' (ids as int64, so an id
 # written 75.0 is refused as the schema refuses it; log-probabilities correctly rounded, as json reads them).
 _NUMBER = b"0123456789.eE+- "
 _POSITION = b"[[,],[,]]"
+# the texts, each followed by '\n', as CSV rows: each '[' begins a row, ']' and ' ' go, and the '\n' after a text
+# ends its last row as ',' ends the others ('[[[1, -0.5], [7, -2.25]]]\n' reads '\n\n\n1,-0.5,\n7,-2.25,')
+_ROWS = bytes.maketrans(b"[\n", b"\n,")
 
 
-def _parse_pairs(texts: list[bytes]):
-    """(ids (n, 2) int64, logprobs (n, 2) float64) of top-2 texts of the right shape, positions in order; None if
-    an id is not an integer (or not an int64) or a log-probability not a number."""
+def _parse_pairs(texts: list[bytes], joined: bytes | None = None):
+    """(ids (n, 2) int64, logprobs (n, 2) float64) of top-2 texts of the right shape (`_top2_parse`: '], [' between
+    positions), positions in order; None if a pair is not separated from the one before it by '], [' (as json
+    writes them), an id is not an integer (or not an int64) or a log-probability not a number. `joined`: the texts
+    each followed by '\\n' (b"\\n".join([*texts, b""])), where the caller has them."""
     import numpy as np  # noqa: PLC0415  (the protocol's writer never reads)
     import pyarrow as pa  # noqa: PLC0415
     import pyarrow.csv as csv  # noqa: PLC0415
 
-    rows = b"\n".join(texts).replace(b"], [", b"\n").translate(None, b"[] ")
-    if not rows.strip():
+    if b"[]" in texts:  # no positions (a row of their own would be a lone ',')
+        texts, joined = [t for t in texts if t != b"[]"], None
+    if not texts:
         return np.empty((0, 2), dtype=np.int64), np.empty((0, 2))
+    if joined is None:
+        joined = b"\n".join([*texts, b""])
     try:
         # one thread: Arrow's thread pool can abort the interpreter at exit ("terminate called without an active
         # exception", apache/arrow#34314; seen once here on `compare`), and check's two processes use both cores anyway
-        table = csv.read_csv(pa.py_buffer(rows),
-                             read_options=csv.ReadOptions(column_names=["id", "lp"], use_threads=False),
+        table = csv.read_csv(pa.py_buffer(joined.translate(_ROWS, b"] ")),
+                             read_options=csv.ReadOptions(column_names=["id", "lp", "end"], use_threads=False),
                              convert_options=csv.ConvertOptions(column_types={"id": pa.int64(), "lp": pa.float64()},
-                                                                null_values=[], quoted_strings_can_be_null=False))
+                                                                include_columns=["id", "lp"], null_values=[],
+                                                                quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    # the rows read any spacing between pairs: a text of n positions (2n rows) holds '], [' 2n - 1 times (between
+    # its pairs and its positions) where json wrote it, fewer otherwise (never more: the shape allows no other)
+    if joined.count(b"], [") != table.num_rows - len(texts):
         return None
     ids, lps = (_numpy(table.column(c), dtype) for c, dtype in (("id", np.int64), ("lp", np.float64)))
     if ids is None or lps is None:
@@ -293,11 +404,14 @@ def _top2_parse(records: list) -> tuple[list, list, object, object]:
     at every position; the others are left out (their own decoded lists are read)."""
     texts = [rec._raw for rec in records]
     counts = [0 if t == b"[]" else t.count(b"]], [[") + 1 for t in texts]
-    shapes = [b"[" + b",".join([_POSITION] * n) + b"]" for n in counts]
-    if b"\n".join(texts).translate(None, _NUMBER) != b"\n".join(shapes):
+    shape = {n: b"[" + b",".join([_POSITION] * n) + b"]" for n in set(counts)}
+    shapes = list(map(shape.__getitem__, counts))
+    joined = b"\n".join([*texts, b""])
+    if joined.translate(None, _NUMBER) != b"\n".join([*shapes, b""]):
         keep = [i for i, (t, s) in enumerate(zip(texts, shapes)) if t.translate(None, _NUMBER) == s]
         records, texts, counts = [records[i] for i in keep], [texts[i] for i in keep], [counts[i] for i in keep]
-    parsed = _parse_pairs(texts)
+        joined = None
+    parsed = _parse_pairs(texts, joined)
     if parsed is None:  # one text holds an id that is not an int64: parse them one by one, leaving it out
         one = [(rec, t, _parse_pairs([t])) for rec, t in zip(records, texts)]
         one = [x for x in one if x[2] is not None]
@@ -432,16 +546,18 @@ def top2_problem(run: Run) -> tuple[int, str] | None:
     tokens = [dict.__getitem__(r, "output_tokens") for r in records]
     counts = np.asarray(counts, dtype=np.int64)
     aligned = np.array([len(t) for t in tokens], dtype=np.int64) == counts
-    suspects += [r for r, a in zip(records, aligned) if not a]
-    kept = [r for r, a in zip(records, aligned) if a]
-    ends = np.cumsum(counts[aligned])
+    everywhere = bool(aligned.all())  # as the engines write them: then the arrays are taken whole, not copied
+    if not everywhere:
+        suspects += [r for r, a in zip(records, aligned) if not a]
+    kept = records if everywhere else [r for r, a in zip(records, aligned) if a]
+    ends = np.cumsum(counts if everywhere else counts[aligned])
     try:
         t = np.fromiter(itertools.chain.from_iterable(r["output_tokens"] for r in kept), dtype=np.int64,
                         count=int(ends[-1]) if kept else 0)
     except OverflowError:  # a token id beyond int64: each record is judged by the rule itself
         suspects += kept
     else:
-        at = np.repeat(aligned, counts)
+        at = slice(None) if everywhere else np.repeat(aligned, counts)
         (i1, i2), (l1, l2) = ids[at].T, lps[at].T
         with np.errstate(over="ignore"):  # exp of a log-probability far above 0: refused below anyway
             total = np.exp(l1) + np.exp(l2)

@@ -181,3 +181,153 @@ def test_top2_parse_gives_writable_arrays_without_importing_pandas():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
+
+
+# --- the loader reads bytes as read_text reads text, and decides per line as the strict decoder would -------------
+
+MAN = {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]}
+
+
+def _lines_file(tmp_path, data: bytes):
+    d = tmp_path / "r"
+    write_raw_run(d, MAN, [])
+    (d / REQUESTS).write_bytes(data)
+    return d / REQUESTS
+
+
+@pytest.mark.parametrize("space, blank", [
+    ("", True), (" \t", True), ("\x0b\x0c", True), ("\x1c", True), (" \x1f ", True), ("\u00a0", True),
+    ("\u3000 ", True), ("\u0085", True), ("\u2028", True), ("\u200b", False), ("\x00", False),
+])
+def test_a_line_is_blank_where_str_strip_finds_it_blank(tmp_path, space, blank):
+    """The readers split bytes; a line of whitespace as str.strip() knows it (Unicode's too, and \\x1c-\\x1f, which
+    bytes.strip() keeps) is skipped, in the middle of a file and at its end, and any other line is decoded."""
+    assert (not space.strip()) is blank
+    line = json.dumps(REQ).encode()
+    path = _lines_file(tmp_path, line + b"\n" + space.encode() + b"\n" + line + b"\n" + space.encode() + b"\n")
+    for reader in (read_requests, _read_jsonl):
+        if blank:
+            assert reader(path) == [REQ, REQ]
+        else:
+            with pytest.raises(ArtifactError, match=r"requests.jsonl:2: not valid JSON"):
+                reader(path)
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_newlines_are_read_as_text_reads_them(tmp_path, newline):
+    """'\\r\\n' and a lone '\\r' end a line, as Python's text files read them (universal newlines)."""
+    path = _lines_file(tmp_path, newline.join([json.dumps(REQ).encode()] * 3) + newline)
+    for reader in (read_requests, _read_jsonl):
+        assert reader(path) == [REQ] * 3
+
+
+@pytest.mark.parametrize("bad", [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\xe6\xbc"])
+def test_bytes_that_are_not_utf8_are_named_by_their_offset_as_text_names_them(tmp_path, bad):
+    from artifact.records.store import read_text
+
+    lines = [json.dumps({**REQ, "output_text": "é 漢字"}, ensure_ascii=False).encode()] * 40
+    data = b"\n".join(lines) + b"\n"
+    path = _lines_file(tmp_path, data[:5000] + bad + data[5000:])
+    with pytest.raises(ArtifactError) as text:
+        read_text(path)
+    assert "not UTF-8 text (byte 5000)" in str(text.value)
+    for reader in (read_requests, _read_jsonl):
+        with pytest.raises(ArtifactError) as lines_read:
+            reader(path)
+        assert str(lines_read.value) == str(text.value)
+
+
+def test_one_line_dropping_a_key_among_many_is_found(tmp_path):
+    """Whether the typed decoder dropped a key is told by the ':' of the whole file at once, and line by line only
+    where that count does not add up: a key the schema does not list leaves that line (and only it) to the strict
+    decoder; a key written twice is corruption naming its line, wherever it is."""
+    base = [BASE] * 30
+    extra = BASE[:-1] + ', "serving": "a: b"}'
+    path = _lines_file(tmp_path, "\n".join(base[:7] + [extra] + base[7:]).encode() + b"\n")
+    records = read_requests(path)
+    assert [type(r).__name__ for r in records] == ["LazyRecord"] * 7 + ["dict"] + ["LazyRecord"] * 23
+    assert records[7] == json.loads(extra) and records[0]["top_logprobs"] and dict(records[0]) == json.loads(BASE)
+    twice = BASE.replace('"k": "a:b"', '"k": "a:b", "k": "c"')
+    for at in (0, 17, 30):
+        path.write_text("\n".join(base[:at] + [twice] + base[at:]) + "\n")
+        with pytest.raises(ArtifactError, match=f"requests.jsonl:{at + 1}: a JSON object holds the key 'k' twice"):
+            read_requests(path)
+
+
+def test_the_text_fields_hold_every_colon_a_request_line_may_hold_in_a_value():
+    """_all_keys_decoded counts one ':' per key and those in the values that may hold a string: the schema's field
+    names hold none (a name with one is refused), and the numbers and token ids are left out."""
+    from artifact.records.schema import REQUEST, Field, Schema, decoded_text_fields
+
+    assert decoded_text_fields(REQUEST, ("top_logprobs",)) == (
+        "episode_id", "prompt_sha256", "output_text", "stop_type", "error", "engine_extra")
+    assert not any(":" in f.name for f in REQUEST.fields)
+    with pytest.raises(TypeError, match="a field name holds ':'"):
+        decoded_text_fields(Schema("x", "x.jsonl", (Field("a:b", (str,), "a name with a colon"),)))
+
+
+def _top2_run(tmp_path, texts: list[str]):
+    d = tmp_path / "cfg" / "main" / "on-run1"
+    reqs = [{**REQ, "request_index": i, "output_tokens": [1, 2], "top_logprobs": [[[1, -0.1], [5, -2.5]],
+                                                                                    [[2, -0.2], [6, -3.0]]]}
+            for i in range(len(texts))]
+    write_raw_run(d, {**MAN, "episodes": ["e0"]}, reqs)
+    lines = (d / REQUESTS).read_text().splitlines()
+    (d / REQUESTS).write_text("".join(line.replace(json.dumps(r["top_logprobs"]), t) + "\n"
+                                      for line, r, t in zip(lines, reqs, texts)))
+    (run,) = find_runs(tmp_path)
+    return run
+
+
+def test_top2_texts_spaced_otherwise_than_json_writes_them_are_left_to_the_rule(tmp_path):
+    """The bulk parse takes a top_logprobs text whose pairs and positions are separated by '], [' and ']], [['
+    (as json writes them; spaces around the numbers are free), and leaves any other to the rule itself, which
+    reads it as json does: the same records, the same verdicts."""
+    from artifact.records.store import validate_records
+
+    texts = {
+        "[[[1, -0.1], [5, -2.5]], [[2, -0.2], [6, -3.0]]]": True,
+        "[[[ 1 , -0.1 ], [5,  -2.5]], [[2, -0.2], [6, -3.0] ]]": True,
+        "[ [[1, -0.1], [5, -2.5]], [[2, -0.2], [6, -3.0]] ]": True,
+        "[[[1, -0.1],[5, -2.5]], [[2, -0.2], [6, -3.0]]]": False,
+        "[[[1, -0.1], [5, -2.5]],[[2, -0.2], [6, -3.0]]]": False,
+        "[[[1, -0.1], [5, -2.5]] , [[2, -0.2], [6, -3.0]]]": False,
+        "[[[1, -0.1], [5, -2.5] ], [[2, -0.2], [6, -3.0]]]": False,
+        "[[[1, -0.1], [5, -2.5]], [ [2, -0.2], [6, -3.0]]]": False,
+        "[[[1, -0.1], [5, -2.5]], [[2, -0.2] , [6, -3.0]]]": False,
+        "[[[1, -0.1], [5, -2.5]], null]": False,
+    }
+    run = _top2_run(tmp_path, list(texts))
+    validate_records(run)
+    records, counts, ids, lps = run.top2_arrays()
+    assert [r["request_index"] for r in records] == [i for i, bulk in enumerate(texts.values()) if bulk]
+    assert counts == [2] * len(records) and ids.tolist() == [[1, 5], [2, 6]] * len(records)
+    assert lps.tolist() == [[-0.1, -2.5], [-0.2, -3.0]] * len(records)
+    assert [r["top_logprobs"] for r in run.requests] == [json.loads(t) for t in texts]
+
+
+def test_top2_parse_of_texts_without_positions():
+    from artifact.records.store import _parse_pairs
+
+    ids, lps = _parse_pairs([b"[]", b"[[[1, -0.5], [7, -2.25]]]", b"[]", b"[[[3, -0.1], [9, -3]]]"])
+    assert ids.tolist() == [[1, 7], [3, 9]] and lps.tolist() == [[-0.5, -2.25], [-0.1, -3.0]]
+    ids, lps = _parse_pairs([b"[]", b"[]"])
+    assert ids.shape == lps.shape == (0, 2) and str(ids.dtype) == "int64"
+    assert _parse_pairs([b"[[[1, -0.5],[7, -2.25]]]"]) is None  # not as json writes them: left to the rule
+    assert _parse_pairs([b"[[[1, -0.5], [7, -2.25]]]", b"[[[1, 2.5], [75.0, -2.25]]]"]) is None
+
+
+def test_check_worker_imports_only_what_loading_a_run_needs():
+    """check's worker process starts by importing artifact.check.load (artifact.check.run.WORKER_MODULES), whose
+    load_run and check_records are check's: without the analyses (and their facts) or pandas."""
+    from artifact.check import load, run
+
+    assert run.load_run is load.load_run and run.check_records is load.check_records
+    assert run.WORKER_MODULES[0] == run.load_run.__module__ == "artifact.check.load"
+    code = ("import sys\n"
+            "import artifact.check.load\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('artifact.analysis', 'artifact.check.facts', "
+            "'pandas'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
