@@ -7,6 +7,8 @@ diverging token index (the length of the shorter output when one is a prefix of 
 
 from __future__ import annotations
 
+import itertools
+import operator
 import statistics
 from dataclasses import dataclass, field
 
@@ -77,21 +79,54 @@ def first_difference(x: list, y: list) -> int | None:
     return None if len(x) == len(y) else min(len(x), len(y))
 
 
-def _has_ok_request(reqs: list[dict]) -> bool:
-    return any(dict.get(r, "error") is None for r in reqs)
+_TOKENS = operator.itemgetter("output_tokens")
+_PROMPT = operator.itemgetter("prompt_sha256")
+
+
+def outputs(reqs: list[dict]) -> tuple[list, list, list, list]:
+    """(output_tokens, prompt_sha256, error, number of output tokens) of each request, as four lists (dict.get: never
+    decodes lazy fields)."""
+    tokens = list(map(_TOKENS, reqs))
+    return (tokens, list(map(_PROMPT, reqs)), list(map(dict.get, reqs, itertools.repeat("error"))),
+            list(map(len, tokens)))
+
+
+def episode_outputs(run: Run) -> dict[str, tuple[list, list, list, list]]:
+    """episode id -> `outputs` of its requests in request_index order (`Run.requests_by_episode`), made once per run
+    and kept on it (each run is compared with several others, and walked by the analyses: `groups.same_prompt`);
+    do not change the lists."""
+    cached = run.__dict__.get("_episode_outputs")
+    if cached is None:
+        cached = run.__dict__["_episode_outputs"] = {eid: outputs(reqs)
+                                                     for eid, reqs in run.requests_by_episode().items()}
+    return cached
+
+
+def first_unequal(x: list, y: list) -> int | None:
+    """The first index i where x[i] != y[i] (over the shorter list), None if there is none; at C speed."""
+    return next(itertools.compress(itertools.count(), map(operator.ne, x, y)), None)
 
 
 def compare_episode(episode_id: str, reqs_a: list[dict], reqs_b: list[dict]) -> tuple[EpisodeDiff, bool]:
     """The episode's diff, and whether identical outputs came with different prompts."""
-    counts = (len(reqs_a), len(reqs_b))
-    evidence = _has_ok_request(reqs_a) and _has_ok_request(reqs_b)
-    for i, (ra, rb) in enumerate(zip(reqs_a, reqs_b)):
-        tok = first_difference(ra["output_tokens"], rb["output_tokens"])
-        if tok is not None:
-            return EpisodeDiff(episode_id, True, i, tok, counts, evidence), False
-    prompt_mismatch = any(ra["prompt_sha256"] != rb["prompt_sha256"] for ra, rb in zip(reqs_a, reqs_b))
+    return _episode_diff(episode_id, outputs(reqs_a), outputs(reqs_b))
+
+
+def _episode_diff(episode_id: str, a: tuple, b: tuple) -> tuple[EpisodeDiff, bool]:
+    """`compare_episode` of the two runs' `outputs`: the requests' outputs compared as two lists at once (at C
+    speed); a diverged episode's walked to the first difference."""
+    (ta, sa, xa, _), (tb, sb, xb, _) = a, b
+    counts = (len(ta), len(tb))
+    evidence = None in xa and None in xb  # a request without an error in each
+    n = min(counts)
     if counts[0] != counts[1]:
-        return EpisodeDiff(episode_id, True, min(counts), None, counts, evidence), prompt_mismatch
+        ta, tb, sa, sb = ta[:n], tb[:n], sa[:n], sb[:n]
+    if ta != tb:
+        i = first_unequal(ta, tb)
+        return EpisodeDiff(episode_id, True, i, first_difference(ta[i], tb[i]), counts, evidence), False
+    prompt_mismatch = sa != sb
+    if counts[0] != counts[1]:
+        return EpisodeDiff(episode_id, True, n, None, counts, evidence), prompt_mismatch
     return EpisodeDiff(episode_id, False, n_requests=counts, evidence=evidence), prompt_mismatch
 
 
@@ -102,21 +137,41 @@ def compare_runs(a: Run, b: Run) -> Comparison:
     in `only_in_a`, `only_in_b` and `without_requests`.
     """
     ea, eb = a.requests_by_episode(), b.requests_by_episode()
+    oa, ob = episode_outputs(a), episode_outputs(b)
     ids_a, ids_b = a.manifest["episodes"], b.manifest["episodes"]
     set_a, set_b = set(ids_a), set(ids_b)
     cmp = Comparison(a.label, b.label, [],
                      only_in_a=[e for e in ids_a if e not in set_b],
                      only_in_b=[e for e in ids_b if e not in set_a])
     for eid in dict.fromkeys(e for e in ids_a if e in set_b):
-        reqs_a, reqs_b = ea.get(eid, []), eb.get(eid, [])
-        if not reqs_a or not reqs_b:
+        if not ea.get(eid) or not eb.get(eid):
             cmp.without_requests.append(eid)
             continue
-        diff, prompt_mismatch = compare_episode(eid, reqs_a, reqs_b)
+        diff, prompt_mismatch = _episode_diff(eid, oa[eid], ob[eid])
         cmp.episodes.append(diff)
         if prompt_mismatch:
             cmp.prompt_mismatches.append(eid)
     return cmp
+
+
+def made_comparison(a: Run, b: Run) -> Comparison | None:
+    """The comparison of a and b `compared` made already, either way round (None if it made none): where their
+    episodes' tokens first differ reads the same both ways."""
+    for x, y in ((a, b), (b, a)):
+        hit = x.__dict__.get("_comparisons", {}).get(id(y))
+        if hit is not None:
+            return hit[1]
+    return None
+
+
+def compared(a: Run, b: Run) -> Comparison:
+    """compare_runs(a, b), computed once per pair of runs and kept on run a (the paper's tables, the report and the
+    analyses beyond the paper ask for the same pairs; a Comparison is never changed once made)."""
+    cache = a.__dict__.setdefault("_comparisons", {})
+    hit = cache.get(id(b))
+    if hit is None:
+        hit = cache[id(b)] = (b, compare_runs(a, b))  # b is held so that its id is not reused
+    return hit[1]
 
 
 # --- which runs may be compared -------------------------------------------------------------------------------
@@ -193,7 +248,7 @@ def plan_pairs(runs: list[Run]) -> tuple[list[Paired], list[tuple[str, str]]]:
         if why is not None:
             refused.append((kind, why))
         else:
-            out.append(Paired(kind, k, name, compare_runs(a, b), a, b))
+            out.append(Paired(kind, k, name, compared(a, b), a, b))
 
     for arm in PAIRED_ARMS:
         ks = sorted(k for (x, k) in by if x == arm)
@@ -235,9 +290,15 @@ def cache_exposure(run: Run) -> Exposure:
     Every request counts, a failed one included (its cache_n, when reported, was served). A null cache_n is
     "not reported": it is counted in `unreported` and never hides a non-zero count on another request.
     """
-    get = dict.get
+    get, repeat = dict.get, itertools.repeat
+    reqs = run.requests
+    cns = list(map(get, reqs, repeat("cache_n")))
+    if list(map(type, cns)).count(int) == len(cns):  # every request reports it (the engines' common case): at once
+        pts = list(map(get, reqs, repeat("prompt_tokens")))
+        prompt = sum(pts) if list(map(type, pts)).count(int) == len(pts) else sum(pt for pt in pts if type(pt) is int)
+        return Exposure(prompt, sum(cns), len(reqs), sum(map(operator.gt, cns, repeat(0))), 0)
     prompt = cached = with_cache = unreported = 0
-    for r in run.requests:
+    for r in reqs:
         cn = get(r, "cache_n")
         if type(cn) is not int:
             unreported += 1

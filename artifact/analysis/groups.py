@@ -3,7 +3,12 @@ analyses read from manifests."""
 
 from __future__ import annotations
 
-from artifact.analysis.compare import Comparison, compare_runs
+import itertools
+import operator
+
+from artifact.analysis.compare import (
+    Comparison, compared, episode_outputs, first_difference, first_unequal, made_comparison,
+)
 from artifact.records.store import Run
 
 Group = dict[tuple[str, int], Run]  # (arm, run number) -> run
@@ -27,20 +32,75 @@ def on_off_pairs(group: Group) -> list[tuple[int, Run, Run]]:
 
 def ok_requests(run: Run) -> list[dict]:
     """The requests the engine served (those recorded with an error carry no output)."""
-    return [r for r in run.requests if dict.get(r, "error") is None]  # dict.get: never decodes lazy fields
+    reqs = run.requests  # dict.get: never decodes lazy fields; at C speed
+    return list(itertools.compress(reqs, map(operator.is_, map(dict.get, reqs, itertools.repeat("error")),
+                                             itertools.repeat(None))))
+
+
+class SamePrompt:
+    """The request pairs of two runs that sent the same prompt (`same_prompt`): `a[i]` and `b[i]` are the i-th pair's
+    requests, `first[i]` the first position where their generated tokens differ (`first_difference`; None where they
+    are equal), `len_a[i]` and `len_b[i]` how many tokens each generated. Lists, made once per pair of runs: do not
+    change them."""
+
+    __slots__ = ("a", "b", "first", "len_a", "len_b")
+
+    def __init__(self, a: list, b: list, first: list, len_a: list, len_b: list):
+        self.a, self.b, self.first, self.len_a, self.len_b = a, b, first, len_a, len_b
+
+
+def _same_prompt(a: Run, b: Run) -> SamePrompt:
+    """Episode by episode, on the runs' `episode_outputs` (lists compared at C speed): k, the pairs up to and
+    including the first whose generated tokens differ; of those, the pairs before the first that has an error or
+    different prompts."""
+    qas, qbs, firsts, len_a, len_b = [], [], [], [], []
+    oa, ob = episode_outputs(a), episode_outputs(b)
+    eb = b.requests_by_episode()
+    # where an episode's tokens first differ: from the runs' comparison, made once for both (ON vs OFF: the paper's
+    # tables made it; the analyses that walk a pair compare it too), else (an episode it does not compare) here
+    made = made_comparison(a, b)
+    made = compared(a, b) if made is None else made
+    diffs = {d.episode_id: d for d in made.episodes}
+    for eid, reqs_a in a.requests_by_episode().items():
+        reqs_b = eb.get(eid)
+        if not reqs_a or not reqs_b:
+            continue
+        (ta, sa, xa, na), (tb, sb, xb, nb) = oa[eid], ob[eid]
+        n = min(len(ta), len(tb))
+        d = diffs.get(eid)
+        if d is not None:  # compared: the first request whose tokens differ is where it diverged at a token
+            t = d.first_request if d.first_token is not None else None
+        else:
+            t = first_unequal(ta, tb) if (ta != tb if len(ta) == len(tb) else ta[:n] != tb[:n]) else None
+        k = n if t is None else t + 1
+        if any(xa[:k]) or any(xb[:k]) or sa[:k] != sb[:k]:  # an error (a true one), or different prompts
+            k = next(i for i in range(k) if xa[i] or xb[i] or sa[i] != sb[i])
+            t = None
+        qas += reqs_a[:k]
+        qbs += reqs_b[:k]
+        len_a += na[:k]
+        len_b += nb[:k]
+        firsts += [None] * k
+        if t is not None:
+            firsts[-1] = d.first_token if d is not None else first_difference(ta[t], tb[t])
+    return SamePrompt(qas, qbs, firsts, len_a, len_b)
+
+
+def same_prompt(a: Run, b: Run) -> SamePrompt:
+    """The pairs `same_prompt_requests` yields, with where their tokens first differ: made once per pair of runs and
+    kept on run a (the margins, the quantization and the tier analyses walk the same ON/OFF pairs)."""
+    cache = a.__dict__.setdefault("_same_prompt", {})
+    hit = cache.get(id(b))
+    if hit is None:
+        hit = cache[id(b)] = (b, _same_prompt(a, b))  # b is held so that its id is not reused
+    return hit[1]
 
 
 def same_prompt_requests(a: Run, b: Run):
     """(request of a, request of b), episode by episode, while both runs sent the same prompt without an error; an
     episode ends after the first pair whose generated tokens differ (the next prompts hold different text)."""
-    eb = b.requests_by_episode()
-    for eid, reqs_a in a.requests_by_episode().items():
-        for qa, qb in zip(reqs_a, eb.get(eid, [])):
-            if dict.get(qa, "error") or dict.get(qb, "error") or qa["prompt_sha256"] != qb["prompt_sha256"]:
-                break
-            yield qa, qb
-            if qa["output_tokens"] != qb["output_tokens"]:
-                break
+    sp = same_prompt(a, b)
+    return zip(sp.a, sp.b)
 
 
 def manifest_table(run: Run, key: str) -> dict:
@@ -75,8 +135,6 @@ def cache_condition(run: Run) -> dict:
 
 
 def comparison(a: Run, b: Run) -> Comparison:
-    """compare_runs(a, b), computed once per pair and kept on run a for the other analyses of this check."""
-    cache = a.__dict__.setdefault("_comparisons", {})
-    if id(b) not in cache:
-        cache[id(b)] = (b, compare_runs(a, b))  # b is held so that its id is not reused
-    return cache[id(b)][1]
+    """compare_runs(a, b), computed once per pair and kept on run a for the other analyses of this check
+    (`compare.compared`: the paper's tables ask for the same pairs)."""
+    return compared(a, b)

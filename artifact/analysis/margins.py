@@ -24,9 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import (
-    by_plan, comparison, manifest_table, ok_requests, on_off_pairs, same_prompt_requests,
+    SamePrompt, by_plan, comparison, manifest_table, ok_requests, on_off_pairs, same_prompt,
 )
 from artifact.analysis.stats import cochran_armitage, wilson_interval
 from artifact.analysis.tables import MIN_TREND_LEVELS, quant_level
@@ -91,6 +90,52 @@ def _margin_table(run: Run) -> tuple[np.ndarray, dict]:
     return cached
 
 
+def table_rows(rows: dict, records: list) -> np.ndarray | None:
+    """(first row, rows) of each record in a run's top-2 table (`Run.top2_table`'s `rows`), as a (k, 2) array; None
+    if one of them is not there (its own top_logprobs are read, record by record)."""
+    try:
+        at = list(map(rows.__getitem__, map(id, records)))
+    except KeyError:
+        return None
+    return np.array(at, dtype=np.int64).reshape(len(at), 2)
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The row numbers start, ..., start + count - 1 of each (start, count), one range after the other: what
+    concatenating the slices table[start:start + count] takes from a table, as one index."""
+    counts = np.asarray(counts, dtype=np.int64)
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if ends.size else 0
+    return np.repeat(np.asarray(starts, dtype=np.int64) - (ends - counts), counts) + np.arange(total, dtype=np.int64)
+
+
+def run_margins(run: Run, records: list) -> np.ndarray:
+    """`request_margins` of each record, concatenated in order: at once from the run's table where every record is
+    in it, else record by record."""
+    table, rows = _margin_table(run)
+    at = table_rows(rows, records)
+    if at is None:
+        return np.concatenate([request_margins(q, run) for q in records] or [np.array([])])
+    return table[ranges(at[:, 0], at[:, 1])] if len(at) else np.array([])
+
+
+def segment_medians(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The median of each run of `sizes[i]` consecutive values (none NaN; NaN for an empty one): np.median's value
+    (the middle one, or the mean (a + b) / 2 of the two middle ones), each segment sorted in place in a copy."""
+    v = values.copy()
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        if e - s > 1:
+            v[s:e].sort()
+    half = sizes // 2
+    med = np.full(len(sizes), np.nan)
+    odd, even = (sizes % 2 == 1), (sizes > 0) & (sizes % 2 == 0)
+    med[odd] = v[starts[odd] + half[odd]]
+    med[even] = (v[starts[even] + half[even] - 1] + v[starts[even] + half[even]]) / 2
+    return med
+
+
 def _meta(run: Run) -> dict:
     model = manifest_table(run, "model")
     return {"config": run.manifest["config"], "plan": run.manifest["plan"], "engine": run.manifest.get("engine"),
@@ -106,7 +151,7 @@ def margin_distribution(runs: list[Run]) -> pd.DataFrame:
         off = [r for (arm, _), r in sorted(group.items()) if arm == "off"]
         if not off:
             continue
-        m = np.concatenate([request_margins(q, r) for r in off for q in ok_requests(r)] or [np.array([])])
+        m = np.concatenate([run_margins(r, ok_requests(r)) for r in off])
         m = m[~np.isnan(m)]
         row = {**_meta(off[0]), "off_runs": len(off), "positions": int(m.size)}
         if m.size:
@@ -126,6 +171,7 @@ def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
     for (config, plan), group in by_plan(runs).items():
         for k, on, off in on_off_pairs(group):
             cmp = comparison(on, off)
+            quant = _meta(on)["quant"]
             e_on, e_off = on.requests_by_episode(), off.requests_by_episode()
             for d in cmp.diverged:
                 if d.first_token is None:
@@ -134,7 +180,7 @@ def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
                 t = d.first_token
                 m_on, m_off = request_margins(q_on, on), request_margins(q_off, off)
                 rows.append({
-                    "config": config, "plan": plan, "quant": _meta(on)["quant"], "run": k,
+                    "config": config, "plan": plan, "quant": quant, "run": k,
                     "episode_id": d.episode_id, "request": d.first_request, "token": t,
                     "token_on": q_on["output_tokens"][t] if t < len(q_on["output_tokens"]) else None,
                     "token_off": q_off["output_tokens"][t] if t < len(q_off["output_tokens"]) else None,
@@ -143,6 +189,36 @@ def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
                 })
     return pd.DataFrame(rows, columns=["config", "plan", "quant", "run", "episode_id", "request", "token",
                                        "token_on", "token_off", "margin_on", "margin_off"])
+
+
+class AtRisk:
+    """The request pairs of an ON and an OFF run at risk of a flip (`at_risk`): the OFF and the ON requests, where
+    their tokens first differ (`firsts`, None where they do not; `first`, NO_DIFFERENCE there), how many tokens each
+    generated, and the OFF requests' rows in the OFF run's top-2 table (None where one is not there)."""
+
+    __slots__ = ("offs", "ons", "firsts", "first", "len_off", "len_on", "at_off")
+
+    def __init__(self, off: Run, sp: SamePrompt):
+        keep = [i for i, q in enumerate(sp.b) if dict.get(q, "cache_n") != 0]  # 0: recomputed exactly as OFF did
+        self.offs, self.ons, self.firsts = [sp.a[i] for i in keep], [sp.b[i] for i in keep], [sp.first[i] for i in keep]
+        self.first = np.array([NO_DIFFERENCE if d is None else d for d in self.firsts], dtype=np.int64)
+        self.len_off = np.array([sp.len_a[i] for i in keep], dtype=np.int64)
+        self.len_on = np.array([sp.len_b[i] for i in keep], dtype=np.int64)
+        self.at_off = table_rows(off.top2_table()[1], self.offs)
+
+
+NO_DIFFERENCE = np.iinfo(np.int64).max  # where the tokens do not differ
+
+
+def at_risk(on: Run, off: Run) -> AtRisk:
+    """The requests of an ON/OFF pair at risk of a flip: same prompt in both arms (`same_prompt`: the same earlier
+    tokens), and the ON request served cached tokens (`cache_n` > 0, or not reported). Made once per pair and kept
+    on the OFF run (`flip_positions` and the quantization analysis read the same pairs)."""
+    cache = off.__dict__.setdefault("_at_risk", {})
+    hit = cache.get(id(on))
+    if hit is None:
+        hit = cache[id(on)] = (on, AtRisk(off, same_prompt(off, on)))  # on is held so that its id is not reused
+    return hit[1]
 
 
 def flip_positions(on: Run, off: Run) -> tuple[np.ndarray, np.ndarray]:
@@ -154,12 +230,27 @@ def flip_positions(on: Run, off: Run) -> tuple[np.ndarray, np.ndarray]:
     then differ), are not at risk. A position where one arm stopped and the other went on is not a token flip and
     is left out, as are positions without two log-probabilities in the OFF record.
     """
+    r = at_risk(on, off)
+    if r.at_off is None:
+        return _flip_positions(off, r.offs, r.ons, r.firsts)
+    table, _ = _margin_table(off)
+    # n: the positions both arms generated and the OFF record has margins for; the flip, where the tokens first
+    # differ before n (a difference at or past the shorter output's end is one arm stopping, not a flip)
+    n = np.minimum(np.minimum(r.len_off, r.len_on), r.at_off[:, 1])
+    flipped = r.first < n
+    upto = np.where(flipped, r.first + 1, n)
+    m = table[ranges(r.at_off[:, 0], upto)]
+    f = np.zeros(m.size, dtype=int)
+    f[np.cumsum(upto)[flipped] - 1] = 1
+    keep = ~np.isnan(m)
+    return m[keep], f[keep]
+
+
+def _flip_positions(off: Run, offs: list, ons: list, firsts: list) -> tuple[np.ndarray, np.ndarray]:
+    """`flip_positions` request by request (where an OFF record is not in its run's top-2 table)."""
     margins, flips = [], []
-    for q_off, q_on in same_prompt_requests(off, on):
-        if dict.get(q_on, "cache_n") == 0:  # a request served no cached tokens recomputes exactly as OFF does
-            continue
+    for q_off, q_on, diff in zip(offs, ons, firsts):
         a, b = q_off["output_tokens"], q_on["output_tokens"]
-        diff = first_difference(a, b)
         if diff is not None and diff >= min(len(a), len(b)):
             diff = None  # one arm stopped where the other went on: not a token flip
         m = request_margins(q_off, off)
@@ -235,13 +326,27 @@ def page_test(data: np.ndarray) -> tuple[float, float, str]:
 
 def episode_medians(run: Run) -> dict[str, float]:
     """Each episode's median margin over its generated positions (episodes without any are left out)."""
-    out = {}
-    for eid, reqs in run.requests_by_episode().items():
-        m = np.concatenate([request_margins(q, run) for q in reqs if dict.get(q, "error") is None] or [np.array([])])
-        m = m[~np.isnan(m)]
-        if m.size:
-            out[eid] = float(np.median(m))
-    return out
+    by_episode = run.requests_by_episode()
+    get = dict.get
+    ok = {eid: [q for q in reqs if get(q, "error") is None] for eid, reqs in by_episode.items()}
+    records = [q for reqs in ok.values() for q in reqs]
+    table, rows = _margin_table(run)
+    at = table_rows(rows, records)
+    if at is None:  # record by record
+        out = {}
+        for eid, reqs in ok.items():
+            m = np.concatenate([request_margins(q, run) for q in reqs] or [np.array([])])
+            m = m[~np.isnan(m)]
+            if m.size:
+                out[eid] = float(np.median(m))
+        return out
+    # the episodes' margins one after the other; each episode's count of those that are not NaN
+    group = np.repeat(np.repeat(np.arange(len(ok)), [len(reqs) for reqs in ok.values()]), at[:, 1])
+    m = table[ranges(at[:, 0], at[:, 1])]
+    keep = ~np.isnan(m)
+    size = np.bincount(group[keep], minlength=len(ok))
+    med = segment_medians(m[keep], size)
+    return {eid: float(med[i]) for i, eid in enumerate(ok) if size[i]}
 
 
 def margin_trend(runs: list[Run], plan: str = "main") -> pd.DataFrame:

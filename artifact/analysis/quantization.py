@@ -36,10 +36,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from artifact.analysis.compare import first_difference
 from artifact.analysis.figure import new_figure, text_room
-from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs, same_prompt_requests
-from artifact.analysis.margins import MARGIN_BINS, top2
+from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs
+from artifact.analysis.margins import MARGIN_BINS, at_risk, ranges, table_rows, top2
 from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel
 from artifact.analysis.tiers import INCONCLUSIVE
@@ -55,17 +54,39 @@ POSITION_COLUMNS = ["config", "plan", "run", "episode_id", "request_index", "pos
 def positions(on: Run, off: Run) -> pd.DataFrame:
     """Every position at risk of one ON/OFF pair: the OFF margin, the perturbation d (NaN where the ON top-2 lacks
     one of the OFF arm's two tokens) and whether the token flipped there (the last position at risk of its request).
-    The requests at risk are found one by one; their positions are then computed at once."""
+    The requests at risk are found one by one (`same_prompt`, made once per pair); their positions are then computed
+    at once."""
+    cols = _position_columns(on, off)
+    return _empty() if cols is None else _frame(cols)
+
+
+def _position_columns(on: Run, off: Run) -> dict | None:
+    """`positions`' columns as arrays; None where no request is at risk."""
+    r = at_risk(on, off)
+    if not r.offs:
+        return None
+    t_off, (t_on, r_on) = off.top2_table()[0], on.top2_table()
+    at_on = table_rows(r_on, r.ons)
+    if r.at_off is None or at_on is None:
+        return _position_columns_one_by_one(on, off, r.offs, r.ons, r.firsts)
+    at_off = r.at_off
+    n = np.minimum(np.minimum(r.len_off, r.len_on), np.minimum(at_off[:, 1], at_on[:, 1]))
+    flipped = r.first < n  # the first position whose tokens differ; later ones: no risk
+    lengths = np.where(flipped, r.first + 1, n)
+    a, b = t_off[ranges(at_off[:, 0], lengths)], t_on[ranges(at_on[:, 0], lengths)]
+    return _columns(on, a, b, [q["episode_id"] for q in r.ons], [q["request_index"] for q in r.ons], lengths, flipped)
+
+
+def _position_columns_one_by_one(on: Run, off: Run, q_offs: list, q_ons: list, firsts: list) -> dict | None:
+    """`_position_columns` request by request (where a record is not in its run's top-2 table)."""
     offs, ons, eids, indexes, lengths, flipped = [], [], [], [], [], []
-    for q_off, q_on in same_prompt_requests(off, on):
-        if dict.get(q_on, "cache_n") == 0:  # no cached tokens: the ON request recomputed exactly as OFF did
-            continue
+    for q_off, q_on, d in zip(q_offs, q_ons, firsts):
         a_off, a_on = top2(off, q_off), top2(on, q_on)
         if a_off is None or a_on is None:
             continue
         t_off, t_on = q_off["output_tokens"], q_on["output_tokens"]
         n = min(len(t_off), len(t_on), len(a_off), len(a_on))
-        flip = first_difference(t_off[:n], t_on[:n])  # the first position whose tokens differ; later ones: no risk
+        flip = d if d is not None and d < n else None  # the first position whose tokens differ before n
         upto = n if flip is None else flip + 1
         offs.append(a_off[:upto])
         ons.append(a_on[:upto])
@@ -74,9 +95,15 @@ def positions(on: Run, off: Run) -> pd.DataFrame:
         lengths.append(upto)
         flipped.append(flip is not None)
     if not offs:
-        return _empty()
-    a, b = np.concatenate(offs), np.concatenate(ons)
-    lengths = np.asarray(lengths)
+        return None
+    return _columns(on, np.concatenate(offs), np.concatenate(ons), eids, indexes, np.asarray(lengths),
+                    np.asarray(flipped, dtype=bool))
+
+
+def _columns(on: Run, a: np.ndarray, b: np.ndarray, eids: list, indexes: list, lengths: np.ndarray,
+             flipped: np.ndarray) -> dict:
+    """The columns of positions whose OFF and ON top-2 rows are `a` and `b`, request after request (`lengths`
+    positions each, the last one a flip where `flipped`)."""
     margin = np.abs(a[:, 1] - a[:, 3])
     off_first = a[:, 1] >= a[:, 3]
     best, second = np.where(off_first, a[:, 0], a[:, 2]), np.where(off_first, a[:, 2], a[:, 0])
@@ -87,16 +114,29 @@ def positions(on: Run, off: Run) -> pd.DataFrame:
     delta = margin - (on_logprob(best) - on_logprob(second))
     ends = np.cumsum(lengths)
     flip = np.zeros(len(a), dtype=np.int64)
-    flip[ends[np.asarray(flipped)] - 1] = 1
+    flip[ends[flipped] - 1] = 1
     m = on.manifest
-    return pd.DataFrame({
-        "config": np.full(len(a), m["config"], dtype=object), "plan": np.full(len(a), m["plan"], dtype=object),
+    return {
+        "config": _constant(len(a), m["config"]), "plan": _constant(len(a), m["plan"]),
         "run": np.full(len(a), m["run"], dtype=np.int64),
         "episode_id": np.repeat(np.array(eids, dtype=object), lengths),
         "request_index": np.repeat(np.asarray(indexes, dtype=np.int64), lengths),
         "position": np.arange(len(a)) - np.repeat(ends - lengths, lengths),
         "margin": margin, "delta": delta, "flip": flip,
-    }, columns=POSITION_COLUMNS)
+    }
+
+
+def _constant(n: int, value) -> np.ndarray:
+    """An object column holding `value` n times (np.full converts an object value n times: ~20x slower)."""
+    out = np.empty(n, dtype=object)
+    out.fill(value)
+    return out
+
+
+def _frame(cols: dict) -> pd.DataFrame:
+    """A positions frame of its columns' arrays (POSITION_COLUMNS, in that order), made for it: not copied again
+    (pandas' consolidation copies each column of a frame of ~10^5 rows into blocks)."""
+    return pd.DataFrame(cols, copy=False)
 
 
 def _empty() -> pd.DataFrame:
@@ -105,12 +145,15 @@ def _empty() -> pd.DataFrame:
 
 
 def position_frames(runs: list[Run]) -> dict[tuple[str, str], pd.DataFrame]:
-    """(config, plan) -> the positions at risk of its ON/OFF run pairs (those with any)."""
+    """(config, plan) -> the positions at risk of its ON/OFF run pairs (those with any): one frame per
+    configuration and plan, made from its pairs' columns at once (as `positions` of each pair, concatenated)."""
     out = {}
     for key, group in by_plan(runs).items():
-        parts = [p for _, on, off in on_off_pairs(group) if not (p := positions(on, off)).empty]
+        parts = [c for _, on, off in on_off_pairs(group)
+                 if (c := _position_columns(on, off)) is not None and len(c["margin"])]
         if parts:
-            out[key] = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+            cols = {k: np.concatenate([c[k] for c in parts]) for k in POSITION_COLUMNS} if len(parts) > 1 else parts[0]
+            out[key] = _frame(cols)
     return out
 
 
@@ -140,27 +183,53 @@ PERTURBATION_CLAIMS = {  # by whether the reference differs in the weights only 
 }
 
 
+def _eq(x, y) -> bool:
+    """pandas' `==` of an object column and a scalar, on one value: False where either is null (None or NaN)."""
+    return not (x is None or y is None or x != x or y != y) and x == y
+
+
 def configurations(runs: list[Run]) -> pd.DataFrame:
     """One row per configuration and plan with ON/OFF pairs: its identity and its reference (or none)."""
     rows = [_identity(next(iter(g.values()))) for g in by_plan(runs).values() if on_off_pairs(g)]
     df = pd.DataFrame(rows, columns=["config", "plan", "engine", "model_name", "quant", "level"])
     refs, kinds = [], []
-    for r in df.to_dict("records"):
-        same = df[(df["engine"] == r["engine"]) & (df["model_name"] == r["model_name"]) & (df["plan"] == r["plan"])]
-        twin = same[same["level"] == r["level"] + AS_F32]
-        f16 = same[same["level"].str.upper().isin(["F16", "BF16"]) & (same["config"] != r["config"])]
-        f16_f32 = same[same["level"].str.upper().isin(["F16" + AS_F32.upper(), "BF16" + AS_F32.upper()])
-                       & (same["config"] != r["config"])]
+    f16_levels, f16_f32_levels = ("F16", "BF16"), ("F16" + AS_F32.upper(), "BF16" + AS_F32.upper())
+    for r in rows:
+        same = [o for o in rows
+                if _eq(o["engine"], r["engine"]) and _eq(o["model_name"], r["model_name"]) and o["plan"] == r["plan"]]
+        twin = [o for o in same if o["level"] == r["level"] + AS_F32]
+        f16 = [o for o in same if o["level"].upper() in f16_levels and o["config"] != r["config"]]
+        f16_f32 = [o for o in same if o["level"].upper() in f16_f32_levels and o["config"] != r["config"]]
         ref, kind = None, None
-        if not twin.empty:  # the kernel experiment: the same weights through F32 kernels
-            ref, kind = twin["config"].iloc[0], SAME_WEIGHTS
-        elif r["level"].endswith(AS_F32) and not f16_f32.empty:  # the same F32 kernels, other weights
-            ref, kind = f16_f32["config"].iloc[0], SAME_KERNELS
-        elif not f16.empty and not r["level"].endswith(AS_F32) and r["level"].upper() not in ("F16", "BF16"):
-            ref, kind = f16["config"].iloc[0], "the series' F16 level"
+        if twin:  # the kernel experiment: the same weights through F32 kernels
+            ref, kind = twin[0]["config"], SAME_WEIGHTS
+        elif r["level"].endswith(AS_F32) and f16_f32:  # the same F32 kernels, other weights
+            ref, kind = f16_f32[0]["config"], SAME_KERNELS
+        elif f16 and not r["level"].endswith(AS_F32) and r["level"].upper() not in ("F16", "BF16"):
+            ref, kind = f16[0]["config"], "the series' F16 level"
         refs.append(ref)
         kinds.append(kind)
     return df.assign(reference=refs, reference_kind=kinds)
+
+
+# Series.mean, .median and .quantile as pandas computes them, on a frame's column arrays (pandas' per-call overhead
+# was most of the cost of `summary` and `compare`): the same numpy calls on the same values.
+
+def _mean(x: np.ndarray) -> float:
+    """Series.mean of 0/1 or bool values (exact sums: k / n)."""
+    return int(x.sum()) / x.size if x.size else np.nan
+
+
+def _median(x: np.ndarray) -> float:
+    """Series.median of float values: np.nanmedian of the values that are not NaN (nanops.nanmedian)."""
+    x = x[~np.isnan(x)]
+    return np.nanmedian(x) if x.size else np.nan
+
+
+def _quantile(x: np.ndarray, q: float) -> float:
+    """Series.quantile(q) of float values without NaN (array_algos.quantile: np.percentile of the column as one row
+    at q * 100, linear)."""
+    return np.percentile(x[None, :], np.asarray([q]) * 100.0, axis=1, method="linear")[0, 0]
 
 
 def summary(pos: dict, configs: pd.DataFrame) -> pd.DataFrame:
@@ -168,13 +237,14 @@ def summary(pos: dict, configs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for c in configs.to_dict("records"):
         p = pos.get((c["config"], c["plan"]), _EMPTY)
-        d = p["delta"].dropna().abs()
-        rows.append({**c, "positions": len(p), "flips": int(p["flip"].sum()),
-                     "flip_rate": p["flip"].mean() if len(p) else np.nan,
-                     "margin_median": p["margin"].median() if len(p) else np.nan,
-                     "delta_positions": len(d), "delta_zero_share": (d == 0).mean() if len(d) else np.nan,
-                     "delta_median": d.median() if len(d) else np.nan,
-                     "delta_q90": d.quantile(0.9) if len(d) else np.nan})
+        flip, margin, delta = (p[k].to_numpy() for k in ("flip", "margin", "delta"))
+        d = np.abs(delta[~np.isnan(delta)])
+        rows.append({**c, "positions": len(p), "flips": int(flip.sum()),
+                     "flip_rate": _mean(flip),
+                     "margin_median": _median(margin) if len(p) else np.nan,
+                     "delta_positions": len(d), "delta_zero_share": _mean(d == 0),
+                     "delta_median": _median(d) if len(d) else np.nan,
+                     "delta_q90": _quantile(d, 0.9) if len(d) else np.nan})
     return pd.DataFrame(rows, columns=[*configs.columns, "positions", "flips", "flip_rate", "margin_median",
                                        "delta_positions", "delta_zero_share", "delta_median", "delta_q90"])
 
@@ -198,16 +268,17 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
         scope = f"{c['config']} vs {c['reference']} [{c['plan']}]"
         p = pos.get((c["config"], c["plan"]), _EMPTY)
         r = pos.get((c["reference"], c["plan"]), _EMPTY)
-        dp, dr = p["delta"].dropna().to_numpy(), r["delta"].dropna().to_numpy()
+        (pm, pf, pd_), (rm, rf, rd) = ((x["margin"].to_numpy(), x["flip"].to_numpy(), x["delta"].to_numpy())
+                                       for x in (p, r))
+        dp, dr = pd_[~np.isnan(pd_)], rd[~np.isnan(rd)]
         row = {"config": c["config"], "reference": c["reference"], "plan": c["plan"],
                "reference_kind": c["reference_kind"], "positions": len(p), "reference_positions": len(r),
-               "flip_rate": p["flip"].mean() if len(p) else np.nan,
-               "reference_flip_rate": r["flip"].mean() if len(r) else np.nan,
-               "margin_median": p["margin"].median(), "reference_margin_median": r["margin"].median(),
+               "flip_rate": _mean(pf), "reference_flip_rate": _mean(rf),
+               "margin_median": _median(pm), "reference_margin_median": _median(rm),
                "delta_median": np.median(np.abs(dp)) if dp.size else np.nan,
                "reference_delta_median": np.median(np.abs(dr)) if dr.size else np.nan,
-               "margin_only_rate": _flip_prob(dr, p["margin"].to_numpy()),
-               "kernel_only_rate": _flip_prob(dp, r["margin"].to_numpy()),
+               "margin_only_rate": _flip_prob(dr, pm),
+               "kernel_only_rate": _flip_prob(dp, rm),
                "kernel_p": np.nan, "mh_odds_ratio": np.nan, "mh_p": np.nan}
         evidence = [f"{c['reference']}: {c['reference_kind']}",
                     f"flip rate {_pct(row['flip_rate'])} vs {_pct(row['reference_flip_rate'])}; counterfactual: "
@@ -233,8 +304,7 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
         strata = []
         bins = MARGIN_BINS
         for lo, hi in zip(bins[:-1], bins[1:]):
-            a = p[(p["margin"] >= lo) & (p["margin"] < hi)]["flip"]
-            b = r[(r["margin"] >= lo) & (r["margin"] < hi)]["flip"]
+            a, b = pf[(pm >= lo) & (pm < hi)], rf[(rm >= lo) & (rm < hi)]
             strata.append((int(a.sum()), int(len(a) - a.sum()), int(b.sum()), int(len(b) - b.sum())))
         flips = sum(s[0] + s[2] for s in strata)
         if not len(p) or not len(r):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import operator
 from collections import defaultdict
@@ -247,29 +248,46 @@ def _rows(run: Run) -> list[tuple]:
         return [tuple(_get(r, f) for f in _FIELDS) for r in run.requests]
 
 
-def _timed_units(rows_of: dict) -> dict[tuple, list[tuple[Run, str]]]:
+def _timed_units(rows_of: dict) -> list[list[tuple[Run, str]]]:
     """Each episode of each run as the sequence of its requests' (index, prompt sha256, prompt_ms, predicted_ms),
-    over the requests that carry a server timing -> the (run, episode) that hold exactly that sequence."""
-    units: dict[tuple, list[tuple[Run, str]]] = defaultdict(list)
+    over the requests that carry a server timing, in request index order -> the (run, episode)s that hold exactly
+    that sequence: one list per sequence, in the order the sequences first appear. Sequences are looked up by their
+    length and first row (hashing every row of every episode was most of the cost) and then compared whole."""
+    units: list[list[tuple[Run, str]]] = []
+    index: dict[tuple, list[tuple[list, list]]] = {}  # (length, first row) -> [(sequence, its holders)]
     for run, rows in rows_of.values():
-        by: dict[str, list] = defaultdict(list)
-        for row in rows:
-            if row[3] is not None or row[4] is not None:
-                by[row[0]].append(row[1:])
+        by: dict[str, list] = {}  # episode -> its timed rows in the order they appear (the records hold runs of them)
+        for eid, group in itertools.groupby(rows, _FIRST):
+            timed = [row for row in group if row[3] is not None or row[4] is not None]
+            if timed:
+                seq = by.get(eid)
+                if seq is None:
+                    by[eid] = timed
+                else:
+                    seq += timed
         for eid, seq in by.items():
-            seq.sort(key=_FIRST)
-            units[tuple(seq)].append((run, eid))
+            seq.sort(key=_SECOND)
+            same = index.setdefault((len(seq), seq[0][1:]), [])
+            for other, holders in same:
+                if all(map(operator.eq, map(_REST, other), map(_REST, seq))):
+                    holders.append((run, eid))
+                    break
+            else:
+                same.append((seq, [(run, eid)]))
+                units.append(same[-1][1])
     return units
 
 
 _FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
+_REST = operator.itemgetter(slice(1, None))  # a row but its episode
 
 
 def copies(rows_of: dict, out: dict) -> None:
     """Runs holding the same requests with identical server timings (an episode copied, within a run or from
     another one)."""
     shared: dict[tuple[int, int], list] = {}
-    for holders in _timed_units(rows_of).values():
+    for holders in _timed_units(rows_of):
         if len(holders) < 2:
             continue
         for i, (ra, ea) in enumerate(holders):
@@ -305,9 +323,8 @@ def first_prompts(rows_of: dict, out: dict) -> None:
     seen: dict[tuple, dict[str, dict[str, list[Run]]]] = defaultdict(lambda: defaultdict(dict))
     for run, rows in rows_of.values():
         episodes = seen[_prompt_identity(run)]
-        for row in rows:
-            if row[1] == 0:
-                episodes[row[0]].setdefault(row[2], []).append(run)
+        for row in [row for row in rows if row[1] == 0]:
+            episodes[row[0]].setdefault(row[2], []).append(run)
     flagged: set[int] = set()
     for (config, _), episodes in seen.items():
         for eid, by_sha in episodes.items():
