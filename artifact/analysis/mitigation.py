@@ -19,7 +19,6 @@ from artifact.analysis.compare import Comparison, first_difference
 from artifact.analysis.groups import cache_condition, by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
-from artifact.analysis.tables import made_comparison
 from artifact.analysis.tenants import tenant_plan
 from artifact.records.store import Run
 from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
@@ -59,14 +58,8 @@ def max_logprob_gap(a: Run, b: Run) -> float:
     return gap if seen else float("nan")
 
 
-def _comparison(a: Run, b: Run) -> Comparison:
-    """compare_runs(a, b): the one check's paper tables made (`tables.made_comparison`), else groups.comparison's."""
-    made = made_comparison(a, b)
-    return made if made is not None else comparison(a, b)
-
-
 def _divergence(pairs: list[tuple[Run, Run]], gaps: bool = True) -> dict:
-    cmps = [_comparison(x, y) for x, y in pairs]
+    cmps = [comparison(x, y) for x, y in pairs]  # made once per pair (the paper tables made the reruns)
     n, k = sum(c.n for c in cmps), sum(c.k for c in cmps)
     lo, hi = wilson_interval(k, n) if n else (float("nan"), float("nan"))
     gaps = [max_logprob_gap(x, y) for x, y in pairs] if gaps else []
@@ -144,7 +137,7 @@ def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
         if ("on", 1) not in by or ("on", 2) not in by:
             out.append(Verdict.beyond("BEYOND-FRESH", claim, scope, NOT_RUN, "ON run 1 and run 2 not both complete"))
             continue
-        c = _comparison(by[("on", 1)], by[("on", 2)])
+        c = comparison(by[("on", 1)], by[("on", 2)])
         status = PASS if c.n and c.k == 0 else FAIL if c.n else NOT_RUN
         out.append(Verdict.beyond("BEYOND-FRESH", claim, scope, status, f"ON rerun diverged in {c.k}/{c.n} episodes",
                            [f"{c.a} vs {c.b}"] + [f"{e.episode_id}: request {e.first_request}, token "

@@ -457,22 +457,9 @@ FIG2_COLUMNS = ["series", "engine", "model_family", "model_name", "config", "qua
                 *_flat("div", None)]
 
 
-_COMPARISONS: dict[tuple[int, int], tuple[Run, Run, Comparison]] = {}  # cleared and filled by build_tables
-
-
-def made_comparison(a: Run, b: Run) -> Comparison | None:
-    """compare_runs(a, b) where the last `build_tables` made it (a plan's comparisons, `compare.plan_pairs`), else
-    None: the analyses beyond the paper compare some of the same runs again (mitigation: the reruns). The memo
-    holds the runs themselves, so an id is never reused while it holds them."""
-    hit = _COMPARISONS.get((id(a), id(b)))
-    return hit[2] if hit is not None and hit[0] is a and hit[1] is b else None
-
-
 def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
     _EXPOSURES.clear()
-    _COMPARISONS.clear()
     groups = group_runs(runs)
-    _COMPARISONS.update(((id(p.a), id(p.b)), (p.a, p.b, p.cmp)) for g in groups for p in g.comparisons)
     refused = [why for g in groups for _, why in g.refused]
     fig2 = pd.DataFrame(fig2_rows(groups), columns=FIG2_COLUMNS)
     return Tables(

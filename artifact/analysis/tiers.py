@@ -32,13 +32,12 @@ from pathlib import Path
 import pandas as pd
 
 from artifact import engines
-from artifact.analysis.compare import pairing_problem
+from artifact.analysis.compare import made_comparison, pairing_problem
 from artifact.analysis.figure import new_figure, overhang, text_room
 from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import is_fresh
 from artifact.verdict import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
-from artifact.analysis.tables import made_comparison
 from artifact.errors import ArtifactError
 from artifact.records.store import Run, read_server_log
 
@@ -160,9 +159,9 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
             pairs += zip(repeat(m["config"]), repeat(m["plan"]), repeat(m["run"]), repeat(ref_name),  # PAIR_COLUMNS
                          map(_INDEX, qas), names, map(_CERTAIN, ts), differ)
             # an episode's divergence and evidence are the same whichever run is compared with which (only they are
-            # read here): the comparison check's paper tables made either way round (`tables.made_comparison`: the
-            # reruns there are run i vs a later run j), else groups.comparison's
-            cmp = made_comparison(on, ref) or made_comparison(ref, on) or comparison(on, ref)
+            # read here): the comparison made already either way round (`compare.made_comparison`: the paper tables'
+            # reruns are run i vs a later run j), else groups.comparison's
+            cmp = made_comparison(on, ref) or comparison(on, ref)
             for e in cmp.episodes:
                 t = tier_of.get((e.episode_id, 0))
                 if t is not None and e.evidence:
