@@ -4,7 +4,10 @@ A run directory holds:
   manifest.json   written at start (status "incomplete") and finalised at the end (status "complete"),
                   always replaced atomically;
   requests.jsonl  one line per request, appended and flushed as it happens;
-  episodes.jsonl  one line per unit (an episode, an item): the workload's verdict, number of requests, error.
+  episodes.jsonl  one line per unit (an episode, an item): the workload's verdict, number of requests, error;
+  requests.decoded.msgpack  written when the run finishes: requests.jsonl as the reader decodes and validates it,
+                  which a reader takes instead of decoding the file again where it was made from the same bytes by
+                  the same reader (`decoded`; never a record of its own).
 Readers find runs by their manifests under a results directory, never by directory names, and refuse a symbolic
 link there (a run directory, or a record file, that is a link could count one run's records twice or bring in
 records from outside). Every field of the three record kinds is typed in `schema` (MANIFEST, REQUEST, UNIT): the
@@ -27,6 +30,7 @@ from pathlib import Path
 import msgspec
 
 from artifact.errors import ArtifactError
+from artifact.records import decoded
 from artifact.records.schema import MANIFEST as MANIFEST_SCHEMA
 from artifact.records.schema import (
     LOGPROB_TOLERANCE, PROB_SUM_TOLERANCE, REQUEST, UNIT, Schema, decoded_text_fields,
@@ -94,6 +98,7 @@ class RunWriter:
     def finish(self, **fields) -> None:
         self.close()
         self.update(**fields, status="complete", finished_at=now_iso())
+        write_decoded(Run(self.dir, dict(self.manifest)))
 
     def close(self) -> None:
         for fh in (self._requests, self._episodes):
@@ -331,13 +336,14 @@ def _all_keys_decoded(data: bytes, lines: list[bytes], typed: list, held: list) 
             typed[i] = None
 
 
-def read_requests(path: Path, complete: bool = False) -> list:
+def read_requests(path: Path, complete: bool = False, data: bytes | None = None) -> list:
     """requests.jsonl's records, as `_read_jsonl` reads them (the same rules: only the last line of a run not
     marked complete may be cut short), each decoded by the typed decoder where it can (a LazyRecord) and by the
-    strict decoder otherwise (a dict)."""
-    if not path.exists() and not path.is_symlink():
-        return []
-    data = read_bytes(path)
+    strict decoder otherwise (a dict). `data`: the file's bytes (`read_bytes`), where the caller has read them."""
+    if data is None:
+        if not path.exists() and not path.is_symlink():
+            return []
+        data = read_bytes(path)
     lines = _split_lines(data)
     return _decode_lines(path, lines, complete, _strict, _typed_requests(data, lines))
 
@@ -434,6 +440,9 @@ class Run:
     _top2: dict | None = field(default=None, repr=False)
     _top2_arrays: tuple | None = field(default=None, repr=False)
     _by_episode: dict | None = field(default=None, repr=False)
+    # the request records and their top-2 arrays came from the run's decoded copy (`decoded`): the reader validated
+    # them when it made the copy, from the same bytes (`validate_records` checks only the episodes then)
+    _validated: bool = field(default=False, repr=False)
 
     @property
     def complete(self) -> bool:
@@ -447,8 +456,26 @@ class Run:
     @property
     def requests(self) -> list[dict]:
         if self._requests is None:
-            self._requests = read_requests(self.path / REQUESTS, self.complete)
+            self._read_requests()
         return self._requests
+
+    def _read_requests(self) -> None:
+        """requests.jsonl's records (`read_requests`), from the run's decoded copy where one was made from the
+        file's bytes as they are, by this reader, for the run in its present state (`decoded.decode`)."""
+        path, copy = self.path / REQUESTS, self.path / decoded.NAME
+        if not copy.is_file() or copy.is_symlink() or not path.is_file() or path.is_symlink():
+            self._requests = read_requests(path, self.complete)
+            return
+        data = read_bytes(path)
+        try:
+            got = decoded.decode(copy.read_bytes(), data, self.complete, _lazy_record)
+        except OSError:
+            got = None
+        if got is None:
+            self._requests = read_requests(path, self.complete, data)
+            return
+        self._requests, self._top2_arrays = got
+        self._validated = True
 
     @property
     def episodes(self) -> list[dict]:
@@ -507,7 +534,8 @@ def validate_records(run: Run) -> None:
     """Raise ArtifactError (one line naming file, line and field) where a record of the run breaks the records'
     schema: its fields and rules (artifact.records.schema, the one the writer enforces), the top_logprobs the typed
     decoder left as text included (`top2_problem`)."""
-    for schema, records in ((REQUEST, run.requests), (UNIT, run.episodes)):
+    requests = run.requests
+    for schema, records in ((REQUEST, [] if run._validated else requests), (UNIT, run.episodes)):
         valid, typed = schema.valid, schema.valid_decoded
         if all((typed if type(r) is LazyRecord else valid)(r) for r in records):  # one compiled test per record
             continue
@@ -516,9 +544,34 @@ def validate_records(run: Run) -> None:
         # a LazyRecord's fields were typed by its decoder: its problem is a required field or a rule (its top_logprobs
         # text, still undecoded, is left to top2_problem)
         raise ArtifactError(f"{run.path / schema.file}:{i}: {schema.problem(dict(record))}")
-    bad = top2_problem(run)
+    bad = None if run._validated else top2_problem(run)
     if bad is not None:
         raise ArtifactError(f"{run.path / REQUESTS}:{bad[0]}: {bad[1]}")
+
+
+def _lazy_record(fields: dict, raw: bytes | None) -> LazyRecord:
+    rec = LazyRecord(fields)
+    rec._raw = raw
+    return rec
+
+
+def write_decoded(run: Run) -> bool:
+    """Write the run's decoded copy (`decoded`) where its request records are all read by the typed decoder and
+    every schema rule holds (`validate_records`); whether it was written. A run that breaks a rule gets none (a
+    reader then decodes it and says why); neither does one whose copy cannot be written (it is only ever a shortcut:
+    the run's records are whole without it)."""
+    path = run.path / REQUESTS
+    try:
+        data = read_bytes(path) if path.is_file() else b""
+        run._requests = read_requests(path, run.complete, data)
+        validate_records(run)
+        blob = decoded.encode(data, run.complete, run.requests, run.top2_arrays())
+        if blob is None:
+            return False
+        decoded.write(run.path / decoded.NAME, blob)
+    except (ArtifactError, OSError):
+        return False
+    return True
 
 
 def _text_problem(rec: LazyRecord, complete: bool) -> str | None:
