@@ -171,7 +171,15 @@ def _no_figures(name: str, fn, *args) -> None:
 
 def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
     """The analyses' tables and verdicts; `draw(name, figure function, *its inputs)` is called for each figure as
-    soon as its inputs are ready (check draws them in a worker while the analyses go on)."""
+    soon as its inputs are ready (check draws them in a worker while the analyses go on). The quantization
+    analysis goes first: its figure is the costliest to draw, and the worker draws it while the others run."""
+    # tiers and quantization on runs without a tenant server (several slots interleave the log; load is its own study)
+    alone = [r for r in runs if not tenant_plan(r)]
+    quant_tables, quant_verdicts, positions = quantization.analyse(alone)
+    lap("beyond: quantization")
+    draw("quant_mechanism.png", quantization.draw_figure,
+         quantization.figure_data(positions, quant_tables["quant_mechanism_pairs.csv"]))
+    lap("beyond: quantization figure data")
     curve = margins.flip_by_margin(runs)
     margin_tables = {
         "margins.csv": margins.margin_distribution(runs),
@@ -190,16 +198,9 @@ def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
     fresh = mitigation.fresh_verdicts(runs)
     lap("beyond: mitigation")
     draw("price.png", price_figure, rows, benefit_tables["benefit_ratios.csv"])
-    # tiers and quantization on runs without a tenant server (several slots interleave the log; load is its own study)
-    alone = [r for r in runs if not tenant_plan(r)]
     tier_tables, tier_verdicts = tiers.analyse(alone)
     lap("beyond: tiers")
     draw("tiers.png", tiers.figure, tier_tables["tiers.csv"])
-    quant_tables, quant_verdicts, positions = quantization.analyse(alone)
-    lap("beyond: quantization")
-    draw("quant_mechanism.png", quantization.draw_figure,
-         quantization.figure_data(positions, quant_tables["quant_mechanism_pairs.csv"]))
-    lap("beyond: quantization figure data")
     load = tenants.section(runs)
     lap("beyond: tenants")
     draw("tenants.png", tenants.figure, load.plans)
@@ -285,15 +286,17 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
 BEYOND_FIGURES = ("flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png")
 
 
-def write_beyond(runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | None = None) -> Beyond:
+def write_beyond(runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | None = None,
+                 meanwhile=lambda: None) -> Beyond:
     """Analyse, write the CSVs into `out` (which exists), and the figures, through `drawing` (asked for each as soon
     as its inputs are ready: artifact.check.worker; without one, drawn here once the CSVs are written). Returns
-    once every figure asked of `drawing` is drawn."""
+    once every figure asked of `drawing` is drawn; `meanwhile()` is done before waiting for them."""
     drawing = drawing if drawing is not None else Drawing()
     b = analyse(runs, lap, lambda name, fn, *args: drawing.draw(name, fn, *args, out / name))
     for name, df in b.tables.items():
         df.to_csv(out / name, index=False)
     lap("beyond: csv")
+    meanwhile()
     drawn = drawing.results()
     lap("figures")
     b.figures = {name: path for name in BEYOND_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}

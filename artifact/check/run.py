@@ -32,6 +32,7 @@ from artifact import workloads
 from artifact.check.load import check_records, load_run  # noqa: F401 (check_records: one of this module's names)
 from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
+from artifact.records import decoded
 from artifact.records.store import REQUESTS, Run, find_runs
 
 # pandas, scipy and the analyses (artifact.check.facts, .claims, .beyond, artifact.analysis.tables,
@@ -68,12 +69,18 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
     in the list's order is raised either way. `then` (a function and its arguments) is queued for the worker behind
     its runs (only with a worker: what it does once its share is loaded; its result is not waited for)."""
     worker = worker if worker is not None else Worker()
-    jobs = [worker.submit(load_run, run.path, run.manifest) for run in runs]
+    # a run with a decoded copy (records.decoded: ~5 ms a run) is read here: the worker would take longer to send it
+    here = Worker()
+    jobs = [(here if (run.path / decoded.NAME).is_file() else worker).submit(load_run, run.path, run.manifest)
+            for run in runs]
     if then and worker.enabled:
         worker.submit(*then)
     meanwhile()
-    # this process's share, with a worker: from the back, up to a run the worker has begun
-    for job in reversed(jobs if worker.enabled else []):
+    for job in jobs:
+        if not job.in_worker:
+            job.run_here()
+    # this process's share of the others, with a worker: from the back, up to a run the worker has begun
+    for job in reversed([job for job in jobs if job.in_worker] if worker.enabled else []):
         if not job.cancel():
             break
         job.run_here()
@@ -299,13 +306,19 @@ FIGURE_MODULES = ("matplotlib.backends.backend_agg", "matplotlib.figure", "artif
 
 
 def _import_analyses() -> None:
-    """pandas, scipy and the analyses, imported on their own (a step of check's timings)."""
-    import artifact.analysis.tables  # noqa: F401, PLC0415; lazy: pandas and scipy after the worker has started
+    """pandas and the analyses, imported on their own (a step of check's timings). scipy.stats (~0.3 s more) is
+    imported once the paper's figures are asked for (`_import_tests`): the paper's tables do not need it, so the
+    worker can draw those figures while this process imports it and runs the analyses beyond the paper."""
+    import artifact.analysis.tables  # noqa: F401, PLC0415; lazy: pandas after the worker has started
     import artifact.check.beyond  # noqa: F401, PLC0415
     import artifact.check.facts  # noqa: F401, PLC0415
     import artifact.check.claims  # noqa: F401, PLC0415
     import artifact.report.render  # noqa: F401, PLC0415
-    import scipy.stats  # noqa: F401, PLC0415
+
+
+def _import_tests() -> None:
+    """scipy.stats: the tests of the analyses beyond the paper (imported on its own: a step of check's timings)."""
+    import scipy.stats  # noqa: F401, PLC0415; lazy: not before the paper's figures are asked for
 
 
 def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
@@ -317,11 +330,13 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     runs = find_results(root)
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
-    worker = Worker(want_worker(records_bytes(runs)), modules=WORKER_MODULES)
+    # where every run has its decoded copy (records.decoded) this process reads them all, and the worker only draws
+    copies = all((run.path / decoded.NAME).is_file() for run in runs)
+    worker = Worker(want_worker(records_bytes(runs)), modules=FIGURE_MODULES if copies else WORKER_MODULES)
     new = None
     try:
-        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, scipy, analyses")),
-                         then=(preload, *FIGURE_MODULES))
+        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, analyses")),
+                         then=() if copies else (preload, *FIGURE_MODULES))
         lap("load+validate")
         # lazy: pandas and scipy after the worker has started
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
@@ -375,15 +390,17 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
     """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
     from artifact.check.beyond import write_beyond  # noqa: PLC0415; lazy: pandas and scipy after the worker has started
     from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
-    from artifact.report.render import PAPER_FIGURES, draw_figures, write_report  # noqa: PLC0415
+    from artifact.report.render import PAPER_FIGURES, compile_templates, draw_figures, write_report  # noqa: PLC0415
 
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
     files = write_csvs(out, tables, wtables, claims)
     lap("csv")
     draw_figures(tables, out, drawing)
+    _import_tests()
+    lap("imports: scipy.stats")
     # results beyond the paper (issue 12; they never change the exit code); waits for every figure asked for
-    beyond = write_beyond(runs, out, lap, drawing)
+    beyond = write_beyond(runs, out, lap, drawing, meanwhile=lambda: (compile_templates(), lap("report: templates")))
     drawn = drawing.results()
     lap.figures.update({name: (wall, cpu) for name, (_, wall, cpu) in drawn.items()})
     figures = {name: path for name in PAPER_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}

@@ -20,6 +20,7 @@ from artifact.analysis.stats import (
     mcnemar_exact,
     mantel_haenszel,
     mcnemar_power,
+    normal_sf,
     wilson_interval,
 )
 
@@ -380,3 +381,18 @@ def test_wilson_equals_scipys_binomtest_interval_float_for_float():
             for confidence in (0.9, 0.95, 0.99):
                 ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
                 assert wilson_interval(k, n, confidence) == (float(ci.low), float(ci.high)), (k, n, confidence)
+
+
+# --- the normal tail without scipy.stats ------------------------------------
+
+def test_normal_sf_is_scipy_norm_sf_float_for_float():
+    """normal_sf is scipy.stats.norm.sf as scipy computes it, the same float (check's tables use it so as not to
+    import scipy.stats before the figures): across the range of z a p-value takes, and at its edges; a scipy
+    upgrade that computed the tail otherwise shows here."""
+    rng = np.random.default_rng(7)
+    zs = np.concatenate([rng.normal(0, 3, 3000), rng.uniform(-40, 40, 1000),
+                         [0.0, -0.0, 1e-300, 5e-324, 8.3, 37.5, 38.5, -38.5, np.inf, -np.inf]])
+    ours = [float(normal_sf(z)) for z in zs]
+    theirs = stats.norm.sf(zs).tolist()
+    assert ours == theirs
+    assert float(2 * normal_sf(abs(-1.7))) == float(2 * stats.norm.sf(1.7))

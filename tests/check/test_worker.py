@@ -13,6 +13,7 @@ import pytest
 from artifact.check.run import run_check
 from artifact.check.worker import WORKER_ENV, Worker
 from artifact.cli import main
+from artifact.records import decoded
 from synthetic_runs import OFF, ON1, ON2, main_plan, trend_runs
 
 
@@ -39,15 +40,24 @@ def _outputs(out):
 
 
 def test_the_outputs_are_the_same_with_and_without_the_worker(tmp_path, monkeypatch):
+    """With and without the worker, and with and without the runs' decoded copies (artifact.records.decoded: read
+    here, the worker only drawing; without them the worker reads runs from requests.jsonl too)."""
     root = _results(tmp_path / "results")
+    copies = sorted(root.rglob(decoded.NAME))
+    assert copies
     outs, codes = {}, {}
-    for choice in ("0", "1"):
-        monkeypatch.setenv(WORKER_ENV, choice)
-        codes[choice] = run_check(root, tmp_path / f"out{choice}", quiet=True)
-        outs[choice] = _outputs(tmp_path / f"out{choice}")
-    assert codes["0"] == codes["1"]
-    assert {n for n in outs["0"] if n.endswith(".png")} >= {"fig1.png", "fig2.png", "flip_margin.png"}
-    assert outs["0"] == outs["1"]
+    for with_copies in (True, False):
+        if not with_copies:
+            for copy in copies:
+                copy.unlink()
+        for choice in ("0", "1"):
+            monkeypatch.setenv(WORKER_ENV, choice)
+            key = (with_copies, choice)
+            codes[key] = run_check(root, tmp_path / f"out{with_copies}{choice}", quiet=True)
+            outs[key] = _outputs(tmp_path / f"out{with_copies}{choice}")
+    assert len(set(codes.values())) == 1
+    assert {n for n in outs[True, "0"] if n.endswith(".png")} >= {"fig1.png", "fig2.png", "flip_margin.png"}
+    assert all(out == outs[True, "0"] for out in outs.values())
 
 
 def test_the_first_bad_run_in_order_is_named_whoever_loads_it(tmp_path, monkeypatch, capsys):
