@@ -366,7 +366,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")
     sp.set_defaults(func=cmd_fetch)
 
-    from artifact.orchestrate.command import add_parser  # lazy: each command imports only what it runs
+    from artifact.orchestrate.arguments import add_parser  # lazy: each command imports only what it runs
 
     add_parser(sub)
     sub.choices["all"].set_defaults(func=cmd_all)

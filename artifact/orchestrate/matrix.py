@@ -13,8 +13,8 @@ from artifact.config import CONFIG_DIR, REPO, Config, read_toml
 
 from artifact.catalog import load_config, load_plans
 from artifact.errors import ArtifactError
+from artifact.orchestrate.arguments import DEFAULT_MATRIX
 
-DEFAULT_MATRIX = CONFIG_DIR / "paper" / "all.toml"
 RUN_KEYS = {"config": str, "plans": list, "gpu_mem_gib": (int, float), "hours": dict}
 
 
