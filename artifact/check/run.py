@@ -71,8 +71,7 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
     worker = worker if worker is not None else Worker()
     # a run with a decoded copy (records.decoded: ~5 ms a run) is read here: the worker would take longer to send it
     here = Worker()
-    jobs = [(here if (run.path / decoded.NAME).is_file() else worker).submit(load_run, run.path, run.manifest)
-            for run in runs]
+    jobs = [(here if decoded.present(run.path) else worker).submit(load_run, run.path, run.manifest) for run in runs]
     if then and worker.enabled:
         worker.submit(*then)
     meanwhile()
@@ -331,7 +330,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
     # where every run has its decoded copy (records.decoded) this process reads them all, and the worker only draws
-    copies = all((run.path / decoded.NAME).is_file() for run in runs)
+    copies = all(decoded.present(run.path) for run in runs)
     worker = Worker(want_worker(records_bytes(runs)), modules=FIGURE_MODULES if copies else WORKER_MODULES)
     new = None
     try:

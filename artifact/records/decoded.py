@@ -13,6 +13,11 @@ decodes requests.jsonl as always. Either way the reader gives the same records, 
 (tests/records/test_decoded.py holds them equal); at paper scale reading the copy takes ~5 ms a run against ~30 ms
 (bench/README.md).
 
+What the copy does not protect against: it is trusted as the file it was made from. A copy edited on its own (its
+records changed, its sha256 kept) would be read as requests.jsonl's records, which a reader of requests.jsonl would
+not see. For results that come from elsewhere, set ARTIFACT_RECORD_COPIES=0 (`wanted`): every reader then decodes
+requests.jsonl itself (or delete the copies; evidence archives hold none).
+
 No import of the records' store here (it imports this module): the store passes in what it reads and builds.
 """
 
@@ -28,6 +33,7 @@ from pathlib import Path
 import msgspec
 
 NAME = "requests.decoded.msgpack"
+ENV = "ARTIFACT_RECORD_COPIES"  # "0": never read a copy (requests.jsonl decoded every time)
 FORMAT = 1
 _TOP = "top_logprobs"
 _SOURCES = ("decoded.py", "schema.py", "store.py")  # this package's: the reader and its rules
@@ -45,6 +51,16 @@ class Copy(msgspec.Struct, array_like=True):
     counts: list[int]  # their position counts
     ids: bytes  # (n, 2) int64, native byte order
     logprobs: bytes  # (n, 2) float64
+
+
+def wanted() -> bool:
+    """Whether readers take a run's copy where it holds (ENV "0": never)."""
+    return os.environ.get(ENV, "").strip() != "0"
+
+
+def present(run_dir: Path) -> bool:
+    """Whether a reader would look at the run's copy (one is there and copies are wanted: `wanted`)."""
+    return wanted() and (run_dir / NAME).is_file()
 
 
 @cache

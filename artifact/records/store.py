@@ -463,7 +463,7 @@ class Run:
         """requests.jsonl's records (`read_requests`), from the run's decoded copy where one was made from the
         file's bytes as they are, by this reader, for the run in its present state (`decoded.decode`)."""
         path, copy = self.path / REQUESTS, self.path / decoded.NAME
-        if not copy.is_file() or copy.is_symlink() or not path.is_file() or path.is_symlink():
+        if not decoded.wanted() or not copy.is_file() or copy.is_symlink() or not path.is_file() or path.is_symlink():
             self._requests = read_requests(path, self.complete)
             return
         data = read_bytes(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -154,3 +155,18 @@ def test_the_copy_s_arrays_are_the_parsed_numbers(tmp_path):
     assert ids.dtype == np.int64 and lps.dtype == np.float64 and ids.shape == lps.shape == (sum(counts), 2)
     assert ids.flags.writeable and lps.flags.writeable
     assert lps[-1].tolist() == [-0.1, -2.5]
+
+
+def test_a_copy_edited_on_its_own_is_read_unless_copies_are_turned_off(tmp_path, monkeypatch):
+    """The copy is trusted as the file it was made from (the limit ARTIFACT.md's tampering table states): records
+    changed in the copy alone, its sha256 kept, are what a reader gets; with ARTIFACT_RECORD_COPIES=0 (results from
+    elsewhere) requests.jsonl is decoded whatever copy lies beside it."""
+    run = _run(tmp_path)
+    copy = run.path / decoded.NAME
+    forged = msgspec.msgpack.decode(copy.read_bytes(), type=decoded.Copy)
+    forged.records[0]["output_text"] = "forged"
+    copy.write_bytes(msgspec.msgpack.encode(forged))
+    assert _read(run).requests[0]["output_text"] == "forged"
+    monkeypatch.setenv(decoded.ENV, "0")
+    read = _read(run)
+    assert not read._validated and read.requests[0]["output_text"] == "key: value"
