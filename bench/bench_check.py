@@ -15,8 +15,11 @@ the numbers).
 
 It also times `python -m artifact check DIR` in fresh interpreters (what `./run.sh check DIR` costs, imports and its
 worker process included: artifact.check.worker): the median is the number the target is about; beside it, the CPU
-seconds of all its processes and of the checking process alone. bench/README.md keeps the breakdown before and
-after issue 30.
+seconds of all its processes and of the checking process alone. The runs carry the decoded copy of their request
+records that the protocol's writer makes as a run finishes (artifact.records.decoded), as results of `./run.sh all`
+do; a second line times the same check with the copies set aside (records decoded from requests.jsonl, as for
+results written before the copies existed, or edited since). bench/README.md keeps the breakdown before and after
+issue 30.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ sys.path.insert(0, str(REPO))
 
 from artifact.check.run import run_check  # noqa: E402
 from artifact.provenance import fingerprint  # noqa: E402
-from artifact.records.store import RunWriter  # noqa: E402
+from artifact.records import decoded  # noqa: E402
+from artifact.records.store import Run, RunWriter, find_runs, write_decoded  # noqa: E402
 
 EPISODES = 80
 TARGET_S = 2.5  # a fresh `check` process at paper scale, imports included
@@ -161,13 +165,15 @@ def breakdown(walls: list[dict[str, float]], cpus: list[dict[str, float]]) -> li
 def fresh_process(root: Path) -> tuple[float, float, float]:
     """Wall and CPU seconds (user + system) of `python -m artifact check DIR` (what `./run.sh check DIR` runs, less
     the shell's set-up check), imports (pandas, scipy, pyarrow, msgspec, matplotlib) included, its worker process
-    included; and the CPU seconds of the checking process alone (check.json's `cpu_s`: what is left of the CPU time
-    on a quiet machine's critical path; the rest is its worker's, on the other core)."""
+    included; and the CPU seconds of the checking process alone (check.json's `cpu_s`). Python keeps its compiled
+    modules as it does by default (PYTHONDONTWRITEBYTECODE is dropped: `main` runs one untimed check first, so that
+    no timed run compiles the artifact's modules)."""
     shutil.rmtree(root / "check", ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "artifact", "check", str(root)], cwd=REPO, check=False,
-                   env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
+                   env={**env, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
@@ -175,6 +181,33 @@ def fresh_process(root: Path) -> tuple[float, float, float]:
     except (OSError, ValueError, KeyError):
         own = math.nan
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), own
+
+
+def refresh_copies(root: Path) -> int:
+    """Write again each run's decoded copy that this version of the reader would not read (one made by another
+    version: `--keep DIR` kept across changes of the artifact); how many."""
+    stale = 0
+    for run in find_runs(root):
+        fresh = Run(run.path, run.manifest)
+        fresh.requests
+        if not fresh._validated:
+            stale += write_decoded(Run(run.path, run.manifest))
+    return stale
+
+
+def without_copies(root: Path, fn):
+    """fn() while the runs' decoded copies (artifact.records.decoded) are moved aside, then put back."""
+    aside = Path(tempfile.mkdtemp(prefix="bench-copies-"))
+    moved = []
+    try:
+        for i, copy in enumerate(sorted(root.rglob(decoded.NAME))):
+            copy.rename(aside / str(i))
+            moved.append(copy)
+        return fn()
+    finally:
+        for i, copy in enumerate(moved):
+            (aside / str(i)).rename(copy)
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def save_figure(steps: list[tuple[str, float, float]], cold: float, path: Path) -> None:
@@ -216,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {len(CONFIGS)} configurations x 4 runs x {EPISODES} episodes, {n} requests, "
                   f"{sum(f.stat().st_size for f in root.rglob('*.jsonl')) / 2**20:.0f} MiB in "
                   f"{time.perf_counter() - t:.1f} s ({root})")
+        stale = refresh_copies(root)
+        if stale:
+            print(f"rewrote the decoded copies of {stale} run(s): made by another version of the reader (as "
+                  "`./run.sh all` with this version would have written them)")
         print(f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}, load average "
               f"{os.getloadavg()[0]:.2f} (1 min)")
         totals, walls, cpus, figures = [], [], [], []
@@ -243,12 +280,18 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_median([f[name][1] for f in figures]):7.3f}")
         print(f"run_check: best {min(totals):.2f} s, mean {sum(totals) / len(totals):.2f} s over {len(totals)} runs "
               "(in process)")
+        fresh_process(root)  # untimed: Python compiles and keeps the modules a fresh check imports
         fresh = [fresh_process(root) for _ in range(args.repeat)]
         cold, cold_cpu, own = (_median([f[i] for f in fresh]) for i in range(3))
         print(f"fresh process (imports included): median {cold:.2f} s wall, {cold_cpu:.2f} s CPU, of which the "
               f"checking process {own:.2f} s and its worker {cold_cpu - own:.2f} s (runs: "
               f"{', '.join(f'{f[0]:.2f}' for f in fresh)}); target <= {TARGET_S} s: "
               f"{'met' if cold <= TARGET_S else 'NOT met'}; load average {os.getloadavg()[0]:.2f}")
+        plain = without_copies(root, lambda: [fresh_process(root) for _ in range(args.repeat)])
+        print(f"fresh process, the runs' decoded copies ({decoded.NAME}) set aside (records read from "
+              f"requests.jsonl, as for results written before them or edited since): median "
+              f"{_median([f[0] for f in plain]):.2f} s wall, {_median([f[1] for f in plain]):.2f} s CPU (runs: "
+              f"{', '.join(f'{f[0]:.2f}' for f in plain)})")
         if args.profile:
             shutil.rmtree(root / "check", ignore_errors=True)
             prof = cProfile.Profile()

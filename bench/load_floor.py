@@ -1,6 +1,7 @@
 """How close check's record loader is to the floor: ms per run of compiled JSON readers against the artifact's own
 loader (decode, every schema rule, the top-2 arrays: `artifact.check.run.load_run`) on the same requests.jsonl files,
-best of 3, one thread, gc off (bench/README.md, round 4).
+best of 3, one thread, gc off (bench/README.md, round 4); and the loader reading each run's decoded copy instead
+(artifact.records.decoded, written by the protocol's writer as a run finishes; round 6).
 
     python bench/load_floor.py RESULTS_DIR [--runs 10]      (RESULTS_DIR: e.g. bench_check.py --keep DIR)
 """
@@ -21,6 +22,17 @@ import pyarrow.json as pj
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from artifact.check.run import find_results, load_run  # noqa: E402
+from artifact.records import decoded  # noqa: E402
+
+
+def _plain(fn, copy: Path):
+    """fn() with the run's decoded copy set aside: the records decoded from requests.jsonl."""
+    aside = copy.with_name(copy.name + ".aside")
+    copy.rename(aside)
+    try:
+        return fn()
+    finally:
+        aside.rename(copy)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         "msgspec untyped decode_lines (Python objects)": lambda d, r: anything.decode_lines(d),
         "stdlib json.loads per line": lambda d, r: [json.loads(line) for line in d.splitlines()],
         "the artifact's loader (load_run: decode, schema rules, top-2 arrays)":
+            lambda d, r: load_run(r.path, r.manifest) if not (r.path / decoded.NAME).exists() else
+            _plain(lambda: load_run(r.path, r.manifest), r.path / decoded.NAME),
+        f"the artifact's loader from the run's decoded copy ({decoded.NAME}, where the run has one)":
             lambda d, r: load_run(r.path, r.manifest),
     }
     print(f"{len(runs)} runs, {sum(map(len, data)) / len(data) / 2**20:.2f} MiB of requests.jsonl each")

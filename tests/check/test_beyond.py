@@ -499,3 +499,29 @@ def test_analyses_after_the_paper_tables_equal_those_without(tmp_path):
     s = fresh[1]["tiers.csv"]
     assert set(s["reference"]) == {"off run 1", "on run 1", "on run 2"} and (s["level"] == "episode").any()
     assert fresh[0]["on_rerun_diverged"].tolist() == [1]
+
+
+def test_the_report_s_tier_rows_are_pandas_groupby_s():
+    """The report's tier table (`_tier_rows`, one pass in Python) is what grouping tiers.csv by configuration, plan,
+    run, reference and level gives (pandas' groupby, sorted, rows with a missing key left out, a tier listed twice
+    in a group: its last row)."""
+    import pandas as pd
+
+    from artifact.check.beyond import _tier_rows, tier_columns
+
+    rows = [("b", "main", 2, "off run 1", "request", "host", 10, 3),
+            ("a", "main", 1, "off run 1", "episode", "slot", 4, 1),
+            ("a", "main", 1, "off run 1", "episode", "host", 5, 5),
+            ("a", "main", 1, "off run 1", "episode", "host", 6, 0),
+            ("a", "fresh", 1, None, "episode", "slot", 2, 1),
+            ("a", "main", 1, "on run 1", "request", "none", 7, 2)]
+    df = pd.DataFrame(rows, columns=["config", "plan", "run", "reference", "level", "tier", "n", "differ"])
+    df["rate"] = df["differ"] / df["n"]
+    cols = tier_columns(df["tier"].unique())
+    keys = ["config", "plan", "run", "reference", "level"]
+    expected = []
+    for key, g in df.groupby(keys, sort=True):
+        cells = {r["tier"]: f"{int(r['differ'])}/{int(r['n'])} ({100 * r['rate']:.0f}%)" for r in g.to_dict("records")}
+        expected.append({**dict(zip(keys, key)), "cells": [cells.get(t, "-") for t, _ in cols]})
+    assert _tier_rows(df, cols) == expected
+    assert len(expected) == 3
