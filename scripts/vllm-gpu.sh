@@ -249,7 +249,7 @@ phase_collect() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >"$out/gpu.csv" 2>&1 || true
   "$W/vllm-venv/bin/python3" -m pip list --format=freeze >"$W/vllm-pip-freeze.txt" 2>/dev/null \
     || "$PY" -m pip list --path "$W/vllm-site" --format=freeze >"$W/vllm-pip-freeze.txt" 2>/dev/null || true
-  [ -d "$W/results" ] && (cd "$W" && tar -cJf "$out/records-vllm.tar.xz" results)
+  [ -d "$W/results" ] && (cd "$W" && tar -cJf "$out/records-vllm.tar.xz" --exclude="*.decoded.msgpack" results)
   cp "$W/repo/artifact/engines/vllm/conversions.json" "$W/conversions.json" 2>/dev/null || true
   (cd "$W" && tar -czf "$out/logs-vllm.tar.gz" logs jobs probe.json vllm-pip-freeze.txt vstage/STAGE.json \
      conversions.json $(ls -d cache/vllm/models/*/conversion.json 2>/dev/null)) || true

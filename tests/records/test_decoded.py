@@ -170,3 +170,16 @@ def test_a_copy_edited_on_its_own_is_read_unless_copies_are_turned_off(tmp_path,
     monkeypatch.setenv(decoded.ENV, "0")
     read = _read(run)
     assert not read._validated and read.requests[0]["output_text"] == "key: value"
+
+
+def test_a_failure_to_make_the_copy_never_fails_the_run(tmp_path, monkeypatch, capsys):
+    """The copy is a shortcut: where making it fails unexpectedly the run still finishes (complete, its records
+    whole), without a copy, and a one-line warning says so."""
+    def broken(*args):
+        raise TypeError("boom")
+
+    monkeypatch.setattr(decoded, "encode", broken)
+    run = _run(tmp_path)
+    assert run.complete and not (run.path / decoded.NAME).exists()
+    assert "warning: no decoded copy of" in capsys.readouterr().err
+    assert len(_read(run).requests) == 5
