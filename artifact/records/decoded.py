@@ -72,7 +72,11 @@ def reader_key() -> str:
     for name in _SOURCES:
         h.update((here / name).read_bytes())
     for lib in _LIBRARIES:
-        h.update(f"{lib} {metadata.version(lib)}\n".encode())
+        try:
+            version = metadata.version(lib)
+        except metadata.PackageNotFoundError:  # not installed as a distribution: a key no writer with it made
+            version = "absent"
+        h.update(f"{lib} {version}\n".encode())
     return h.hexdigest()
 
 

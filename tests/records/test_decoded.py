@@ -183,3 +183,20 @@ def test_a_failure_to_make_the_copy_never_fails_the_run(tmp_path, monkeypatch, c
     assert run.complete and not (run.path / decoded.NAME).exists()
     assert "warning: no decoded copy of" in capsys.readouterr().err
     assert len(_read(run).requests) == 5
+
+
+def test_a_reader_without_a_library_s_distribution_reads_the_file(tmp_path, monkeypatch):
+    """The reader's key names the decoding libraries' versions; where one is not installed as a distribution the key
+    is another (no copy matches it) and the reader decodes requests.jsonl, never fails."""
+    run = _run(tmp_path)
+
+    def missing(name):
+        raise decoded.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(decoded.metadata, "version", missing)
+    decoded.reader_key.cache_clear()
+    try:
+        read = _read(run)
+        assert not read._validated and len(read.requests) == 5
+    finally:
+        decoded.reader_key.cache_clear()
