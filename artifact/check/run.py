@@ -69,7 +69,7 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
     in the list's order is raised either way. `then` (a function and its arguments) is queued for the worker behind
     its runs (only with a worker: what it does once its share is loaded; its result is not waited for)."""
     worker = worker if worker is not None else Worker()
-    # a run with a decoded copy (records.decoded: ~5 ms a run) is read here: the worker would take longer to send it
+    # a run with a decoded copy (records.decoded: ~9 ms a run) is read here: the worker would take longer to send it
     here = Worker()
     jobs = [(here if decoded.present(run.path) else worker).submit(load_run, run.path, run.manifest) for run in runs]
     if then and worker.enabled:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from artifact.config import CONFIG_DIR, REPO, Config, read_toml
+from artifact.config import REPO, Config, read_toml
 
 from artifact.catalog import load_config, load_plans
 from artifact.errors import ArtifactError

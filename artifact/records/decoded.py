@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -96,9 +95,7 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple) -> bytes | N
         if raw is None:
             raws.append(None)
             continue
-        at = data.find(raw, pos)  # any place holding the same bytes gives the same text back
-        if at < 0:
-            at = data.find(raw)
+        at = data.find(raw, pos)  # the records are in the file's order; any place with the same bytes would do
         if at < 0:
             return None
         raws.append((at, len(raw)))
@@ -142,17 +139,3 @@ def decode(blob: bytes, data: bytes, complete: bool, make_record) -> tuple[list,
     if sum(copy.counts) != len(ids) or len(copy.counts) != len(top):
         return None
     return records, (top, copy.counts, ids, lps)
-
-
-def write(path: Path, blob: bytes) -> None:
-    """Write the copy atomically (a reader finds the whole copy or none)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

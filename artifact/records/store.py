@@ -50,13 +50,22 @@ def now_iso() -> str:
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a temporary file beside it, flushed to disk, then renamed into place (a
+    reader finds the old file, or the new one whole)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _valid(schema: Schema, record: dict, where: Path) -> dict:
@@ -569,7 +578,7 @@ def write_decoded(run: Run) -> bool:
         blob = decoded.encode(data, run.complete, run.requests, run.top2_arrays())
         if blob is None:
             return False
-        decoded.write(run.path / decoded.NAME, blob)
+        write_bytes_atomic(run.path / decoded.NAME, blob)
     except (ArtifactError, OSError):
         return False
     except Exception as exc:  # noqa: BLE001  (a bug in making the shortcut must not fail a finished run)
