@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 from importlib import metadata
@@ -100,11 +101,78 @@ def container() -> dict | None:
     return {"image": os.environ.get("ARTIFACT_IMAGE"), "image_id": os.environ["ARTIFACT_IMAGE_ID"]}
 
 
+MPS_CONTROL = "nvidia-cuda-mps-control"
+
+
+def mps_pipe_dir() -> Path:
+    """Where an MPS control daemon's sockets live (CUDA_MPS_PIPE_DIRECTORY, else the driver's default)."""
+    return Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+
+
+def mps_daemon_answers(pipe: Path | None = None) -> bool:
+    """Whether an MPS control daemon serves `pipe`: its control socket accepts a connection. The socket's file alone
+    proves nothing: a daemon that has exited can leave it behind, and the connection is then refused."""
+    path = (pipe or mps_pipe_dir()) / "control"
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def _mps_ask(command: str, pipe: Path) -> list[int] | None:
+    """One query to the control daemon through its own client (`get_server_list`, `get_client_list PID`): the PIDs
+    it answers, or None where it cannot be asked."""
+    exe = shutil.which(MPS_CONTROL)
+    if not exe:
+        return None
+    try:
+        r = subprocess.run([exe], input=command + "\n", capture_output=True, text=True, timeout=10,
+                           env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe)})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:
+        return None
+    return [int(w) for w in r.stdout.split() if w.isdigit()]
+
+
+def process_group(pgid: int) -> list[int]:
+    """The PIDs of a process group (a server and the workers it started), from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid):
+            pids.append(int(stat.parent.name))
+    return sorted(pids)
+
+
+def mps_served(pids: list[int], pipe: Path | None = None) -> dict:
+    """Whether CUDA MPS served these processes (a server and its workers), as the control daemon itself says while
+    they run: the daemon answers on its socket, lists its MPS servers, and one of them lists one of `pids` as its
+    client. `served` is true only then; where the daemon cannot be asked, it is false and `why` says so."""
+    pipe = pipe or mps_pipe_dir()
+    if not mps_daemon_answers(pipe):
+        return {"served": False, "daemon": False, "why": f"no MPS control daemon answers at {pipe}"}
+    servers = _mps_ask("get_server_list", pipe)
+    if servers is None:
+        return {"served": False, "daemon": True, "why": f"the control daemon could not be asked ({MPS_CONTROL})"}
+    clients = sorted({c for s in servers for c in (_mps_ask(f"get_client_list {s}", pipe) or [])})
+    ours = sorted(set(clients) & set(pids))
+    return {"served": bool(ours), "daemon": True, "servers": servers, "clients": ours,
+            **({} if ours else {"why": "the control daemon lists none of the server's processes as a client"})}
+
+
 def cuda_mps() -> bool:
-    """Whether a CUDA MPS control daemon serves this machine (kernels of several processes then share the GPU at
-    once instead of in time slices; each process's kernels and results are the same)."""
-    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
-    return Path(pipe, "control").exists()
+    """Whether a CUDA MPS control daemon answers on this machine when the run starts (a run's own server is held to
+    what the daemon says of it: `gpu_mps` in its manifest, from `mps_served`)."""
+    return mps_daemon_answers()
 
 
 def host() -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from artifact import provenance
 from artifact.errors import ArtifactError
 
 # The only variables a server inherits from us: nothing else (no LLAMA_ARG_*, no GGML_*/VLLM_* knob, no secret) can
@@ -69,6 +70,9 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.client: httpx.Client | None = None
         self.home: Path | None = None
+        # whether CUDA MPS served this server, as the MPS control daemon says once the server is up (its CUDA
+        # context exists by then): provenance.mps_served, recorded in the manifest as `gpu_mps`
+        self.mps: dict = {}
 
     def spawn(self, build_cmd, extra_env: dict | None = None, health: str = "/health") -> None:
         """Start `build_cmd(port)` and wait until `health` answers 200."""
@@ -93,6 +97,7 @@ class ServerProcess:
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=self.request_timeout_s,
                                    trust_env=False)
         self._wait_healthy(health)
+        self.mps = provenance.mps_served(provenance.process_group(self.proc.pid))
 
     def log_tail(self, lines: int = 5) -> str:
         try:

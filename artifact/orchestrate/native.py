@@ -34,6 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from artifact import provenance
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 from artifact.engines.base import native_venv as base_native_venv
@@ -86,17 +87,15 @@ def job_command(job: Job, slot: Slot, *, results: Path, episodes: int | None,
 
 # --- several jobs per GPU ---------------------------------------------------------------------------------------
 
-MPS_CONTROL = "nvidia-cuda-mps-control"
+MPS_CONTROL = provenance.MPS_CONTROL
 ONE, MPS, SLICES, CPU = "one job per GPU", "CUDA MPS", "time slices", "CPU slots"
-
-
-def mps_pipe_dir() -> Path:
-    return Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+mps_pipe_dir = provenance.mps_pipe_dir
 
 
 def mps_running(pipe: Path | None = None) -> bool:
-    """A control daemon serves `pipe` (its control socket exists)."""
-    return (pipe or mps_pipe_dir()).joinpath("control").exists()
+    """A control daemon serves `pipe`: its control socket accepts a connection (a socket file left behind by a
+    daemon that has exited does not count)."""
+    return provenance.mps_daemon_answers(pipe)
 
 
 @dataclass

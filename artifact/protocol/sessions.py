@@ -161,8 +161,14 @@ def model_record(cfg: Config) -> dict:
 
 def open_run(base: dict, spec: RunSpec, server: EngineSession, run_dir: Path) -> RunWriter:
     """Start a run's records: the shared manifest plus this run's arm, session and server provenance."""
+    prov = server.provenance()
+    host = base.get("host")
+    if isinstance(prov.get("gpu_mps"), dict) and isinstance(host, dict):
+        # CUDA MPS as a fact of this run: the control daemon listed the run's server as its client, not merely a
+        # daemon's socket present on the machine
+        host = {**host, "cuda_mps": bool(prov["gpu_mps"].get("served"))}
     return RunWriter(run_dir, {
-        **base, **server.provenance(),
+        **base, **prov, "host": host,
         "arm": spec.arm, "run": spec.run, "session": spec.session,
         "server_log": str(server.log_path.relative_to(run_dir.parent)),
     })

@@ -9,8 +9,10 @@ GPUs do is NOT RUN here (ARTIFACT.md section 7b)."""
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -153,28 +155,90 @@ def test_fanout_on_fake_gpu_slots_runs_several_jobs_per_gpu_and_every_manifest_s
     assert "GPU sharing: up to 2 jobs per GPU at once, through time slices" in err
 
 
+FAKE_MPS_CONTROL = r"""#!PYTHON
+# A FAKE nvidia-cuda-mps-control (there is no NVIDIA driver here), shaped as the real one: `-d` starts a daemon that
+# listens on $CUDA_MPS_PIPE_DIRECTORY/control; without `-d` it is the client, which sends one command from stdin to the
+# daemon over that socket and prints the answer. The daemon answers get_server_list (one MPS server, PID 4242),
+# get_client_list PID (the PIDs in the file `clients` beside this script) and quit (it removes its socket and exits).
+import os, socket, sys
+here = os.path.dirname(os.path.abspath(__file__))
+pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
+with open(os.path.join(here, "calls"), "a") as fh:
+    fh.write(" ".join(sys.argv[1:]) + f" pipe={pipe} log={os.environ.get('CUDA_MPS_LOG_DIRECTORY', '')}\n")
+path = os.path.join(pipe, "control")
+if sys.argv[1:] == ["-d"]:
+    os.makedirs(pipe, exist_ok=True)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(8)
+    if os.fork():
+        sys.exit(0)
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    with open(os.path.join(here, "daemon.pid"), "w") as fh:
+        fh.write(str(os.getpid()))
+    while True:
+        conn, _ = srv.accept()
+        cmd = conn.recv(1024).decode().strip()
+        if cmd == "quit":
+            os.unlink(path)
+            conn.close()
+            sys.exit(0)
+        clients = os.path.join(here, "clients")
+        reply = ("4242\n" if cmd == "get_server_list" else
+                 open(clients).read() if cmd.startswith("get_client_list") and os.path.exists(clients) else "")
+        try:
+            conn.sendall(reply.encode())
+        except OSError:  # a caller that only connected (is a daemon there?) and left
+            pass
+        conn.close()
+cmd = sys.stdin.readline().strip()
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    sock.connect(path)
+except OSError:
+    print("Cannot find MPS control daemon process", file=sys.stderr)
+    sys.exit(1)
+sock.sendall(cmd.encode())
+sock.shutdown(socket.SHUT_WR)
+print(sock.recv(65536).decode(), end="")
+"""
+
+
 def fake_mps_control(bin_dir: Path) -> Path:
-    """A FAKE nvidia-cuda-mps-control (there is no NVIDIA driver here): `-d` makes the control socket's file in
-    $CUDA_MPS_PIPE_DIRECTORY, `quit` on stdin removes it; every call is logged."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     tool = bin_dir / "nvidia-cuda-mps-control"
-    tool.write_text('#!/bin/sh\necho "$* pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY" >> "$(dirname "$0")/calls"\n'
-                    'if [ "$1" = -d ]; then mkdir -p "$CUDA_MPS_PIPE_DIRECTORY"; : > "$CUDA_MPS_PIPE_DIRECTORY/control"; '
-                    'exit 0; fi\nread cmd; [ "$cmd" = quit ] && rm -f "$CUDA_MPS_PIPE_DIRECTORY/control"\n')
+    tool.write_text(FAKE_MPS_CONTROL.replace("PYTHON", sys.executable, 1))
     tool.chmod(0o755)
     return tool
 
 
-def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one_that_served_before(tmp_path,
-                                                                                                   monkeypatch):
+@pytest.fixture
+def fake_mps(tmp_path, monkeypatch):
+    """The FAKE control tool on PATH and a pipe directory of this test's own; any daemon it started is stopped."""
     tool = fake_mps_control(tmp_path / "bin")
-    pipe = tmp_path / "mps-pipe"
+    pipe = Path(tempfile.mkdtemp(prefix="mps-", dir="/tmp")) / "pipe"  # a socket's path has at most 107 bytes
     monkeypatch.setenv("PATH", f"{tool.parent}:/usr/bin:/bin")
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    yield tool, pipe
+    shutil.rmtree(pipe.parent, ignore_errors=True)
+    pid_file = tool.parent / "daemon.pid"
+    if pid_file.exists():
+        try:
+            os.kill(int(pid_file.read_text()), 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one_that_served_before(tmp_path,
+                                                                                                   fake_mps):
+    tool, pipe = fake_mps
     plan = native.plan_sharing(sharing_args(jobs_per_gpu=3))
     assert plan.mode == native.MPS and "started for the run" in plan.reason and not plan.started_here
     sharing = native.start_sharing(plan, tmp_path / "logs" / "mps")
-    assert sharing.started_here and (pipe / "control").exists()
+    assert sharing.started_here and native.mps_running(pipe)
     slot = Slot("gpu0.2", ("0",), 40.0)
     env = sharing.job_env(slot)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
@@ -182,17 +246,23 @@ def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one
         "mode": "CUDA MPS", "jobs_per_gpu": 3, "slot": "gpu0.2", "gpus": ["0"], "mps_pipe_directory": str(pipe),
         "mps_daemon": "started by ./run.sh all --native"}
     native.stop_sharing(sharing)
-    assert not (pipe / "control").exists()
+    assert not (pipe / "control").exists() and not native.mps_running(pipe)
     calls = (tool.parent / "calls").read_text().splitlines()
     assert calls[0].startswith(f"-d pipe={pipe} log={tmp_path / 'logs' / 'mps'}") and len(calls) == 2
-    # a daemon already serving: used as it is, neither started nor stopped
-    (pipe / "control").write_text("")
+    # a daemon already serving (started by someone else): used as it is, neither started nor stopped
+    subprocess.run([str(tool), "-d"], check=True, timeout=30)
     plan = native.plan_sharing(sharing_args(jobs_per_gpu=2))
     assert "already serving" in plan.reason
     sharing = native.start_sharing(plan, tmp_path / "logs" / "mps")
     native.stop_sharing(sharing)
-    assert (pipe / "control").exists() and len((tool.parent / "calls").read_text().splitlines()) == 2
+    assert native.mps_running(pipe) and len((tool.parent / "calls").read_text().splitlines()) == 3
     assert json.loads(sharing.job_env(slot)["ARTIFACT_GPU_SHARING"])["mps_daemon"] == "already running"
+    # a socket file left behind by a daemon that has exited is no daemon: the run starts its own
+    os.kill(int((tool.parent / "daemon.pid").read_text()), 9)
+    time.sleep(0.2)
+    assert (pipe / "control").exists() and not native.mps_running(pipe)
+    plan = native.plan_sharing(sharing_args(jobs_per_gpu=2))
+    assert "started for the run" in plan.reason
     # -d that starts nothing: time slices, said
     (pipe / "control").unlink()
     tool.write_text("#!/bin/sh\necho 'An instance of this daemon is already running' >&2; exit 1\n")
@@ -201,6 +271,30 @@ def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one
     # one job per GPU needs no daemon; --gpu-sharing time-slices asks for none
     assert native.plan_sharing(sharing_args()).mode == native.ONE
     assert native.plan_sharing(sharing_args(jobs_per_gpu=2, gpu_sharing="time-slices")).mode == native.SLICES
+
+
+def test_mps_served_is_what_the_fake_control_daemon_says_of_the_servers_processes(tmp_path, fake_mps):
+    """A run's `gpu_mps` (provenance.mps_served): served only where the daemon answers on its socket and lists one of
+    the server's processes as a client of an MPS server; a socket file alone, or a daemon that lists other clients,
+    is not MPS for this run (FAKE control daemon)."""
+    from artifact import provenance
+
+    tool, pipe = fake_mps
+    me = os.getpid()
+    assert provenance.mps_served([me]) == {"served": False, "daemon": False,
+                                           "why": f"no MPS control daemon answers at {pipe}"}
+    subprocess.run([str(tool), "-d"], check=True, timeout=30)
+    assert provenance.cuda_mps()
+    (tool.parent / "clients").write_text("1\n2\n")
+    got = provenance.mps_served([me])
+    assert got["served"] is False and got["daemon"] is True and got["servers"] == [4242] and got["clients"] == []
+    (tool.parent / "clients").write_text(f"1\n{me}\n")
+    assert provenance.mps_served([me]) == {"served": True, "daemon": True, "servers": [4242], "clients": [me]}
+    assert me in provenance.process_group(os.getpgid(me))
+    os.kill(int((tool.parent / "daemon.pid").read_text()), 9)
+    time.sleep(0.2)
+    assert (pipe / "control").exists() and not provenance.cuda_mps()
+    assert provenance.mps_served([me])["served"] is False
 
 
 def test_fanout_stop_reaches_the_running_jobs_and_leaves_them_interrupted(tmp_path):

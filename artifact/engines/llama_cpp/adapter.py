@@ -238,7 +238,7 @@ class LlamaServer(ServerSession):
         return {
             "engine": KIND, "engine_build": self.build_info, "binary": ident,
             "engine_build_flags": build_record(self.binary, self.cfg.engine.binary),
-            "server_cmd": self.cmd, "server_env": self.proc.env,
+            "server_cmd": self.cmd, "server_env": self.proc.env, "gpu_mps": self.proc.mps,
             "cache_condition": cache_condition(self.settings),
             "props": {"build_info": self.props.get("build_info"), "total_slots": self.props.get("total_slots"),
                       "n_ctx": (self.props.get("default_generation_settings") or {}).get("n_ctx")},

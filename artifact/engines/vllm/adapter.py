@@ -342,7 +342,7 @@ class VllmServer(ServerSession):
         attention = versions.attention(self.vllm.version, self.log_facts(limit=None))
         return {
             "engine": KIND, "engine_build": f"vLLM {self.info.get('vllm')} ({label})",
-            "vllm": self.info, "server_cmd": self.cmd, "server_env": self.proc.env,
+            "vllm": self.info, "server_cmd": self.cmd, "server_env": self.proc.env, "gpu_mps": self.proc.mps,
             "server_version": self.version, "startup_s": self.startup_s,
             # the version the configuration is written for, and what differs from the paper's (versions.py)
             "vllm_version": {"configured": self.vllm.version, "torch_pin": self.vllm.torch, "note": self.vllm.note,
