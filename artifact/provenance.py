@@ -110,12 +110,13 @@ def mps_pipe_dir() -> Path:
 
 
 def mps_daemon_answers(pipe: Path | None = None) -> bool:
-    """Whether an MPS control daemon serves `pipe`: its control socket accepts a connection. The socket's file alone
-    proves nothing: a daemon that has exited can leave it behind, and the connection is then refused."""
+    """Whether an MPS control daemon serves `pipe`: its control socket accepts a connection (a SOCK_SEQPACKET socket,
+    as the daemon makes it; a stream connection is refused with EPROTOTYPE). The socket's file alone proves nothing: a
+    daemon that has exited can leave it behind, and the connection is then refused."""
     path = (pipe or mps_pipe_dir()) / "control"
     if not path.exists():
         return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
         sock.settimeout(2)
         try:
             sock.connect(str(path))

@@ -157,8 +157,8 @@ def test_fanout_on_fake_gpu_slots_runs_several_jobs_per_gpu_and_every_manifest_s
 
 FAKE_MPS_CONTROL = r"""#!PYTHON
 # A FAKE nvidia-cuda-mps-control (there is no NVIDIA driver here), shaped as the real one: `-d` starts a daemon that
-# listens on $CUDA_MPS_PIPE_DIRECTORY/control; without `-d` it is the client, which sends one command from stdin to the
-# daemon over that socket and prints the answer. The daemon answers get_server_list (one MPS server, PID 4242),
+# listens on $CUDA_MPS_PIPE_DIRECTORY/control (a SOCK_SEQPACKET socket, as the real daemon's); without `-d` it is the
+# client, which sends one command from stdin to the daemon over that socket and prints the answer. The daemon answers get_server_list (one MPS server, PID 4242),
 # get_client_list PID (the PIDs in the file `clients` beside this script) and quit (it removes its socket and exits).
 import os, socket, sys
 here = os.path.dirname(os.path.abspath(__file__))
@@ -168,7 +168,7 @@ with open(os.path.join(here, "calls"), "a") as fh:
 path = os.path.join(pipe, "control")
 if sys.argv[1:] == ["-d"]:
     os.makedirs(pipe, exist_ok=True)
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     srv.bind(path)
     srv.listen(8)
     if os.fork():
@@ -195,7 +195,7 @@ if sys.argv[1:] == ["-d"]:
             pass
         conn.close()
 cmd = sys.stdin.readline().strip()
-sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 try:
     sock.connect(path)
 except OSError:
