@@ -51,6 +51,9 @@ protocol and results
   check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / INCONCLUSIVE / INVALID / NOT-RUN),
                         tables, figures and a self-contained report.html (default DIR results/, outputs in
                         DIR/check/); exit codes: ./run.sh check --help
+  evidence-summary [FOLDER...] [--check]
+                        each evidence folder's summary.json and summary.md, made from its records and check
+                        outputs (the numbers the docs quote; --check: exit 1 where one is out of date)
   bench                 benchmarks (check on synthetic paper-scale results, per step; target <= 2.5 s)
   fetch [CONFIG...]     download and verify the pinned weights (default: every configuration `all` runs)
   all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
@@ -187,7 +190,7 @@ case "$cmd" in
     shift
     setup
     PYTHONPATH=$here exec "$py" bench/bench_check.py "$@" ;;
-  compare|summary|check|fetch)
+  compare|summary|check|fetch|evidence-summary)
     setup_python  # these read records or fetch weights: no engine build needed
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   all)

@@ -299,6 +299,14 @@ def cmd_fetch(args) -> int:
     return fetch([load_config(n) for n in args.configs] if args.configs else [j.cfg for j in load_jobs()])
 
 
+def cmd_evidence_summary(args) -> int:
+    from artifact import evidence  # lazy: each command imports only what it runs
+
+    folders = args.folders or [str(p.parent.relative_to(REPO)) for p in sorted(REPO.glob("evidence/*/records*.tar.xz"))
+                               if p.name == min(q.name for q in p.parent.glob("records*.tar.xz"))]
+    return evidence.main(folders, check_only=args.check)
+
+
 def cmd_all(args) -> int:
     from artifact.orchestrate.command import cmd_all  # lazy: each command imports only what it runs
 
@@ -361,6 +369,13 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     sp.add_argument("--out", default=None, help="output directory (default: RESULTS/check)")
     sp.set_defaults(func=cmd_check)
+
+    sp = sub.add_parser("evidence-summary", help="write each evidence folder's summary.json and summary.md",
+                        description="Summarize evidence folders from their records and check outputs "
+                        "(artifact/evidence.py): what the documentation quotes of the committed evidence.")
+    sp.add_argument("folders", nargs="*", help="evidence folders (default: every evidence/*/ with records)")
+    sp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a summary is out of date")
+    sp.set_defaults(func=cmd_evidence_summary)
 
     sp = sub.add_parser("fetch", help="download and verify pinned weights")
     sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")

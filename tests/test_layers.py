@@ -23,6 +23,7 @@ LAYERS = (
     ("catalog",),                         # configurations and plans validated by the plug-ins that run them
     ("report",),                          # the HTML report
     ("check",),                           # claims against expected/, the beyond-the-paper verdicts
+    ("evidence",),                        # evidence folders' summaries (records and check outputs, read as files)
     ("fetch",),                           # weights and data for a matrix, ahead of the runs
     ("orchestrate",),                     # ./run.sh all: Docker, native, Slurm
     ("cli", "__main__"),                  # the command line
