@@ -21,7 +21,7 @@ done
 set -- ${args[@]+"${args[@]}"}
 venv=${ARTIFACT_VENV:-$here/.venv}
 py=$venv/bin/python
-# Pinned distributions installed without their dependency trees (see ARTIFACT.md, "Pins").
+# Pinned distributions installed without their dependency trees (see docs/records.md, "Pins and provenance").
 mapfile -t no_deps < <(grep -v -e '^#' -e '^$' requirements-nodeps.txt)
 
 usage() {
@@ -44,7 +44,7 @@ protocol and results
   run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR] [--engine-setting KEY=VALUE ...]
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions; e.g.
                         run endpoint --engine-setting url_on=URL --engine-setting url_off=URL: servers you run
-                        yourself (ARTIFACT.md section 9)
+                        yourself (docs/your-own-stack.md)
   compare A B           two runs (or two results directories) field by field; exit 1 when a field differs
                         or a side is invalid (./run.sh compare --help)
   summary [DIR]         the paired-protocol table of every run under DIR (default results/)

