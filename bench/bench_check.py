@@ -19,7 +19,7 @@ seconds of all its processes and of the checking process alone. The runs carry t
 records that the protocol's writer makes as a run finishes (artifact.records.decoded), as results of `./run.sh all`
 do; a second line times the same check with the copies set aside (records decoded from requests.jsonl, as for
 results written before the copies existed, or edited since). bench/README.md keeps the breakdown before and after
-issue 30.
+the speed-up.
 """
 
 from __future__ import annotations

@@ -236,7 +236,7 @@ def stage(items: list[Item], out: Path, *, limit_bytes: int, carried_bytes: int,
 
 
 def carried_tree_bytes(repo: Path) -> int:
-    """What every transfer of the device tool carries besides the staged files: tracked files and untracked files
+    """What every transfer to the host carries besides the staged files (the repository): tracked files and untracked files
     git does not ignore."""
     out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                          check=True, capture_output=True).stdout

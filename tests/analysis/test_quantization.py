@@ -1,4 +1,4 @@
-"""Margins or kernels (issue 20, part 2), on records whose margins and perturbations are known: at every position
+"""Margins or kernels, on records whose margins and perturbations are known: at every position
 of an episode's second request (the ON arm's cached one) the OFF arm's top-2 margin is m and the ON arm's margin on
 the same two tokens is m - d, for d chosen per configuration ("known kernels")."""
 

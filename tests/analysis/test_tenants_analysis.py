@@ -1,4 +1,4 @@
-"""Other tenants (issue 20, part 3): records with known load, written through the real RunWriter, against the
+"""Other tenants: records with known load, written through the real RunWriter, against the
 isolated baseline; the verdicts worked out by hand. RQ1 and RQ2 stay judged on plans without load."""
 
 from __future__ import annotations
