@@ -6,7 +6,7 @@ into the folder whose title names the summary's key, e.g. ``[PASS](evidence/h200
 `tests/test_docs_numbers.py` recomputes every summary from the records and holds every such link to it.
 
 What a summary holds: the check's exit code and verdicts (`check/check.json`), each configuration-plan's divergence
-counts (`check/tab2.csv`), comparisons written beside the records (`compare.txt`: IDENTICAL / DIFFERENT lines), and
+counts (`check/tab2.csv`), what check observed in each scope of a verdict beyond the paper, the agent table (`check/agent.csv`), comparisons written beside the records (`compare.txt`: IDENTICAL / DIFFERENT lines), and
 from the run manifests in `records*.tar.xz`: runs, episodes, requests (lines of each run's `requests.jsonl`), wall
 seconds, when the runs started and finished, and the host: GPU, driver, CPU, container, CUDA MPS, GPU sharing,
 network isolation. Nothing in it depends on when or where the summary is made.
@@ -92,6 +92,11 @@ def _worst(statuses: list[str]) -> str:
     return min(statuses, key=CHECK_SEVERITY.index)
 
 
+def _int(value: str):
+    """A CSV cell as an integer ("3", "3.0"), or "-" where empty."""
+    return int(float(value)) if value not in ("", None) else "-"
+
+
 def _ratio(row: dict, key: str) -> str | None:
     k, n = row.get(f"{key}_k"), row.get(f"{key}_n")
     if k in (None, "") or n in (None, ""):
@@ -148,12 +153,30 @@ def summarize(folder: Path) -> dict:
         }
         summary["claims"] = {c["id"]: c["status"] for c in check.get("claims") or []}
         summary["beyond"] = {k: _worst(v) for k, v in sorted(beyond.items())}
+        # every scope of every verdict beyond the paper, with what check observed there (its numbers, as check
+        # wrote them): key ID -> scope (its "/" written ":") -> status and observed
+        scopes: dict[str, dict] = {}
+        for v in (check.get("beyond") or {}).get("verdicts") or []:
+            if v["scope"] != "-":
+                scopes.setdefault(v["id"], {})[v["scope"].replace("/", ":")] = {
+                    "status": v["status"], "observed": v["observed"]}
+        summary["beyond_scopes"] = scopes
     tab2 = folder / "check" / "tab2.csv"
     if tab2.exists():
         rows = list(csv.DictReader(io.StringIO(tab2.read_text(encoding="utf-8"))))
         summary["divergence"] = {
             f"{r['config']}:{r['plan']}": {k: v for k in ("off_rerun", "on_rerun", "on_vs_off")
                                            if (v := _ratio(r, k)) is not None}
+            for r in rows}
+    agent = folder / "check" / "agent.csv"
+    if agent.exists():  # the agent workload's per-run table: does the model act as an agent
+        rows = list(csv.DictReader(io.StringIO(agent.read_text(encoding="utf-8"))))
+        summary["agent"] = {
+            f"{r['config']}:{r['plan']}:{r['arm']}{r['run']}": {
+                "with_tool_call": f"{_int(r['episodes_with_tool_call'])}/{_int(r['episodes'])}",
+                "calls": _int(r["calls_executed"]),
+                "requests_per_episode": round(float(r["requests_per_episode"] or "nan"), 2),
+                "bfcl_valid": f"{_int(r['bfcl_valid'])}/{_int(r['episodes'])}"}
             for r in rows}
     compare = folder / "compare.txt"
     if compare.exists():
@@ -191,6 +214,10 @@ def render_md(s: dict) -> str:
         if s.get("beyond"):
             lines += ["", "| beyond the paper | verdict (most severe scope) |", "|---|---|"]
             lines += [f"| {k} | {v} |" for k, v in s["beyond"].items()]
+    if s.get("beyond_scopes"):
+        lines += ["", "Beyond the paper, per scope (what check observed):", ""]
+        lines += [f"- {k} {scope}: {v['status']}; {v['observed']}"
+                  for k, per in s["beyond_scopes"].items() for scope, v in per.items()]
     if s.get("divergence"):
         lines += ["", "| configuration:plan | OFF rerun | ON rerun | ON vs OFF |", "|---|---|---|---|"]
         lines += [f"| {k} | {v.get('off_rerun', '-')} | {v.get('on_rerun', '-')} | {v.get('on_vs_off', '-')} |"
@@ -199,6 +226,11 @@ def render_md(s: dict) -> str:
         walls = "; ".join(f"{k} {', '.join(f'{x} s' for x in v)}" for k, v in s["logs"]["walls_s"].items())
         lines += ["", f"Session logs: {walls or 'no step times'}"
                   + (f"; ./run.sh all: {'; '.join(s['logs']['matrix'])}" if s["logs"]["matrix"] else "") + "."]
+    if s.get("agent"):
+        lines += ["", "| run | episodes with a tool call | calls | requests / episode | BFCL valid |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {k} | {v['with_tool_call']} | {v['calls']} | {v['requests_per_episode']} | {v['bfcl_valid']} |"
+                  for k, v in s["agent"].items()]
     if s.get("compare"):
         lines += ["", "compare.txt: " + ", ".join(f"{v} {k}" for k, v in s["compare"].items())]
     return "\n".join(lines) + "\n"

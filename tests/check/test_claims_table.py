@@ -1,5 +1,5 @@
-"""The claims tables are held to the claim modules' rules (artifact/check/claims/): docs/claims.md's full table and
-the README's short one list the same claims, in the same order, the hard one marked, and docs/claims.md writes down
+"""The claims tables are held to the claim modules' rules (artifact/check/claims/): docs/claims.md's sections and
+the README's table list the same claims, in the same order, the hard one marked, and docs/claims.md writes down
 each claim's minimum evidence."""
 
 import re
@@ -12,7 +12,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_claims_table_lists_every_claim_module_in_order_with_its_hard_marker():
-    rows = re.findall(r"^\| \*\*(RQ\w+)\*\*( \(hard\))?:", CLAIMS, re.M)
+    rows = re.findall(r"^### \*\*(RQ\w+)\*\*( \(hard\))?:", CLAIMS, re.M)
     assert [cid for cid, _ in rows] == list(CLAIM_RULES) == [m.ID for m in MODULES]
     assert {cid: bool(hard) for cid, hard in rows} == {cid: r["hard"] for cid, r in CLAIM_RULES.items()}
 
