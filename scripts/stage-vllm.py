@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Stage vLLM 0.25.0 for a GPU machine without internet (the H200 route, scripts/vllm-gpu.sh): the vLLM wheel and
-exactly the requirements the machine's Python lacks (scripts/vllm-device-wheels.txt, each pinned by its sha256),
+"""Stage vLLM 0.25.0 for a GPU host without internet (scripts/vllm-gpu.sh; docs/gpu-hosts.md): the vLLM wheel and
+exactly the requirements the host's Python lacks (scripts/vllm-device-wheels.txt, each pinned by its sha256),
 repacked into one xz stream and split into parts that fit a transfer limit (--limit-mib) beside the repository.
 
     scripts/stage-vllm.py [--out .device/vllm] [--limit-mib MIB] [--after .device/STAGE.json] [--preset 6]
