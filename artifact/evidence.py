@@ -176,7 +176,8 @@ def summarize(folder: Path) -> dict:
                 "with_tool_call": f"{_int(r['episodes_with_tool_call'])}/{_int(r['episodes'])}",
                 "calls": _int(r["calls_executed"]),
                 "requests_per_episode": round(float(r["requests_per_episode"] or "nan"), 2),
-                "bfcl_valid": f"{_int(r['bfcl_valid'])}/{_int(r['episodes'])}"}
+                # the workload's own checker's count of valid episodes (its column: WORKLOAD_valid)
+                "valid": f"{_int(next((v for k, v in r.items() if k.endswith('_valid')), ''))}/{_int(r['episodes'])}"}
             for r in rows}
     compare = folder / "compare.txt"
     if compare.exists():
@@ -227,9 +228,9 @@ def render_md(s: dict) -> str:
         lines += ["", f"Session logs: {walls or 'no step times'}"
                   + (f"; ./run.sh all: {'; '.join(s['logs']['matrix'])}" if s["logs"]["matrix"] else "") + "."]
     if s.get("agent"):
-        lines += ["", "| run | episodes with a tool call | calls | requests / episode | BFCL valid |",
+        lines += ["", "| run | episodes with a tool call | calls | requests / episode | valid (the workload's checker) |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {k} | {v['with_tool_call']} | {v['calls']} | {v['requests_per_episode']} | {v['bfcl_valid']} |"
+        lines += [f"| {k} | {v['with_tool_call']} | {v['calls']} | {v['requests_per_episode']} | {v['valid']} |"
                   for k, v in s["agent"].items()]
     if s.get("compare"):
         lines += ["", "compare.txt: " + ", ".join(f"{v} {k}" for k, v in s["compare"].items())]
