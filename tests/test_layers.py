@@ -1,4 +1,4 @@
-"""The artifact's layers (README, "Folder map"): every import of one artifact module by another points down this map
+"""The artifact's layers (docs/developer.md, "The folder map"): every import of one artifact module by another points down this map
 or stays inside its package, no modules import each other in a cycle, and an import inside a function (a lazy import,
 kept only for start-up time) points down and says why in a comment on its line or the line above."""
 
