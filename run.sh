@@ -21,7 +21,7 @@ done
 set -- ${args[@]+"${args[@]}"}
 venv=${ARTIFACT_VENV:-$here/.venv}
 py=$venv/bin/python
-# Pinned distributions installed without their dependency trees (see ARTIFACT.md, "Pins").
+# Pinned distributions installed without their dependency trees (see docs/records.md, "Pins and provenance").
 mapfile -t no_deps < <(grep -v -e '^#' -e '^$' requirements-nodeps.txt)
 
 usage() {
@@ -44,13 +44,16 @@ protocol and results
   run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR] [--engine-setting KEY=VALUE ...]
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions; e.g.
                         run endpoint --engine-setting url_on=URL --engine-setting url_off=URL: servers you run
-                        yourself (ARTIFACT.md section 9)
+                        yourself (docs/your-own-stack.md)
   compare A B           two runs (or two results directories) field by field; exit 1 when a field differs
                         or a side is invalid (./run.sh compare --help)
   summary [DIR]         the paired-protocol table of every run under DIR (default results/)
   check [DIR] [--out D] verdict per paper claim (PASS / FAIL / OUT-OF-BAND / INCONCLUSIVE / INVALID / NOT-RUN),
                         tables, figures and a self-contained report.html (default DIR results/, outputs in
                         DIR/check/); exit codes: ./run.sh check --help
+  evidence-summary [FOLDER...] [--check]
+                        each evidence folder's summary.json and summary.md, made from its records and check
+                        outputs (the numbers the docs quote; --check: exit 1 where one is out of date)
   bench                 benchmarks (check on synthetic paper-scale results, per step; target <= 2.5 s)
   fetch [CONFIG...]     download and verify the pinned weights (default: every configuration `all` runs)
   all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
@@ -187,7 +190,7 @@ case "$cmd" in
     shift
     setup
     PYTHONPATH=$here exec "$py" bench/bench_check.py "$@" ;;
-  compare|summary|check|fetch)
+  compare|summary|check|fetch|evidence-summary)
     setup_python  # these read records or fetch weights: no engine build needed
     PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
   all)

@@ -2,7 +2,7 @@
 validated by what runs them. The engine and workload plug-ins check their own settings (a configuration's
 [engine.settings] and workload keys, a plan's table named after an engine), the model sources their pins, the
 protocol a plan's tenants. artifact.config sits below the plug-ins and asks none of them; this module sits above the
-protocol and asks each (README, "Folder map": the layers)."""
+protocol and asks each (docs/developer.md, "The folder map": the layers)."""
 
 from __future__ import annotations
 

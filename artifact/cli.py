@@ -23,7 +23,7 @@ commands:
             demo --vllm: the same on vLLM 0.11.0's CPU build (RQ4)
   run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
             [--engine-setting KEY=VALUE ...]  (an engine's settings; e.g. the URLs of servers you run yourself,
-            ARTIFACT.md section 9)
+            docs/your-own-stack.md)
   compare   two runs field by field:       compare RUN_DIR_A RUN_DIR_B; two results directories (another
             machine's runs of the same configurations): compare RESULTS_A RESULTS_B (exit codes: compare --help)
   summary   the paired-protocol table of every run under a results directory
@@ -299,6 +299,14 @@ def cmd_fetch(args) -> int:
     return fetch([load_config(n) for n in args.configs] if args.configs else [j.cfg for j in load_jobs()])
 
 
+def cmd_evidence_summary(args) -> int:
+    from artifact import evidence  # lazy: each command imports only what it runs
+
+    folders = args.folders or [str(p.parent.relative_to(REPO)) for p in sorted(REPO.glob("evidence/*/records*.tar.xz"))
+                               if p.name == min(q.name for q in p.parent.glob("records*.tar.xz"))]
+    return evidence.main(folders, check_only=args.check)
+
+
 def cmd_all(args) -> int:
     from artifact.orchestrate.command import cmd_all  # lazy: each command imports only what it runs
 
@@ -355,12 +363,19 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("check", help="verdicts per paper claim, tables, figures and report.html",
                         description="Judge the runs under RESULTS against the paper's claims: one verdict per claim "
-                        "(PASS, FAIL, OUT-OF-BAND, INCONCLUSIVE, INVALID, NOT-RUN; ARTIFACT.md section 2), tables, "
+                        "(PASS, FAIL, OUT-OF-BAND, INCONCLUSIVE, INVALID, NOT-RUN; docs/claims.md), tables, "
                         "figures, check.json and a self-contained report.html.",
                         epilog=exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     sp.add_argument("--out", default=None, help="output directory (default: RESULTS/check)")
     sp.set_defaults(func=cmd_check)
+
+    sp = sub.add_parser("evidence-summary", help="write each evidence folder's summary.json and summary.md",
+                        description="Summarize evidence folders from their records and check outputs "
+                        "(artifact/evidence.py): what the documentation quotes of the committed evidence.")
+    sp.add_argument("folders", nargs="*", help="evidence folders (default: every evidence/*/ with records)")
+    sp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a summary is out of date")
+    sp.set_defaults(func=cmd_evidence_summary)
 
     sp = sub.add_parser("fetch", help="download and verify pinned weights")
     sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")

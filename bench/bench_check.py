@@ -19,7 +19,7 @@ seconds of all its processes and of the checking process alone. The runs carry t
 records that the protocol's writer makes as a run finishes (artifact.records.decoded), as results of `./run.sh all`
 do; a second line times the same check with the copies set aside (records decoded from requests.jsonl, as for
 results written before the copies existed, or edited since). bench/README.md keeps the breakdown before and after
-issue 30.
+the speed-up.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def breakdown(walls: list[dict[str, float]], cpus: list[dict[str, float]]) -> li
 def fresh_process(root: Path) -> tuple[float, float, float]:
     """Wall and CPU seconds (user + system) of `python -m artifact check DIR` (what `./run.sh check DIR` runs, less
     the shell's set-up check), imports (pandas, scipy, pyarrow, msgspec, matplotlib) included, its worker process
-    included; and the CPU seconds of the checking process alone (check.json's `cpu_s`). Python keeps its compiled
+    included; and the CPU seconds of the checking process alone (timings.json's `cpu_s`). Python keeps its compiled
     modules as it does by default (PYTHONDONTWRITEBYTECODE is dropped: `main` runs one untimed check first, so that
     no timed run compiles the artifact's modules)."""
     shutil.rmtree(root / "check", ignore_errors=True)
@@ -177,7 +177,7 @@ def fresh_process(root: Path) -> tuple[float, float, float]:
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        own = json.loads((root / "check" / "check.json").read_text())["cpu_s"]["checking process"]
+        own = json.loads((root / "check" / "timings.json").read_text())["cpu_s"]["checking process"]
     except (OSError, ValueError, KeyError):
         own = math.nan
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), own

@@ -7,7 +7,7 @@ reported timings and the transfer.
     PYTHONPATH=. .venv/bin/python bench/bench_harness.py [CONFIG] [--episodes N] [--plan PLAN] [--results DIR]
 
 Runs one configuration-plan for real (the real llama-server, the real BFCL loop) with timers wrapped around the
-engine session's two calls, and prints a breakdown. Target (issue 11): the harness adds <= 2 % of wall time on a
+engine session's two calls, and prints a breakdown. Target: the harness adds <= 2 % of wall time on a
 GPU, where the server is fast; on 2 CPU cores the server dominates anyway.
 """
 

@@ -1,7 +1,7 @@
 """What a fresh `check` pays before it reads a record: the interpreter and the imports of the libraries it is built
 on (numpy, pyarrow, msgspec, pandas, scipy.stats, matplotlib, jinja2), each measured in fresh interpreters, and
 the artifact's own modules on top. With bench/load_floor.py (the records' decoding floor) it bounds check's time
-from below (bench/README.md, round 5).
+from below (bench/README.md; the measurements in its git history).
 
     python bench/import_floor.py [--repeat 5]
 

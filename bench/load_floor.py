@@ -1,7 +1,7 @@
 """How close check's record loader is to the floor: ms per run of compiled JSON readers against the artifact's own
 loader (decode, every schema rule, the top-2 arrays: `artifact.check.run.load_run`) on the same requests.jsonl files,
-best of 3, one thread, gc off (bench/README.md, round 4); and the loader reading each run's decoded copy instead
-(artifact.records.decoded, written by the protocol's writer as a run finishes; round 6).
+best of 3, one thread, gc off (bench/README.md); and the loader reading each run's decoded copy instead
+(artifact.records.decoded, written by the protocol's writer as a run finishes).
 
     python bench/load_floor.py RESULTS_DIR [--runs 10]      (RESULTS_DIR: e.g. bench_check.py --keep DIR)
 """

@@ -3,7 +3,7 @@ runs diverge (bench/vllm_divergence.py reads the two arms' results). The server'
 core (VLLM_CPU_OMP_THREADS_BIND=CPU), so that the two arms run side by side, one core each, and so that other
 processes on a shared machine do not stall a two-thread server's barriers; the binding is recorded in each
 manifest's server_env and pairing inputs. Measurement only: the demo's servers use vLLM's default binding (all
-cores); bench/vllm-demo-budget.md compares the two bit for bit.
+cores); the measurement in the git history of bench/vllm-demo-budget.md compared the two bit for bit.
 
     PYTHONPATH=.:tests scripts/isolate.sh .venv/bin/python bench/vllm_arm.py CONFIG RESULTS CPU off|on [KEY=INT ...]
     # e.g. demo-smollm2-cpu-vllm /tmp/m-off 1 off episodes=7 max_turns=1  (and ... /tmp/m-on 0 on ...)

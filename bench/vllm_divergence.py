@@ -12,7 +12,7 @@ their first T turns, how many episodes ON vs OFF diverged in, the requests both 
 
     .venv/bin/python bench/vllm_divergence.py RESULTS [RESULTS ...] [--turns 1,2,3,4] [--episodes 1,2,...]
 
-The summary in bench/vllm-demo-budget.md was made with it.
+bench/vllm-demo-budget.md says how to run it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Training the embedded agent model's LoRA natively on one NVIDIA GPU without internet: the one thing that
-# `./run.sh all --native` does not do. Protocol runs on GPUs go through `./run.sh all --native` (ARTIFACT.md 7b:
+# `./run.sh all --native` does not do. Protocol runs on GPUs go through `./run.sh all --native` (docs/gpu-hosts.md:
 # --offline DIR sets it up from scripts/stage-device.py's stage, --jobs-per-gpu N shares a GPU through CUDA MPS); it
-# remade evidence/h200-agent request for request (evidence/h200-agent-native). Until commit b1ceacb this script also
-# ran the protocol (`start JOB...`, `run JOB...`): those phases made evidence/h200-agent (`git show b1ceacb:scripts/gpu-native.sh`).
-# What the machine needs is staged by `scripts/stage-device.py --target h200 --with-training` into .device/call1,
-# .device/call2, ... (one call of the device tool carries at most 64 MiB); each call carries the next part. The
-# phases run in consecutive calls while the machine stays warm; WORK (default /tmp/w) keeps the state.
+# remade evidence/h200-agent request for request (evidence/h200-agent-native). Earlier versions of this script also
+# ran the protocol: those phases made evidence/h200-agent (see the git history of this file).
+# What the host needs is staged by `scripts/stage-device.py --target cp312-manylinux-x86_64 --with-training` (with
+# --limit-mib where transfers to the host are limited: .device/call1, .device/call2, ...; each transfer carries the
+# next part). The phases run one after another on the host; WORK (default /tmp/w) keeps the state.
 #
 #   scripts/gpu-native.sh unpack      verify the staged parts this call carried into $WORK/stage (sha256, STAGE.json;
 #                                     scripts/stage-device.py receive); with the sdist: start the CUDA build of

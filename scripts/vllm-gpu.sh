@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# vLLM 0.25.0 on one NVIDIA GPU without internet (issue 27; ARTIFACT.md section 2b; the exact calls of a session:
-# configs/h200-vllm/GPU-SESSION.md). What the machine needs is staged here first: scripts/stage-device.py into
+# vLLM 0.25.0 on one NVIDIA GPU without internet (docs/gpu-hosts.md, "vLLM on a GPU host"; docs/beyond-the-paper.md).
+# What the host needs is staged first, where there is network: scripts/stage-device.py into
 # .device/call1, ... (llama.cpp's sdist for the derivation tools, the protocol's wheels, the base model) and
-# scripts/stage-vllm.py into .device/vllm/call1, ... (vLLM 0.25.0 and the requirements the machine lacks, one xz
-# stream in parts). Each call of the device tool carries the next folders; the phases run in consecutive calls while
-# the machine stays warm; WORK (default /tmp/w) keeps the state.
+# scripts/stage-vllm.py into .device/vllm/call1, ... (vLLM 0.25.0 and the requirements the host lacks, one xz
+# stream in parts). Each transfer to the host carries the next folders; the phases run one after another on the
+# host; WORK (default /tmp/w) keeps the state between them.
 #
 #   scripts/vllm-gpu.sh unpack        what this call carried: the llama.cpp staging's files (scripts/gpu-native.sh
 #                                     unpack with SKIP_BUILD=1: sha256, the protocol's wheels, the base model), then a

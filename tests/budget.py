@@ -10,12 +10,12 @@ def with_workload(cfg, **workload):
 
 
 # The vLLM CPU server tests serve float32. They test what the adapter, the protocol and the records do on the real
-# server (arms, cache exposure, resume, errors), not a precision, and this project's CPU has no bf16 instructions:
-# a ~3.8k-token BFCL prompt took 17.9 s to prefill in float32 against ~66 s in bfloat16 (2026-12-02, ARTIFACT.md §1,
+# server (arms, cache exposure, resume, errors), not a precision, and a CPU without bf16 instructions is slow at it:
+# a ~3.8k-token BFCL prompt took 17.9 s to prefill in float32 against ~66 s in bfloat16 (2 cores; docs/demo.md,
 # "RQ4 on a CPU"). The demo (`./run.sh demo --vllm`, tests/test_demo_vllm.py) serves bfloat16 as configured.
 TEST_VLLM_DTYPE = "float32"
 # ... and without torch.compile (`--enforce-eager`): the server then starts without compiling or loading compiled
-# graphs. Measured 2026-12-02 on this 2-core machine at load 4-6 (the OFF server of the test configuration, a
+# graphs. Measured on 2 CPU cores (the OFF server of the test configuration, a
 # 1.5k-token prompt, bench/vllm_start_modes.py): eager 86-113 s to ready + 47 s for the first request, compiled 166 s + 24 s;
 # later requests alike (20-28 s); the same 12 tokens either way, top-2 log-probabilities equal to ~5e-6 (eager gave
 # bit-identical ones in both of its starts). A fresh machine without vLLM's compile cache saves ~3 min more per

@@ -54,7 +54,7 @@ def timings(*key) -> tuple[float, float]:
 
 
 def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", **changes) -> dict:
-    """What the protocol hashes into a run's pairing_fingerprint (issue 7): equal for every run of a configuration
+    """What the protocol hashes into a run's pairing_fingerprint: equal for every run of a configuration
     and plan, whatever the arm; `changes` replace entries (e.g. threads=4) to make a run that may not be paired.
     Like the protocol's, they name the engine (its kind under "engine", its identity) and the model's sha256."""
     return {"engine": engine_identity(engine, model, cache_ram_mib), "model_sha256": model["sha256"],

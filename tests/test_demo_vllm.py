@@ -10,7 +10,7 @@ depends on the CPU (bench/vllm-demo-budget.md), so the demo's budget must be dec
   budget, no override) on the real vLLM 0.11.0 CPU server, then `check`, and asserts RQ4 PASS or FAIL with its
   evidence: what the model and the server actually do (requests without error, cache hits in the ON run) cannot
   leave it undecided either. Cost: one demo run (4 runs, 2 server starts): 46 min measured on a 2-core CPU without
-  bf16 instructions (ARTIFACT.md §1).
+  bf16 instructions (docs/demo.md).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_the_vllm_demo_budget_is_large_enough_for_rq4_to_fail_at_zero_divergence
 @pytest.mark.vllm
 @pytest.mark.skipif(os.environ.get("ARTIFACT_DEMO_VLLM_TEST") != "1",
                     reason="NOT RUN unless ARTIFACT_DEMO_VLLM_TEST=1: it costs one whole `./run.sh demo --vllm` "
-                           "(46 min measured on a 2-core CPU without bf16 instructions, ARTIFACT.md §1), more than "
+                           "(46 min measured on a 2-core CPU without bf16 instructions, docs/demo.md), more than "
                            "CI's time allows")
 def test_the_vllm_demo_decides_rq4(tmp_path):
     results = tmp_path / "results"

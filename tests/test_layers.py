@@ -1,4 +1,4 @@
-"""The artifact's layers (README, "Folder map"): every import of one artifact module by another points down this map
+"""The artifact's layers (docs/developer.md, "The folder map"): every import of one artifact module by another points down this map
 or stays inside its package, no modules import each other in a cycle, and an import inside a function (a lazy import,
 kept only for start-up time) points down and says why in a comment on its line or the line above."""
 
@@ -23,6 +23,7 @@ LAYERS = (
     ("catalog",),                         # configurations and plans validated by the plug-ins that run them
     ("report",),                          # the HTML report
     ("check",),                           # claims against expected/, the beyond-the-paper verdicts
+    ("evidence",),                        # evidence folders' summaries (records and check outputs, read as files)
     ("fetch",),                           # weights and data for a matrix, ahead of the runs
     ("orchestrate",),                     # ./run.sh all: Docker, native, Slurm
     ("cli", "__main__"),                  # the command line

@@ -1,4 +1,4 @@
-"""Plug-ins for real (issue 26, part 2): outside its own package (`artifact/engines/<name>/`,
+"""Plug-ins for real: outside its own package (`artifact/engines/<name>/`,
 `artifact/workloads/<name>/`) no code of `artifact/` names an engine or a workload.
 
 The test walks every module of artifact/ with `ast` and looks at what the code itself holds: string constants

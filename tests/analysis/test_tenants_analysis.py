@@ -1,4 +1,4 @@
-"""Other tenants (issue 20, part 3): records with known load, written through the real RunWriter, against the
+"""Other tenants: records with known load, written through the real RunWriter, against the
 isolated baseline; the verdicts worked out by hand. RQ1 and RQ2 stay judged on plans without load."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_one_off_run_under_load_is_not_enough_for_a_pass(tmp_path):
 
 
 def test_the_committed_cpu_tenant_runs_recheck_as_documented(tmp_path):
-    """evidence/cpu-tenants (ARTIFACT.md §2b): the 3-slot server alone changes nothing; with background tenants the
+    """evidence/cpu-tenants (docs/beyond-the-paper.md): the 3-slot server alone changes nothing; with background tenants the
     cache-OFF reruns disagree (a finding, not a failure: RQ1 is judged on the isolated plan and holds)."""
     import csv
 

@@ -1,4 +1,4 @@
-"""Divergence by cache tier (issue 20, part 1), on records whose tiers are known: each ON session's server log is
+"""Divergence by cache tier, on records whose tiers are known: each ON session's server log is
 written with the selection line llama-server b10435 logs for the tier the test wants."""
 
 from __future__ import annotations

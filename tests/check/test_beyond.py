@@ -1,4 +1,4 @@
-"""Results beyond the paper (issue 12): margins, what the cache buys, reproducible cached serving.
+"""Results beyond the paper: margins, what the cache buys, reproducible cached serving.
 
 Synthetic records with known margins, savings and agreements, written through the real RunWriter; the statistics
 are checked against independent references (exact enumeration of Page's null distribution and of the bootstrap
@@ -178,7 +178,7 @@ def test_ratio_interval_degenerate_inputs():
 
 def test_a_quantity_the_off_arm_never_spent_has_no_ratio_and_prints_no_warning():
     """An OFF arm whose requests report 0 for a quantity (a server without prompt timings): no ratio, NaN interval,
-    and nothing on stderr (issue 30: no warning from check on valid input); the other column is unaffected."""
+    and nothing on stderr (no warning from check on valid input); the other column is unaffected."""
     import warnings
 
     on = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 7.0]])
@@ -333,7 +333,7 @@ def test_ratio_intervals_share_resamples_and_match_the_one_column_interval():
 
 
 def test_the_reports_tier_columns_come_from_the_engines_and_the_records(monkeypatch):
-    """Issue 26: the tier columns were a fixed list, so a new engine's tier vanished from the report. They are the
+    """the tier columns were a fixed list, so a new engine's tier vanished from the report. They are the
     registered engines' declared `cache_tiers` now (a throwaway engine registered for the test, module and all), and
     a tier only the records name still gets its column."""
     import sys

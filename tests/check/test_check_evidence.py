@@ -1,4 +1,4 @@
-"""The checker never passes on broken, partial or too little evidence (issue 8).
+"""The checker never passes on broken, partial or too little evidence.
 
 Each test builds one situation as a results directory (through the real RunWriter, or by editing its files as a
 damaged or hand-made directory would be) and asserts the verdict and the exit code of `./run.sh check`

@@ -1,7 +1,7 @@
 """Result sets whose labels contradict what the runs recorded, copies passed off as reruns, trajectories that are not
-their requests, unsafe server logs, planted outputs (issue 25): each built as a results directory (the clean plan
+their requests, unsafe server logs, planted outputs: each built as a results directory (the clean plan
 of synthetic_runs, or the committed CPU kernel evidence where a real manifest is needed) with one thing changed,
-then `./run.sh check` (artifact.cli.main) and the exit code and verdict asserted. ARTIFACT.md §4 lists the classes.
+then `./run.sh check` (artifact.cli.main) and the exit code and verdict asserted. docs/records.md lists the classes.
 """
 
 from __future__ import annotations

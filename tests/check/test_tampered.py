@@ -1,7 +1,7 @@
-"""Result sets a hostile or broken reviewer could hand the checker (issue 18), each built as a results directory:
+"""Result sets a hostile or broken reviewer could hand the checker, each built as a results directory:
 a clean plan (OFF run 1+2, ON run 1+2, written through the real RunWriter) with one thing changed the way an
 editor, a script or a full disk would change it. Each test runs `./run.sh check` (artifact.cli.main) and asserts
-the exit code and, where something is judged, the verdict; ARTIFACT.md §4 lists the classes and where each goes.
+the exit code and, where something is judged, the verdict; docs/records.md lists the classes and where each goes.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def _at(i: int, position: list) -> list:
 ])
 @pytest.mark.parametrize("decoder", ["typed", "strict"])
 def test_log_probabilities_no_softmax_gives_are_corruption(tmp_path, plan, capsys, top, why, decoder):
-    """Above 0, not finite, a token twice, probabilities past 1 (issue 25): exit 2 naming file, line, field and
+    """Above 0, not finite, a token twice, probabilities past 1: exit 2 naming file, line, field and
     position, whichever decoder reads the line (an unknown field sends it to the strict one; -Infinity and NaN,
     which are not JSON, always go there), never a numpy warning."""
     extra = {"x_unlisted": 1} if decoder == "strict" else {}

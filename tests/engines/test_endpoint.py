@@ -177,8 +177,8 @@ def test_a_model_the_servers_do_not_serve_is_refused_before_any_request(llama_ur
 
 # --- vLLM ------------------------------------------------------------------------------------------------------
 
-# Served in bf16 on this repository's 2-core CPU (no bf16 instructions) each request took 6-11 minutes; served as the
-# other vLLM server tests (float32, eager: tests/budget.py) both passed in 168 s (2026-12-02, ARTIFACT.md §9). They run
+# Served in bf16 on a 2-core CPU (no bf16 instructions) each request took 6-11 minutes; served as the
+# other vLLM server tests (float32, eager: tests/budget.py) both passed in 168 s (docs/your-own-stack.md). They run
 # when asked: CI's run is 44 of its 45 minutes without them.
 VLLM_ENDPOINT = pytest.mark.skipif(os.environ.get("ARTIFACT_ENDPOINT_VLLM_TEST") != "1",
                                    reason="NOT RUN unless ARTIFACT_ENDPOINT_VLLM_TEST=1: the endpoint protocol on a "

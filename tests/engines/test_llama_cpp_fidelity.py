@@ -1,4 +1,4 @@
-"""Protocol fidelity (issue 7): the plan's cache condition is the one in effect, nothing outside the configuration
+"""Protocol fidelity: the plan's cache condition is the one in effect, nothing outside the configuration
 can move a token unseen, and infrastructure failures never become episode outcomes.
 
 Tests marked `server` run the real llama-server (b10435) with SmolLM2-135M on this machine's CPU. The fault

@@ -1,4 +1,4 @@
-"""Which cache tier served each request (issue 20, part 1): llama-server's INFO log parsed by the llama.cpp adapter.
+"""Which cache tier served each request: llama-server's INFO log parsed by the llama.cpp adapter.
 
 The log lines below are copied from a real b10435 session log (evidence/h200-agent/logs.tar.gz). The test marked
 `server` runs the real llama-server on this machine's CPU with prompts whose tiers are known by construction.

@@ -5,7 +5,7 @@ environment whose probe reports vLLM 0.25.0 on torch 2.11.0+cu130 and an "NVIDIA
 adapter decides is real: the version check, the arm's server flag, VLLM_BATCH_INVARIANT in the server environment,
 the salted OFF arm's cache_salt per request, the attention backend read from the log, the records and check's
 verdicts on them (RQ4 for plan main, the beyond-the-paper mitigation verdict for plan bi). The measured numbers come
-from the fake and mean nothing; the real ones come from configs/h200-vllm/GPU-SESSION.md.
+from the fake and mean nothing; the real ones would come from a GPU host (docs/gpu-hosts.md, NOT RUN).
 """
 
 from __future__ import annotations

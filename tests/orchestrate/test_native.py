@@ -4,7 +4,7 @@ end to end through the real llama-server.
 There is no GPU here: the GPU scheduling is tested on FAKE GPU slots (labelled so) whose jobs are real CPU processes
 that stand in for the protocol (they record CUDA_VISIBLE_DEVICES and their start and end, and write complete run
 records through the real RunWriter), and the dry run's GPU listing on a FAKE nvidia-smi. What the CUDA build and real
-GPUs do is NOT RUN here (ARTIFACT.md section 7b)."""
+GPUs do is NOT RUN here (docs/gpu-hosts.md)."""
 
 import dataclasses
 import json

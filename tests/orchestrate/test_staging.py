@@ -3,7 +3,7 @@ files cut to a transfer limit and received call by call with every sha256 checke
 incomplete, damaged or foreign stage, and a venv made where the Python cannot install pip into one.
 
 Real files throughout; the Python without ensurepip is a FAKE wrapper around this one (its `-m venv` fails as
-Debian's does without python3-venv). Staging from PyPI needs the network and is run by hand (ARTIFACT.md 7b)."""
+Debian's does without python3-venv). Staging from PyPI needs the network and is run by hand (docs/gpu-hosts.md)."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""Background tenants (issue 20, part 3): the plans, their deterministic prompts (BFCL's real prompt builder on the
+"""Background tenants: the plans, their deterministic prompts (BFCL's real prompt builder on the
 real data), what enters the manifest and the fingerprint, and the one-line refusals before anything starts."""
 
 from __future__ import annotations

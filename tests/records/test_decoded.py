@@ -158,7 +158,7 @@ def test_the_copy_s_arrays_are_the_parsed_numbers(tmp_path):
 
 
 def test_a_copy_edited_on_its_own_is_read_unless_copies_are_turned_off(tmp_path, monkeypatch):
-    """The copy is trusted as the file it was made from (the limit ARTIFACT.md's tampering table states): records
+    """The copy is trusted as the file it was made from (the limit docs/admission.md's tampering table states): records
     changed in the copy alone, its sha256 kept, are what a reader gets; with ARTIFACT_RECORD_COPIES=0 (results from
     elsewhere) requests.jsonl is decoded whatever copy lies beside it."""
     run = _run(tmp_path)

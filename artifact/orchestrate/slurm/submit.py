@@ -33,8 +33,7 @@ def cmd_slurm(jobs: list[Job], args) -> int:
     if mode == "apptainer" and not args.image and not args.dry_run:
         specs = [s for s in (engines.image_spec(j.engine, args) for j in jobs) if s]
         raise ArtifactError("--container apptainer needs --image FILE.sif (apptainer build FILE.sif "
-                            f"docker-daemon://{specs[0].repository if specs else 'IMAGE'}:TAG; ARTIFACT.md section "
-                            "7c)")
+                            f"docker-daemon://{specs[0].repository if specs else 'IMAGE'}:TAG; docs/gpu-hosts.md)")
     if mode == "apptainer" and args.image and not Path(args.image).is_file() and not args.dry_run:
         raise ArtifactError(f"--image {args.image}: no such file")
     where = "container" if mode != "native" else "native"

@@ -1,0 +1,125 @@
+"""Every evidence number the documentation quotes is generated: each evidence folder's summary (summary.json,
+summary.md) is remade here from its records and check outputs and must equal the committed one, and every quoted
+number in README.md, ARTIFACT.md and docs/ is a link into an evidence folder whose title names the summary's key,
+``[69/80](evidence/h200-agent/summary.md "divergence/h200-agent-q4_k_m:main/on_vs_off")`` (inline or as a
+reference definition), and must read what that key holds. A change that makes a quoted number untrue fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from artifact import evidence
+from artifact.config import REPO
+
+EVIDENCE = REPO / "evidence"
+FOLDERS = sorted(p.parent for p in EVIDENCE.glob("*/records*.tar.xz") if p.name == min(
+    q.name for q in p.parent.glob("records*.tar.xz")))
+DOCS = [REPO / "README.md", REPO / "ARTIFACT.md", *sorted((REPO / "docs").glob("*.md"))]
+
+# [text](target "key") and [text][ref] ... [ref]: target "key"
+INLINE = re.compile(r"\[([^\]\n]+)\]\(([^)\s]+) \"([^\"]+)\"\)")
+REF_USE = re.compile(r"\[([^\]\n]+)\]\[([^\]\n]+)\]")
+REF_DEF = re.compile(r"^\[([^\]\n]+)\]: (\S+) \"([^\"]+)\"$", re.M)
+
+
+def evidence_folder(doc: Path, target: str) -> Path | None:
+    """The evidence folder a link points into (its summary files or the folder itself), else None."""
+    path = (doc.parent / target.split("#")[0]).resolve()
+    try:
+        rel = path.relative_to(EVIDENCE.resolve())
+    except ValueError:
+        return None
+    return EVIDENCE / rel.parts[0] if rel.parts else None
+
+
+def quoted(doc: Path, text: str) -> list[tuple[str, Path, str]]:
+    """(what the text says, evidence folder, key) for every quoted evidence number of a document."""
+    out = []
+    for shown, target, key in INLINE.findall(text):
+        if (folder := evidence_folder(doc, target)) is not None:
+            out.append((shown, folder, key))
+    refs = {ref.lower(): (target, key) for ref, target, key in REF_DEF.findall(text)}
+    for shown, ref in REF_USE.findall(text):
+        if ref.lower() in refs and (folder := evidence_folder(doc, refs[ref.lower()][0])) is not None:
+            out.append((shown, folder, refs[ref.lower()][1]))
+    return out
+
+
+def shown_value(value) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def mismatches(doc: Path, text: str) -> list[str]:
+    """Each quoted number that its summary does not bear out, with where it is and what the summary says."""
+    bad = []
+    for shown, folder, key in quoted(doc, text):
+        summary_path = folder / evidence.SUMMARY_JSON
+        if not summary_path.exists():
+            bad.append(f"{doc.name}: [{shown}] quotes {folder.name}, which has no {evidence.SUMMARY_JSON}")
+            continue
+        try:
+            value = evidence.lookup(json.loads(summary_path.read_text(encoding="utf-8")), key)
+        except (KeyError, IndexError, ValueError):
+            bad.append(f"{doc.name}: [{shown}] names {folder.name}'s key {key!r}, which its summary lacks")
+            continue
+        if shown.strip("`* ") != shown_value(value):
+            bad.append(f"{doc.name}: [{shown}] but {folder.name} {key} is {shown_value(value)!r}")
+    return bad
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_each_evidence_summary_is_made_from_its_records(folder):
+    for name, text in evidence.outputs(folder).items():
+        path = folder / name
+        assert path.exists() and path.read_text(encoding="utf-8") == text, \
+            f"{path} is not what its records and check outputs give: ./run.sh evidence-summary {folder.name}"
+
+
+def test_every_quoted_evidence_number_is_what_its_summary_says():
+    bad = [m for doc in DOCS if doc.exists() for m in mismatches(doc, doc.read_text(encoding="utf-8"))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_front_page_quotes_its_results_through_the_summaries():
+    readme = REPO / "README.md"
+    found = quoted(readme, readme.read_text(encoding="utf-8"))
+    assert len(found) >= 6, found  # at least one per claim of the claims table
+    assert {key.split("/")[0] for _, _, key in found} >= {"claims"}
+
+
+def test_a_quoted_number_made_untrue_is_caught():
+    """The check above fails on a number changed on purpose, inline or through a reference definition."""
+    doc = REPO / "README.md"
+    good = '[22](evidence/h200-agent/summary.md "runs") [PASS][r1]\n\n[r1]: evidence/h200-agent/summary.md "claims/RQ1"\n'
+    assert mismatches(doc, good) == []
+    assert len(mismatches(doc, good.replace("[22]", "[23]"))) == 1
+    assert len(mismatches(doc, good.replace("[PASS]", "[FAIL]"))) == 1
+    assert len(mismatches(doc, good.replace('"runs"', '"no-such-key"'))) == 1
+
+
+def test_every_evidence_folder_has_a_section_on_the_evidence_page():
+    page = (REPO / "docs" / "evidence.md").read_text(encoding="utf-8")
+    for folder in FOLDERS:
+        assert re.search(rf"^## .*`evidence/{re.escape(folder.name)}/`", page, re.M), folder.name
+
+
+# written on another branch, merged with this one
+PENDING = {REPO / "docs" / "admission.md"}
+
+
+def test_every_relative_link_of_the_docs_points_to_a_file_that_exists():
+    missing = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        targets = re.findall(r"\]\(([^)\s]+)(?: \"[^\"]*\")?\)", text) + [t for _, t, _ in REF_DEF.findall(text)]
+        for target in targets:
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (doc.parent / target.split("#")[0]).resolve()
+            if not path.exists() and path not in PENDING:
+                missing.append(f"{doc.name}: {target}")
+    assert not missing, missing
