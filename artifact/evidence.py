@@ -8,8 +8,8 @@ into the folder whose title names the summary's key, e.g. ``[PASS](evidence/h200
 What a summary holds: the check's exit code and verdicts (`check/check.json`), each configuration-plan's divergence
 counts (`check/tab2.csv`), what check observed in each scope of a verdict beyond the paper, the agent table (`check/agent.csv`), comparisons written beside the records (`compare.txt`: IDENTICAL / DIFFERENT lines), and
 from the run manifests in `records*.tar.xz`: runs, episodes, requests (lines of each run's `requests.jsonl`), wall
-seconds, when the runs started and finished, and the host: GPU, driver, CPU, container, CUDA MPS, GPU sharing,
-network isolation. Nothing in it depends on when or where the summary is made.
+seconds, when the runs started and finished (in all and per configuration-plan, i.e. per job), and the host: GPU,
+driver, CPU, container, CUDA MPS, GPU sharing, the runs the MPS daemon served, network isolation. Nothing in it depends on when or where the summary is made.
 """
 
 from __future__ import annotations
@@ -88,6 +88,20 @@ def _elapsed(manifests: list[dict]) -> float | None:
     return round((max(ends) - min(starts)).total_seconds(), 1) if starts and ends else None
 
 
+def _by_job(manifests: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    jobs: dict[tuple[str, str], list[dict]] = {}
+    for m in manifests:
+        jobs.setdefault((str(m.get("config")), str(m.get("plan"))), []).append(m)
+    return jobs
+
+
+def _mps_served(manifests: list[dict]) -> str:
+    """"K/N": of the N runs whose manifest records `gpu_mps`, K whose server the MPS daemon listed as its client;
+    "not recorded" where none does."""
+    recorded = [m["gpu_mps"] for m in manifests if isinstance(m.get("gpu_mps"), dict)]
+    return f"{sum(bool(g.get('served')) for g in recorded)}/{len(recorded)}" if recorded else "not recorded"
+
+
 def _worst(statuses: list[str]) -> str:
     return min(statuses, key=CHECK_SEVERITY.index)
 
@@ -135,7 +149,13 @@ def summarize(folder: Path) -> dict:
             "gpu_sharing": _distinct((h.get("gpu_sharing") or {}).get("mode") if isinstance(h.get("gpu_sharing"), dict)
                                      else h.get("gpu_sharing") for h in hosts),
             "network": _distinct((m.get("isolation") or {}).get("network", "not recorded") for m in manifests),
+            # CUDA MPS as the control daemon itself said of each run's server (`gpu_mps`, recorded since the
+            # daemon's client list is asked): runs it listed as its client, of the runs that carry the record
+            "mps_served": _mps_served(manifests),
         },
+        # each configuration-plan (one `./run.sh all` job): its runs and its span, first start to last finish
+        "jobs": {f"{c}:{p}": {"runs": len(ms), "elapsed_s": _elapsed(ms)}
+                 for (c, p), ms in sorted(_by_job(manifests).items())},
     }
     logs = _log_walls(folder)
     if logs["walls_s"] or logs["matrix"]:
@@ -206,6 +226,7 @@ def render_md(s: dict) -> str:
              f"| container; CUDA MPS; GPU sharing | {', '.join(map(str, h['container']))}; "
              f"{', '.join(map(str, h['cuda_mps'])) or 'not recorded'}; "
              f"{', '.join(map(str, h['gpu_sharing'])) or 'not recorded'} |",
+             f"| runs served through CUDA MPS (the daemon's client list) | {h['mps_served']} |",
              f"| network of the runs | {', '.join(h['network'])} |"]
     if "check" in s:
         c = s["check"]
@@ -223,6 +244,9 @@ def render_md(s: dict) -> str:
         lines += ["", "| configuration:plan | OFF rerun | ON rerun | ON vs OFF |", "|---|---|---|---|"]
         lines += [f"| {k} | {v.get('off_rerun', '-')} | {v.get('on_rerun', '-')} | {v.get('on_vs_off', '-')} |"
                   for k, v in s["divergence"].items()]
+    if s.get("jobs"):
+        lines += ["", "| job (configuration:plan) | runs | first start to last finish |", "|---|---|---|"]
+        lines += [f"| {k} | {v['runs']} | {v['elapsed_s']} s |" for k, v in s["jobs"].items()]
     if s.get("logs"):
         walls = "; ".join(f"{k} {', '.join(f'{x} s' for x in v)}" for k, v in s["logs"]["walls_s"].items())
         lines += ["", f"Session logs: {walls or 'no step times'}"
