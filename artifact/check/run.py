@@ -62,16 +62,21 @@ def find_results(results_dir: Path) -> list[Run]:
 
 
 def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None,
-                     then: tuple = ()) -> list[Run]:
+                     then: tuple = (), cached: list[bool] | None = None) -> list[Run]:
     """Read and validate every run's records (`check_records`); one run per (config, plan, arm, run). With a
     `worker`, it reads runs from the front of the list while this process, once it has done `meanwhile()`, reads
     them from the back (each run the worker has not started yet); without, in the list's order. The first problem
     in the list's order is raised either way. `then` (a function and its arguments) is queued for the worker behind
     its runs (only with a worker: what it does once its share is loaded; its result is not waited for)."""
     worker = worker if worker is not None else Worker()
-    # a run with a decoded copy (records.decoded: ~9 ms a run) is read here: the worker would take longer to send it
+    # a run in the checker's cache (records.decoded: ~9 ms a run) is read here: the worker would take longer to send
+    # it; `cached`: the runs found there (their bytes already read and hashed)
     here = Worker()
-    jobs = [(here if decoded.present(run.path) else worker).submit(load_run, run.path, run.manifest) for run in runs]
+    cached = cached if cached is not None else [run.in_cache() for run in runs]
+    jobs = [here.submit(load_run, run.path, run.manifest, run._data, run._sha256) if hit else
+            worker.submit(load_run, run.path, run.manifest) for run, hit in zip(runs, cached)]
+    for run in runs:
+        run._data = None  # each job reads its own (this process's from what it was given)
     if then and worker.enabled:
         worker.submit(*then)
     meanwhile()
@@ -85,7 +90,7 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
         job.run_here()
     seen: dict[tuple, Run] = {}
     for run, job in zip(runs, jobs):
-        run._requests, run._episodes, run._top2_arrays = job.result()[0]
+        run._requests, run._episodes, run._top2_arrays, run.cache = job.result()[0]
         m = run.manifest
         key = (m["config"], m["plan"], m["arm"], m["run"])
         if key in seen:
@@ -93,6 +98,14 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
                                 "(move the other out of the results directory)")
         seen[key] = run
     return runs
+
+
+def record_cache(runs: list[Run]) -> dict:
+    """check.json's `record_cache`: whether the checker's own cache (records.decoded, outside the results) was on,
+    and how many runs' records it gave ("read") and took ("written"); nothing inside the results is ever one."""
+    states = [run.cache for run in runs]
+    return {"enabled": decoded.wanted(), "read": states.count("read"), "written": states.count("written"),
+            "runs": len(runs)}
 
 
 def load_results(results_dir: Path) -> list[Run]:
@@ -329,13 +342,15 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     runs = find_results(root)
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
-    # where every run has its decoded copy (records.decoded) this process reads them all, and the worker only draws
-    copies = all(decoded.present(run.path) for run in runs)
+    # where every run is in the checker's cache (records.decoded) this process reads them all, and the worker only
+    # draws
+    cached = [run.in_cache() for run in runs]
+    copies = all(cached)
     worker = Worker(want_worker(records_bytes(runs)), modules=FIGURE_MODULES if copies else WORKER_MODULES)
     new = None
     try:
         validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, analyses")),
-                         then=() if copies else (preload, *FIGURE_MODULES))
+                         then=() if copies else (preload, *FIGURE_MODULES), cached=cached)
         lap("load+validate")
         # lazy: pandas and scipy after the worker has started
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
@@ -360,6 +375,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         summary["timings_s"].update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
         # this process's CPU seconds since it started, imports included (its worker's are on the other core)
         summary["cpu_s"] = {"checking process": round(time.process_time(), 3)}
+        summary["record_cache"] = record_cache(runs)
         (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8", errors=TEXT_ERRORS)
         publish(new, out)

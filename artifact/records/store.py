@@ -5,9 +5,8 @@ A run directory holds:
                   always replaced atomically;
   requests.jsonl  one line per request, appended and flushed as it happens;
   episodes.jsonl  one line per unit (an episode, an item): the workload's verdict, number of requests, error;
-  requests.decoded.msgpack  written when the run finishes: requests.jsonl as the reader decodes and validates it,
-                  which a reader takes instead of decoding the file again where it was made from the same bytes by
-                  the same reader (`decoded`; never a record of its own).
+Nothing else in a run directory is read as records: what the reader decoded and validated is cached by the checker
+outside the results (`decoded`; a `requests.decoded.msgpack` earlier versions wrote beside requests.jsonl is ignored).
 Readers find runs by their manifests under a results directory, never by directory names, and refuse a symbolic
 link there (a run directory, or a record file, that is a link could count one run's records twice or bring in
 records from outside). Every field of the three record kinds is typed in `schema` (MANIFEST, REQUEST, UNIT): the
@@ -108,7 +107,6 @@ class RunWriter:
     def finish(self, **fields) -> None:
         self.close()
         self.update(**fields, status="complete", finished_at=now_iso())
-        write_decoded(Run(self.dir, dict(self.manifest)))
 
     def close(self) -> None:
         for fh in (self._requests, self._episodes):
@@ -450,9 +448,13 @@ class Run:
     _top2: dict | None = field(default=None, repr=False)
     _top2_arrays: tuple | None = field(default=None, repr=False)
     _by_episode: dict | None = field(default=None, repr=False)
-    # the request records and their top-2 arrays came from the run's decoded copy (`decoded`): the reader validated
-    # them when it made the copy, from the same bytes (`validate_records` checks only the episodes then)
+    # the request records and their top-2 arrays came from the checker's cache (`decoded`): check validated them
+    # when it cached them, from the same bytes (`validate_records` checks only the episodes then)
     _validated: bool = field(default=False, repr=False)
+    # requests.jsonl's bytes as read (`read_bytes`) and their sha256, where known: what the cache is keyed by
+    _data: bytes | None = field(default=None, repr=False)
+    _sha256: str | None = field(default=None, repr=False)
+    cache: str = field(default="none", repr=False)  # what check's loading did with the cache (`cache_validated`)
 
     @property
     def complete(self) -> bool:
@@ -470,22 +472,43 @@ class Run:
         return self._requests
 
     def _read_requests(self) -> None:
-        """requests.jsonl's records (`read_requests`), from the run's decoded copy where one was made from the
-        file's bytes as they are, by this reader, for the run in its present state (`decoded.decode`)."""
-        path, copy = self.path / REQUESTS, self.path / decoded.NAME
-        if not decoded.wanted() or not copy.is_file() or copy.is_symlink() or not path.is_file() or path.is_symlink():
+        """requests.jsonl's records (`read_requests`), from the checker's cache where it holds the records of the
+        file's bytes as they are, read by this reader, for the run in its present state (`decoded.lookup`). Nothing
+        in the run's own directory but requests.jsonl is read for them."""
+        path = self.path / REQUESTS
+        if not decoded.wanted() or not path.is_file() or path.is_symlink():
             self._requests = read_requests(path, self.complete)
             return
-        data = read_bytes(path)
-        try:
-            got = decoded.decode(copy.read_bytes(), data, self.complete, _lazy_record)
-        except OSError:
-            got = None
+        data = self.request_bytes()
+        got = decoded.lookup(data, self.sha256(), self.complete, _lazy_record)
         if got is None:
             self._requests = read_requests(path, self.complete, data)
             return
         self._requests, self._top2_arrays = got
         self._validated = True
+
+    def request_bytes(self) -> bytes:
+        """requests.jsonl's bytes as the reader reads them (`read_bytes`; memoised until the records are read)."""
+        if self._data is None:
+            self._data = read_bytes(self.path / REQUESTS)
+        return self._data
+
+    def sha256(self) -> str:
+        """The sha256 of `request_bytes` (memoised): the checker's cache's key."""
+        if self._sha256 is None:
+            self._sha256 = decoded.digest(self.request_bytes())
+        return self._sha256
+
+    def in_cache(self) -> bool:
+        """Whether the checker's cache holds an entry for this run's requests.jsonl as it is now (a hint for where
+        to read it: `decoded.lookup` checks the entry)."""
+        path = self.path / REQUESTS
+        if not decoded.any_entries() or not path.is_file() or path.is_symlink():
+            return False
+        try:
+            return decoded.cached(self.sha256(), self.complete)
+        except ArtifactError:
+            return False
 
     @property
     def episodes(self) -> list[dict]:
@@ -565,27 +588,25 @@ def _lazy_record(fields: dict, raw: bytes | None) -> LazyRecord:
     return rec
 
 
-def write_decoded(run: Run) -> bool:
-    """Write the run's decoded copy (`decoded`) where its request records are all read by the typed decoder and
-    every schema rule holds (`validate_records`); whether it was written. A run that breaks a rule gets none (a
-    reader then decodes it and says why); neither does one whose copy cannot be written (it is only ever a shortcut:
-    the run's records are whole without it)."""
+def cache_validated(run: Run) -> str:
+    """Keep a run's request records in the checker's cache (`decoded.store`) once `validate_records` has passed on
+    them; what happened: "read" (they came from the cache), "written", or "none" (cache off, nothing to keep, or a
+    record the typed decoder did not read). Never raises for the cache's sake (it is only ever a shortcut)."""
+    if run._validated:
+        return "read"
     path = run.path / REQUESTS
+    if not decoded.wanted() or not path.is_file() or path.is_symlink():
+        return "none"
     try:
-        data = read_bytes(path) if path.is_file() else b""
-        run._requests = read_requests(path, run.complete, data)
-        validate_records(run)
-        blob = decoded.encode(data, run.complete, run.requests, run.top2_arrays())
-        if blob is None:
-            return False
-        write_bytes_atomic(run.path / decoded.NAME, blob)
+        data = run.request_bytes()
+        stored = decoded.store(data, run.sha256(), run.complete, run.requests, run.top2_arrays())
     except (ArtifactError, OSError):
-        return False
-    except Exception as exc:  # noqa: BLE001  (a bug in making the shortcut must not fail a finished run)
-        print(f"warning: no decoded copy of {run.path} ({type(exc).__name__}: {exc}); readers decode "
-              f"{REQUESTS} (please report this)", file=sys.stderr)
-        return False
-    return True
+        return "none"
+    except Exception as exc:  # noqa: BLE001  (a bug in making the shortcut must not fail a check)
+        print(f"warning: {run.path} not cached ({type(exc).__name__}: {exc}); its {REQUESTS} is decoded next time "
+              "too (please report this)", file=sys.stderr)
+        return "none"
+    return "written" if stored else "none"
 
 
 def _text_problem(rec: LazyRecord, complete: bool) -> str | None:
