@@ -33,7 +33,9 @@ from artifact.check.load import check_records, load_run  # noqa: F401 (check_rec
 from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
 from artifact.records import decoded
-from artifact.records.store import REQUESTS, Run, find_runs
+from artifact.records.store import (
+    MANIFEST, MAX_RECORD_BYTES, RECORD_FILES, REQUESTS, Run, find_runs, too_large,
+)
 
 # pandas, scipy and the analyses (artifact.check.facts, .claims, .beyond, artifact.analysis.tables,
 # artifact.report.render; numpy with them) are imported where they are used, not here: a check at scale starts its
@@ -58,7 +60,29 @@ def find_results(results_dir: Path) -> list[Run]:
             from None
     if not runs:
         raise ArtifactError(f"no runs (manifest.json files) under {results_dir}")
+    sizes = [(run.path / name, _size(run.path / name)) for run in runs for name in RECORD_FILES if name != MANIFEST]
+    path, size = max(sizes, key=lambda x: x[1])
+    if size > MAX_RECORD_BYTES:  # the largest file, named before any is read (the manifests were read, bounded)
+        raise too_large(path, size, MAX_RECORD_BYTES)
+    total = sum(size for _, size in sizes)
+    if total > MAX_RESULTS_BYTES:
+        raise ArtifactError(f"{results_dir}: its runs' record files hold {total} bytes, more than the "
+                            f"{MAX_RESULTS_BYTES} ({MAX_RESULTS_BYTES >> 30} GiB) one check reads (paper scale is "
+                            "~0.1 GiB); check a part of them (one configuration's folder) at a time")
     return runs
+
+
+# All record files of one check together, checked (by their sizes) before any is read: a check holds every run's
+# records in memory (~10x their bytes). Each file has its own bound too (records.store.MAX_RECORD_BYTES), checked here
+# first, and again as it is read.
+MAX_RESULTS_BYTES = 2 << 30
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() and not path.is_symlink() else 0
+    except OSError:
+        return 0
 
 
 def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None,

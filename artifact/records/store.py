@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -145,30 +146,56 @@ def _corrupt(path: Path, lineno: int | None, exc: Exception, complete: bool) -> 
     return ArtifactError(f"{where}: {_why(exc, complete)}")
 
 
-def read_text(path: Path) -> str:
-    """A record file's text; one line naming the file where it is not readable UTF-8 text. Only a regular file is
-    opened (a named pipe or a device would block or never end)."""
+# Bounds checked before a record file is read (issue 39: a requests.jsonl padded to 2 GiB exhausted memory). A
+# paper-scale run's requests.jsonl is ~3 MiB and its manifest a few KiB; these are ~100x that, and a file larger is
+# refused in one line without being read.
+MAX_RECORD_BYTES = 256 << 20  # requests.jsonl, episodes.jsonl, tenants.jsonl
+MAX_MANIFEST_BYTES = 16 << 20  # manifest.json
+
+
+def too_large(path: Path, size: int, limit: int) -> ArtifactError:
+    """The one-line refusal of a record file larger than its bound."""
+    return ArtifactError(f"{path}: {size} bytes, more than the {limit} ({limit >> 20} MiB) a record file of this kind "
+                         "may hold; refusing to read it (a corrupt or padded file?)")
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most `limit` of them: its size is checked before anything is read (and again as it
+    is read: a file that grows), so that a huge or sparse file is refused at once (ArtifactError, one line naming the
+    file and the bound), never read into memory."""
     try:
         if path.exists() and not path.is_file() and not path.is_dir():  # a directory: "Is a directory" below
             raise ArtifactError(f"{path}: not a regular file; the record is corrupt")
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                raise too_large(path, st.st_size, limit)
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise ArtifactError(f"{path}: more than the {limit} bytes ({limit >> 20} MiB) a record file of this kind may "
+                            "hold; refusing to read it (a corrupt or padded file?)")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
+    """A record file's text; one line naming the file where it is not readable UTF-8 text or holds more than `limit`
+    bytes. Only a regular file is opened (a named pipe or a device would block or never end)."""
+    data = _read_bounded(path, limit)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}); the record is corrupt") from None
-    except OSError as exc:
-        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text  # read_text's newlines
 
 
-def read_bytes(path: Path) -> bytes:
-    """A record file's text as UTF-8 bytes, as `read_text` reads it: the same checks and the same one-line errors
-    (a byte that is not UTF-8 is named by its offset in the file), its newlines as read_text's ('\\r\\n' and '\\r'
+def read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """A record file's text as UTF-8 bytes, as `read_text` reads it: the same checks, bound and one-line errors (a
+    byte that is not UTF-8 is named by its offset in the file), its newlines as read_text's ('\\r\\n' and '\\r'
     read as '\\n'). The JSON-lines readers decode bytes: only a file that is not all ASCII is decoded here, to find
     a byte that is not UTF-8 (ASCII is UTF-8)."""
-    try:
-        if path.exists() and not path.is_file() and not path.is_dir():  # a directory: "Is a directory" below
-            raise ArtifactError(f"{path}: not a regular file; the record is corrupt")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+    data = _read_bounded(path, limit)
     if not data.isascii():
         try:
             data.decode("utf-8")
@@ -714,7 +741,7 @@ def load_run(path: Path) -> Run:
     if not mf.exists():
         raise ArtifactError(f"{path} is not a run directory (no {MANIFEST})")
     try:
-        manifest = loads(read_text(mf))
+        manifest = loads(read_text(mf, MAX_MANIFEST_BYTES))
     except (ValueError, RecursionError) as exc:
         raise _corrupt(mf, None, exc, False) from None
     if not MANIFEST_SCHEMA.valid(manifest):
@@ -743,8 +770,6 @@ def read_server_log(run: Run) -> str | None:
     (no '..'), no symbolic link on the way, a regular file (never a pipe or a device, which would block or never
     end), at most MAX_LOG_BYTES; anything else is an ArtifactError naming the manifest or the file. Bytes that are
     not UTF-8 are replaced (a log is evidence read by pattern, not a record decoded field by field)."""
-    import stat  # noqa: PLC0415
-
     rel = run.manifest.get("server_log")
     if rel is None:
         return None

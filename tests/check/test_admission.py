@@ -1,16 +1,22 @@
 """Issue 39: check judges only what the primary records prove. Nothing else inside a results directory changes a
-verdict (a planted `requests.decoded.msgpack`, the right sha256 and reader key, edited on its own)."""
+verdict (a planted `requests.decoded.msgpack`, the right sha256 and reader key, edited on its own), and a huge or
+padded record file is refused in one line before it is read."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 
 import msgspec
+import pytest
 from synthetic_runs import OFF, ON1, ON2, main_plan, write_bfcl_run
 
 from artifact.check.claims import FAIL
 from artifact.cli import main
+from artifact.config import REPO
 from artifact.records import decoded
 from artifact.records.store import REQUESTS, Run
 
@@ -79,3 +85,37 @@ def test_compare_tells_differing_records_apart_whatever_sidecar_lies_beside_them
     assert main(["compare", str(a.path), str(b.path)]) == 1
     out = capsys.readouterr().out
     assert "DIFFERENT" in out and "0 of 1 compared run pair(s) identical" in out, out
+
+
+# --- large and hostile inputs: a bound checked before reading -------------------------------------------------
+
+@pytest.mark.parametrize("name", ["requests.jsonl", "episodes.jsonl", "manifest.json"])
+def test_a_padded_record_file_is_refused_in_one_line_before_it_is_read(tmp_path, name):
+    """A record file padded (sparse) to 2 GiB: exit 2 within seconds, one line naming the file and the bound, no
+    traceback, under a 1 GiB address-space limit (it is never read into memory)."""
+    runs = main_plan(tmp_path / "results", OFF, ON1, ON2)
+    path = runs[1].path / name
+    os.truncate(path, 2 << 30)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31)); "
+            "from artifact.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ARTIFACT_CHECK_WORKER": "0"}
+    t = time.monotonic()
+    got = subprocess.run([sys.executable, "-c", code, "check", str(tmp_path / "results"), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert time.monotonic() - t < 60
+    assert got.returncode == 2, got.stderr
+    err = got.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err and "MemoryError" not in err, err
+    assert str(path) in err or str(tmp_path / "results") in err, err
+    assert "refusing to read" in err or "more than" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_results_too_large_together_are_refused_before_any_is_read(tmp_path, capsys, monkeypatch):
+    from artifact.check import run as check_run
+
+    main_plan(tmp_path, OFF, ON1, ON2)
+    monkeypatch.setattr(check_run, "MAX_RESULTS_BYTES", 1000)
+    code, err, data = _check(tmp_path, capsys)
+    assert code == 2 and data is None
+    assert "more than the 1000" in err and "\n" not in err
