@@ -186,8 +186,10 @@ def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) ->
               "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
     for own in wtables.values():
         frames.update(own)
+    from artifact.check.cells import safe_frame  # noqa: PLC0415; lazy: pandas after the worker has started
+
     for name, df in frames.items():
-        df.to_csv(out / name, index=False, errors=TEXT_ERRORS)
+        safe_frame(df).to_csv(out / name, index=False, errors=TEXT_ERRORS)
     return list(frames)
 
 

@@ -1,9 +1,10 @@
 """Issue 39: check judges only what the primary records prove. Nothing else inside a results directory changes a
-verdict (a planted `requests.decoded.msgpack`, the right sha256 and reader key, edited on its own), and a huge or
-padded record file is refused in one line before it is read."""
+verdict (a planted `requests.decoded.msgpack`, the right sha256 and reader key, edited on its own), a huge or padded
+record file is refused in one line before it is read, and text cells of the CSVs never start a formula."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -92,7 +93,7 @@ def test_compare_tells_differing_records_apart_whatever_sidecar_lies_beside_them
 @pytest.mark.parametrize("name", ["requests.jsonl", "episodes.jsonl", "manifest.json"])
 def test_a_padded_record_file_is_refused_in_one_line_before_it_is_read(tmp_path, name):
     """A record file padded (sparse) to 2 GiB: exit 2 within seconds, one line naming the file and the bound, no
-    traceback, under a 1 GiB address-space limit (it is never read into memory)."""
+    traceback, under a 2 GiB address-space limit (it is never read into memory)."""
     runs = main_plan(tmp_path / "results", OFF, ON1, ON2)
     path = runs[1].path / name
     os.truncate(path, 2 << 30)
@@ -119,3 +120,22 @@ def test_results_too_large_together_are_refused_before_any_is_read(tmp_path, cap
     code, err, data = _check(tmp_path, capsys)
     assert code == 2 and data is None
     assert "more than the 1000" in err and "\n" not in err
+
+
+# --- CSV cells that would start a formula ----------------------------------------------------------------------
+
+def test_a_model_name_is_never_a_live_formula_in_a_csv(tmp_path, capsys):
+    model = {"family": "testlm", "name": '=HYPERLINK("http://x.invalid","a")', "quant": "Q4_1",
+             "sha256": "ab" * 32, "source": "path:x.gguf"}
+    main_plan(tmp_path, OFF, ON1, ON2, model=model)
+    _check(tmp_path, capsys)
+    seen = 0
+    for path in sorted((tmp_path / "check").glob("*.csv")):
+        with path.open(newline="", encoding="utf-8") as fh:
+            for row in csv.reader(fh):
+                for cell in row:
+                    assert not cell.startswith(("=", "+", "@")), (path.name, cell)
+                    if cell.startswith("-") and cell.strip("-"):
+                        float(cell)  # a negative number stays a number (a lone "-" placeholder stays too)
+                    seen += "HYPERLINK" in cell
+    assert seen
