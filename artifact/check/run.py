@@ -383,11 +383,13 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         # lazy: pandas and scipy after the worker has started
         from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
         from artifact.check import facts  # noqa: PLC0415; lazy: numpy and the analyses after the worker has started
+        from artifact.check.admission import admitted  # noqa: PLC0415; lazy: pandas after the worker has started
 
         facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
+        evidence = admitted(runs)  # the one admission gate: every analysis below reads these runs only
         lap("facts")
         tables = build_tables(runs, root)
-        wtables = workload_tables(runs)
+        wtables = workload_tables(evidence)
         lap("tables")
         claims = evaluate_claims(tables, wtables, root=root, expected_path=expected_path)
         annotate_with_paper(tables, expected_path)
@@ -395,7 +397,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         code = exit_code(claims, tables.problems)
 
         new = staging(out)
-        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, Drawing(worker),
+        summary = _write_outputs(new, root, runs, evidence, tables, wtables, claims, code, lap, Drawing(worker),
                                   label or str(root))
         summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
         summary["timings_s"].update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
@@ -426,9 +428,10 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     return code
 
 
-def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtables: dict, claims: list[Claim],
-                   code: int, lap, drawing: Drawing, label: str) -> dict:
-    """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
+def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], tables: Tables, wtables: dict,
+                   claims: list[Claim], code: int, lap, drawing: Drawing, label: str) -> dict:
+    """Write every output but check.json into `out`; returns check.json's content (without its timings). `runs`:
+    every run found (listed); `evidence`: the admitted ones (`admission.admitted`), which the analyses read."""
     from artifact.check.beyond import write_beyond  # noqa: PLC0415; lazy: pandas and scipy after the worker has started
     from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
     from artifact.report.render import PAPER_FIGURES, compile_templates, draw_figures, write_report  # noqa: PLC0415
@@ -441,7 +444,8 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
     _import_tests()
     lap("imports: scipy.stats")
     # results beyond the paper (issue 12; they never change the exit code); waits for every figure asked for
-    beyond = write_beyond(runs, out, lap, drawing, meanwhile=lambda: (compile_templates(), lap("report: templates")))
+    beyond = write_beyond(evidence, out, lap, drawing,
+                          meanwhile=lambda: (compile_templates(), lap("report: templates")))
     drawn = drawing.results()
     lap.figures.update({name: (wall, cpu) for name, (_, wall, cpu) in drawn.items()})
     figures = {name: path for name in PAPER_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -139,3 +140,24 @@ def test_a_model_name_is_never_a_live_formula_in_a_csv(tmp_path, capsys):
                         float(cell)  # a negative number stays a number (a lone "-" placeholder stays too)
                     seen += "HYPERLINK" in cell
     assert seen
+
+
+# --- one admission gate: INVALID runs feed no analysis --------------------------------------------------------
+
+def test_a_copied_run_drives_no_verdict_beyond_the_paper(tmp_path, capsys):
+    """ON run 2 of a fresh-lifecycle plan copied from ON run 1 (both INVALID: not independent runs) would make the
+    fresh-server reruns PASS (0 of 1 episodes diverge); admitted runs only: the verdict is NOT-RUN, and no table
+    beyond the paper holds the plan."""
+    eps = {"e0": [[1, 2], [3, 4]]}
+    root = tmp_path / "res"
+    main_plan(root, OFF, ON1, ON2)
+    runs = [write_bfcl_run(root, "on", k, eps, plan="fresh", lifecycle="fresh") for k in (1, 2)]
+    for name in ("requests.jsonl", "episodes.jsonl"):
+        shutil.copy(runs[0].path / name, runs[1].path / name)
+    code, _, data = _check(root, capsys)
+    assert code == 1
+    assert any("not independent runs" in p for p in data["invalid"])
+    fresh = [v for v in data["beyond"]["verdicts"] if v["id"] == "BEYOND-FRESH"]
+    assert [v["status"] for v in fresh] == ["NOT-RUN"]
+    with (root / "check" / "benefit_runs.csv").open(newline="", encoding="utf-8") as fh:
+        assert {row["plan"] for row in csv.DictReader(fh)} == {"main"}
