@@ -1,6 +1,8 @@
 """Shared fixtures: synthetic runs written through the real RunWriter (see synthetic_runs.py)."""
 
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,9 +18,14 @@ def make_run(tmp_path):
 
 
 def pytest_configure(config):
-    """CI (.ci/run) sets up Docker, Slurm and Chromium in the background while `./run.sh test` compiles llama.cpp:
+    """The checker's record cache (artifact.records.decoded) of the tests' runs goes into a folder of the session's
+    own, never the user's cache (tests that look at it choose their own: ARTIFACT_RECORD_CACHE).
+
+    CI (.ci/run) sets up Docker, Slurm and Chromium in the background while `./run.sh test` compiles llama.cpp:
     wait here, before any test is collected (the Docker and Slurm tests ask at collection whether they can run),
     until that set-up has finished (ARTIFACT_CI_SERVICES_DONE names the file it writes last), at most 30 minutes."""
+    if not os.environ.get("ARTIFACT_RECORD_CACHE"):
+        config._record_cache = os.environ["ARTIFACT_RECORD_CACHE"] = tempfile.mkdtemp(prefix="artifact-record-cache-")
     done = os.environ.get("ARTIFACT_CI_SERVICES_DONE")
     if not done:
         return
@@ -26,3 +33,8 @@ def pytest_configure(config):
     while not Path(done).exists() and time.monotonic() - t0 < 1800:
         time.sleep(2)
     print(f"ci: waited {time.monotonic() - t0:.0f} s for the background set-up of Docker, Slurm and Chromium")
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_record_cache", None):
+        shutil.rmtree(config._record_cache, ignore_errors=True)

@@ -173,6 +173,19 @@ def _identity(run: Run) -> dict:
             "model_name": model.get("name"), "quant": model.get("quant"), "level": level}
 
 
+# The host facts that say which machine a run ran on (artifact.provenance records them in the manifest's `host`):
+# a configuration is held against a reference only where these are the same (a CPU twin was paired with an
+# H200 level). A digest one run records and the other lacks is not the same.
+MACHINE_FACTS = ("cpu", "gpus", "machine", "hostname_sha256", "machine_id_sha256", "gpu_uuid_sha256")
+
+
+def machine_of(run: Run) -> tuple:
+    """The recorded facts of the machine a run ran on (`MACHINE_FACTS`; a fact not recorded is distinct from every
+    recorded value), comparable by ==."""
+    host = manifest_table(run, "host")
+    return tuple((k, repr(host[k]) if k in host else None) for k in MACHINE_FACTS)
+
+
 SAME_WEIGHTS = "same weights through F32 kernels"
 SAME_KERNELS = "F16's weights through the same F32 kernels"
 PERTURBATION_CLAIMS = {  # by whether the reference differs in the weights only (True) or in the kernels
@@ -190,13 +203,17 @@ def _eq(x, y) -> bool:
 
 def configurations(runs: list[Run]) -> pd.DataFrame:
     """One row per configuration and plan with ON/OFF pairs: its identity and its reference (or none)."""
-    rows = [_identity(next(iter(g.values()))) for g in by_plan(runs).values() if on_off_pairs(g)]
+    groups = [g for g in by_plan(runs).values() if on_off_pairs(g)]
+    rows = [_identity(next(iter(g.values()))) for g in groups]
+    # the machines each configuration's runs ran on: a reference only where both ran on one and the same machine
+    machines = [{machine_of(r) for r in g.values()} for g in groups]
     df = pd.DataFrame(rows, columns=["config", "plan", "engine", "model_name", "quant", "level"])
     refs, kinds = [], []
     f16_levels, f16_f32_levels = ("F16", "BF16"), ("F16" + AS_F32.upper(), "BF16" + AS_F32.upper())
-    for r in rows:
-        same = [o for o in rows
-                if _eq(o["engine"], r["engine"]) and _eq(o["model_name"], r["model_name"]) and o["plan"] == r["plan"]]
+    for r, machine in zip(rows, machines):
+        same = [o for o, other in zip(rows, machines)
+                if _eq(o["engine"], r["engine"]) and _eq(o["model_name"], r["model_name"]) and o["plan"] == r["plan"]
+                and len(machine) == 1 and other == machine]
         twin = [o for o in same if o["level"] == r["level"] + AS_F32]
         f16 = [o for o in same if o["level"].upper() in f16_levels and o["config"] != r["config"]]
         f16_f32 = [o for o in same if o["level"].upper() in f16_f32_levels and o["config"] != r["config"]]

@@ -85,6 +85,8 @@ class RunDiff:
     unmatched: list[str] = field(default_factory=list)  # records on one side only (the first of each kind)
     timing: list[str] = field(default_factory=list)  # timing fields present, not compared
     provenance: list[str] = field(default_factory=list)  # how the two sides differ in what produced them
+    # what of that is not recorded on both sides (so neither the same nor different is shown: `provenance_unknown`)
+    unknown: list[str] = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
@@ -172,7 +174,43 @@ def compare_records(a: Run, b: Run) -> RunDiff:
                                                                 (MANIFEST, [a.manifest, b.manifest]))
                          for name in _timing_present(recs, file))
     diff.provenance = provenance_differences(a, b)
+    diff.unknown = provenance_unknown(a, b)
     return diff
+
+
+# What the host records say of the machine; each is compared only where both sides recorded it ("the same
+# host" was said where the machine, boot and GPU digests were missing).
+HOST_FACTS = (("gpus", "GPU/driver"), ("cpu", "CPU"), ("os", "OS"), ("hostname_sha256", "host name (digest)"),
+              ("cuda_mps", "CUDA MPS"))
+MACHINE_DIGESTS = (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"), ("gpu_uuid_sha256", "GPU UUID"))
+
+
+def provenance_unknown(a: Run, b: Run) -> list[str]:
+    """What produced the runs that is not recorded on both sides: engine build, binary sha256, and each host fact
+    and machine digest (`HOST_FACTS`, `MACHINE_DIGESTS`) one side lacks (or records as null)."""
+    ma, mb = a.manifest, b.manifest
+    ha, hb = ma.get("host") or {}, mb.get("host") or {}
+    out = [what for present, what in (
+        (ma.get("engine_build") and mb.get("engine_build"), "engine build"),
+        ((ma.get("binary") or {}).get("sha256") and (mb.get("binary") or {}).get("sha256"), "server binary sha256"),
+    ) if not present]
+    out += [what for key, what in HOST_FACTS + MACHINE_DIGESTS if ha.get(key) is None or hb.get(key) is None]
+    return out
+
+
+def same_provenance_line(diffs: list[RunDiff]) -> str:
+    """What `render` says where nothing recorded differs: only what both sides recorded is said to be the same; what
+    one side lacks is named as unknown (the same machine is said only where its digests are recorded and equal)."""
+    unknown = sorted({u for d in diffs for u in d.unknown})
+    known = [w for w in ("engine build", "server binary sha256", *(w for _, w in HOST_FACTS + MACHINE_DIGESTS))
+             if w not in unknown]
+    line = f"what produced them, where both sides recorded it: the same ({', '.join(known) or 'nothing recorded'})"
+    if unknown:
+        line += f"; not recorded on both sides, so not shown to be the same: {', '.join(unknown)}"
+    machine = [w for _, w in MACHINE_DIGESTS]
+    if any(w in unknown for w in machine):
+        line += " (whether the runs ran on the same machine is not known)"
+    return line
 
 
 def provenance_differences(a: Run, b: Run) -> list[str]:
@@ -195,7 +233,7 @@ def provenance_differences(a: Run, b: Run) -> list[str]:
                    f"{', ...' if len(differ) > 5 else ''}): a different build")
     ha, hb = ma.get("host") or {}, mb.get("host") or {}
     for key, what in (("gpus", "GPU/driver"), ("cpu", "CPU"), ("os", "OS"), ("hostname_sha256", "host"),
-                      ("cuda_mps", "CUDA MPS")):
+                      ("cuda_mps", "CUDA MPS")):  # HOST_FACTS (the names as these lines have always said them)
         if ha.get(key) != hb.get(key):
             out.append(f"{what}: {ha.get(key)!r} vs {hb.get(key)!r}")
     # machine identity and GPU sharing, where both records carry them (older records do not)
@@ -246,7 +284,7 @@ def render(diffs: list[RunDiff], only_a: list[str], only_b: list[str]) -> str:
     if provenance:
         lines.append("what produced them differs: " + "; ".join(provenance))
     elif diffs:
-        lines.append("what produced them: the same (engine build, binary and library hashes, GPU, host)")
+        lines.append(same_provenance_line(diffs))
     for which, labels in (("first", only_a), ("second", only_b)):
         if labels:
             lines.append(f"{len(labels)} run(s) only in the {which}, not compared ({', '.join(labels[:3])}"

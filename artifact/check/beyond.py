@@ -27,6 +27,7 @@ from artifact.analysis import benefit, margins, mitigation, quantization, tiers
 from artifact.analysis.figure import new_figure, text_room
 from artifact.analysis.tenants import tenant_plan
 from artifact.check import tenants
+from artifact.check.cells import safe_frame
 from artifact.records.store import Run
 from artifact.verdict import Verdict
 from artifact.check.worker import Drawing
@@ -301,7 +302,7 @@ def write_beyond(runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | Non
     drawing = drawing if drawing is not None else Drawing()
     b = analyse(runs, lap, lambda name, fn, *args: drawing.draw(name, fn, *args, out / name))
     for name, df in b.tables.items():
-        df.to_csv(out / name, index=False)
+        safe_frame(df).to_csv(out / name, index=False)
     lap("beyond: csv")
     meanwhile()
     drawn = drawing.results()

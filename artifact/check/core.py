@@ -30,6 +30,7 @@ from artifact.analysis.tables import exposure, Pair, PlanGroup, quant_level, rel
 from artifact.check.rules import BAND_RULE  # noqa: F401 (the value band's rule, in claims/rules.toml)
 from artifact.verdict import FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, SEVERITY, STATUSES, TESTED, Verdict  # noqa: F401 (the claims' names)
 from artifact.check.facts import engine_of
+from artifact.engines.base import OBSERVES
 
 
 
@@ -232,17 +233,28 @@ def off_exposure(offs: list, root: Path | None) -> tuple[int, list[str], list[st
     return cached, hits, unreported
 
 
+def observes(run) -> dict:
+    """What the run's engine observed of its server (artifact.engines.base.OBSERVES), derived from facts:
+    an engine that starts its own server (it loads the configuration's weights, sha256-verified, and records the
+    command line it started: `Capabilities.loads_weights`) observes everything; any other (a server the user runs,
+    an engine this version does not know) observes what its manifest's `observes` says it did, and nothing where the
+    manifest says nothing (an absent `observes` was read as "observes everything")."""
+    engine = engine_of(run)
+    if engine is not None and engine.capabilities.loads_weights:
+        return {k: True for k in OBSERVES}
+    said = run.manifest.get("observes")
+    said = said if isinstance(said, dict) else {}
+    return {k: said.get(k, False) for k in OBSERVES}
+
+
 def unobserved(runs: list, key: str) -> list[str]:
-    """The runs whose engine did not observe `key` of its server (manifest `observes`: artifact.engines.base.OBSERVES;
-    a manifest without it comes from an engine that starts its own server, which observes everything)."""
-    return [r.label for r in runs if isinstance(r.manifest.get("observes"), dict)
-            and r.manifest["observes"].get(key, True) is False]
+    """The runs whose engine did not observe `key` of its server (`observes`)."""
+    return [r.label for r in runs if observes(r)[key] in (False, None)]
 
 
 def observation_note(runs: list) -> list[str]:
     """An evidence line naming what the runs' engine could not observe of its server (none if it observed all)."""
-    keys = sorted({k for r in runs if isinstance(r.manifest.get("observes"), dict)
-                   for k, v in r.manifest["observes"].items() if v is False})
+    keys = sorted({k for r in runs for k, v in observes(r).items() if v in (False, None)})
     return [f"not observable by the engine (a server the artifact did not start): {', '.join(keys)}; the verdict is "
             "about that server as it answered, not about a pinned build"] if keys else []
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from artifact import workloads
 from artifact.errors import ArtifactError
 from artifact.records.schema import MANIFEST
-from artifact.records.store import Run, validate_records
+from artifact.records.store import Run, cache_validated, validate_records
 
 
 def check_records(run: Run) -> None:
@@ -29,10 +29,14 @@ def check_records(run: Run) -> None:
     validate_records(run)
 
 
-def load_run(path: Path, manifest: dict) -> tuple:
-    """One run's records, read and validated (`check_records`): (requests, episodes, the parsed top-2 arrays), what
-    a `Run` memoises (a job of check's worker process, artifact.check.worker: the three travel together, so that
-    the records the arrays name stay the request records)."""
-    run = Run(path, manifest)
+def load_run(path: Path, manifest: dict, data: bytes | None = None, sha256: str | None = None) -> tuple:
+    """One run's records, read and validated (`check_records`): (requests, episodes, the parsed top-2 arrays, what
+    the checker's cache did: "read", "written" or "none"), what a `Run` memoises (a job of check's worker process,
+    artifact.check.worker: the three travel together, so that the records the arrays name stay the request
+    records). Once every rule holds the records are kept in the checker's cache (`store.cache_validated`), never
+    before. `data`, `sha256`: requests.jsonl's bytes and their sha256, where the caller has read them."""
+    run = Run(path, manifest, _data=data, _sha256=sha256)
     check_records(run)
-    return run.requests, run.episodes, run.top2_arrays()
+    cache = cache_validated(run)
+    run._data = None
+    return run.requests, run.episodes, run.top2_arrays(), cache

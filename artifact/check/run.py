@@ -33,7 +33,9 @@ from artifact.check.load import check_records, load_run  # noqa: F401 (check_rec
 from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
 from artifact.records import decoded
-from artifact.records.store import REQUESTS, Run, find_runs
+from artifact.records.store import (
+    MANIFEST, MAX_RECORD_BYTES, RECORD_FILES, REQUESTS, Run, find_runs, too_large,
+)
 
 # pandas, scipy and the analyses (artifact.check.facts, .claims, .beyond, artifact.analysis.tables,
 # artifact.report.render; numpy with them) are imported where they are used, not here: a check at scale starts its
@@ -59,20 +61,47 @@ def find_results(results_dir: Path) -> list[Run]:
             from None
     if not runs:
         raise ArtifactError(f"no runs (manifest.json files) under {results_dir}")
+    sizes = [(run.path / name, _size(run.path / name)) for run in runs for name in RECORD_FILES if name != MANIFEST]
+    path, size = max(sizes, key=lambda x: x[1])
+    if size > MAX_RECORD_BYTES:  # the largest file, named before any is read (the manifests were read, bounded)
+        raise too_large(path, size, MAX_RECORD_BYTES)
+    total = sum(size for _, size in sizes)
+    if total > MAX_RESULTS_BYTES:
+        raise ArtifactError(f"{results_dir}: its runs' record files hold {total} bytes, more than the "
+                            f"{MAX_RESULTS_BYTES} ({MAX_RESULTS_BYTES >> 30} GiB) one check reads (paper scale is "
+                            "~0.1 GiB); check a part of them (one configuration's folder) at a time")
     return runs
 
 
+# All record files of one check together, checked (by their sizes) before any is read: a check holds every run's
+# records in memory (~10x their bytes). Each file has its own bound too (records.store.MAX_RECORD_BYTES), checked here
+# first, and again as it is read.
+MAX_RESULTS_BYTES = 2 << 30
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() and not path.is_symlink() else 0
+    except OSError:
+        return 0
+
+
 def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None,
-                     then: tuple = ()) -> list[Run]:
+                     then: tuple = (), cached: list[bool] | None = None) -> list[Run]:
     """Read and validate every run's records (`check_records`); one run per (config, plan, arm, run). With a
     `worker`, it reads runs from the front of the list while this process, once it has done `meanwhile()`, reads
     them from the back (each run the worker has not started yet); without, in the list's order. The first problem
     in the list's order is raised either way. `then` (a function and its arguments) is queued for the worker behind
     its runs (only with a worker: what it does once its share is loaded; its result is not waited for)."""
     worker = worker if worker is not None else Worker()
-    # a run with a decoded copy (records.decoded: ~9 ms a run) is read here: the worker would take longer to send it
+    # a run in the checker's cache (records.decoded: ~9 ms a run) is read here: the worker would take longer to send
+    # it; `cached`: the runs found there (their bytes already read and hashed)
     here = Worker()
-    jobs = [(here if decoded.present(run.path) else worker).submit(load_run, run.path, run.manifest) for run in runs]
+    cached = cached if cached is not None else [run.in_cache() for run in runs]
+    jobs = [here.submit(load_run, run.path, run.manifest, run._data, run._sha256) if hit else
+            worker.submit(load_run, run.path, run.manifest) for run, hit in zip(runs, cached)]
+    for run in runs:
+        run._data = None  # each job reads its own (this process's from what it was given)
     if then and worker.enabled:
         worker.submit(*then)
     meanwhile()
@@ -86,7 +115,7 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
         job.run_here()
     seen: dict[tuple, Run] = {}
     for run, job in zip(runs, jobs):
-        run._requests, run._episodes, run._top2_arrays = job.result()[0]
+        run._requests, run._episodes, run._top2_arrays, run.cache = job.result()[0]
         m = run.manifest
         key = (m["config"], m["plan"], m["arm"], m["run"])
         if key in seen:
@@ -94,6 +123,14 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
                                 "(move the other out of the results directory)")
         seen[key] = run
     return runs
+
+
+def record_cache(runs: list[Run]) -> dict:
+    """check.json's `record_cache`: whether the checker's own cache (records.decoded, outside the results) was on,
+    and how many runs' records it gave ("read") and took ("written"); nothing inside the results is ever one."""
+    states = [run.cache for run in runs]
+    return {"enabled": decoded.wanted(), "read": states.count("read"), "written": states.count("written"),
+            "runs": len(runs)}
 
 
 def load_results(results_dir: Path) -> list[Run]:
@@ -150,8 +187,10 @@ def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) ->
               "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
     for own in wtables.values():
         frames.update(own)
+    from artifact.check.cells import safe_frame  # noqa: PLC0415; lazy: pandas after the worker has started
+
     for name, df in frames.items():
-        df.to_csv(out / name, index=False, errors=TEXT_ERRORS)
+        safe_frame(df).to_csv(out / name, index=False, errors=TEXT_ERRORS)
     return list(frames)
 
 
@@ -330,24 +369,28 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     runs = find_results(root)
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
-    # where every run has its decoded copy (records.decoded) this process reads them all, and the worker only draws
-    copies = all(decoded.present(run.path) for run in runs)
+    # where every run is in the checker's cache (records.decoded) this process reads them all, and the worker only
+    # draws
+    cached = [run.in_cache() for run in runs]
+    copies = all(cached)
     worker = Worker(want_worker(records_bytes(runs)), modules=FIGURE_MODULES if copies else WORKER_MODULES)
     new = None
     try:
         validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, analyses")),
-                         then=() if copies else (preload, *FIGURE_MODULES))
+                         then=() if copies else (preload, *FIGURE_MODULES), cached=cached)
         lap("load+validate")
         # lazy: pandas and scipy after the worker has started
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
         # lazy: pandas and scipy after the worker has started
         from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
         from artifact.check import facts  # noqa: PLC0415; lazy: numpy and the analyses after the worker has started
+        from artifact.check.admission import admitted  # noqa: PLC0415; lazy: pandas after the worker has started
 
         facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
+        evidence = admitted(runs)  # the one admission gate: every analysis below reads these runs only
         lap("facts")
         tables = build_tables(runs, root)
-        wtables = workload_tables(runs)
+        wtables = workload_tables(evidence)
         lap("tables")
         claims = evaluate_claims(tables, wtables, root=root, expected_path=expected_path)
         annotate_with_paper(tables, expected_path)
@@ -355,14 +398,19 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         code = exit_code(claims, tables.problems)
 
         new = staging(out)
-        summary = _write_outputs(new, root, runs, tables, wtables, claims, code, lap, Drawing(worker),
+        summary = _write_outputs(new, root, runs, evidence, tables, wtables, claims, code, lap, Drawing(worker),
                                   label or str(root))
         # what differs on every check goes to timings.json, never into check.json (a re-check of committed evidence
         # leaves check.json byte-identical; evidence/*/check/timings.json is git-ignored)
         laps = {k: round(v, 3) for k, v in timings.items()}
         laps.update({f"figure {k}": round(w, 3) for k, (w, _) in lap.figures.items()})
         # this process's CPU seconds since it started, imports included (its worker's are on the other core)
-        volatile = {"timings_s": laps, "cpu_s": {"checking process": round(time.process_time(), 3)}}
+        # whether the checker's own record cache was on stays in check.json; how many runs it gave and took differs
+        # from one check to the next and goes to timings.json with the laps
+        cache = record_cache(runs)
+        summary["record_cache"] = {"enabled": cache["enabled"], "counts": TIMINGS}
+        volatile = {"timings_s": laps, "cpu_s": {"checking process": round(time.process_time(), 3)},
+                    "record_cache": cache}
         (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8", errors=TEXT_ERRORS)
         (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
@@ -388,9 +436,10 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     return code
 
 
-def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtables: dict, claims: list[Claim],
-                   code: int, lap, drawing: Drawing, label: str) -> dict:
-    """Write every output but check.json into `out`; returns check.json's content (without its timings)."""
+def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], tables: Tables, wtables: dict,
+                   claims: list[Claim], code: int, lap, drawing: Drawing, label: str) -> dict:
+    """Write every output but check.json into `out`; returns check.json's content (without its timings). `runs`:
+    every run found (listed); `evidence`: the admitted ones (`admission.admitted`), which the analyses read."""
     from artifact.check.beyond import write_beyond  # noqa: PLC0415; lazy: pandas and scipy after the worker has started
     from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
     from artifact.report.render import PAPER_FIGURES, compile_templates, draw_figures, write_report  # noqa: PLC0415
@@ -402,8 +451,9 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], tables: Tables, wtabl
     draw_figures(tables, out, drawing)
     _import_tests()
     lap("imports: scipy.stats")
-    # results beyond the paper (issue 12; they never change the exit code); waits for every figure asked for
-    beyond = write_beyond(runs, out, lap, drawing, meanwhile=lambda: (compile_templates(), lap("report: templates")))
+    # results beyond the paper (they never change the exit code); waits for every figure asked for
+    beyond = write_beyond(evidence, out, lap, drawing,
+                          meanwhile=lambda: (compile_templates(), lap("report: templates")))
     drawn = drawing.results()
     lap.figures.update({name: (wall, cpu) for name, (_, wall, cpu) in drawn.items()})
     figures = {name: path for name in PAPER_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}

@@ -54,9 +54,11 @@ def of_manifest(manifest: dict):
 
 
 def server_family(manifest: dict) -> str | None:
-    """The family of server a run was served by (`Engine.family_of`: recorded, or for older records the engine's)."""
+    """The family of server a run was served by, derived from facts (`Engine.family_of`: the server the engine
+    started, or what the server reported of itself); None for an engine this version does not know (the facts cannot
+    decide: the run feeds no claim about a family of servers)."""
     engine = of_manifest(manifest)
-    return engine.family_of(manifest) if engine is not None else manifest.get("server_family")
+    return engine.family_of(manifest) if engine is not None else None
 
 
 def identity(cfg, plan) -> dict:

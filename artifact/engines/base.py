@@ -254,9 +254,11 @@ class Engine:
         return []
 
     def family_of(self, manifest: dict) -> str | None:
-        """The family of server a run of this engine was served by: its manifest's `server_family`, else (records
-        made before manifests carried it) the engine's own."""
-        return manifest.get("server_family") or self.server_family
+        """The family of server a run of this engine was served by, derived from facts, never from the manifest's
+        `server_family` label (the label routed runs into RQ4): an engine that starts its own server knows
+        which server it started (`server_family`; its command line is recorded); one that does not says None here
+        and derives it from what the server itself reported (the endpoint engine: `observe.server_family`)."""
+        return self.server_family
 
     # --- what `./run.sh all` needs of it: its image, where it can run, what it builds natively ------------------
     def image(self, args) -> ImageSpec | None:

@@ -1,22 +1,23 @@
-"""A run's request records as the reader decodes and validates them, kept beside `requests.jsonl` so that check need
-not decode them again: `requests.decoded.msgpack`.
+"""The checker's own cache of request records as its reader decoded and validated them: never inside results.
 
-requests.jsonl stays the record (what the protocol writes, what every reader and reviewer reads). When the protocol's
-writer finishes a run it reads the run back through the same reader check uses (`store.Run`, `store.validate_records`:
-every schema rule, every top-2 position) and, where every rule holds, writes what that reader produced: the request
-records (msgspec's MessagePack: the same keys in the same order, the same ints, floats, strings, lists and nulls), the
-place of each record's top-2 text in the file (a `LazyRecord` keeps it as text), and the parsed top-2 arrays. A
-reader uses the copy only when it was made from exactly these bytes of requests.jsonl (their sha256), for a run in
-the same state (complete or not) and by the same reader (`reader_key`: this module's, the records' and the schema's
-source, and the versions of the libraries that decoded them); otherwise, or where the copy does not decode, it
-decodes requests.jsonl as always. Either way the reader gives the same records, the same arrays and the same errors
-(tests/records/test_decoded.py holds them equal); at paper scale reading the copy takes ~5 ms a run against ~30 ms
-(bench/README.md).
+requests.jsonl is the record. Decoding and validating a paper-scale run takes ~30 ms; reading what the reader
+produced last time takes ~5-9 ms. So once check has read a run and every schema rule held (`store.validate_records`:
+every field, every top-2 position), it keeps what its reader produced (msgspec's MessagePack: the request records
+with the same keys in the same order and the same values, the place of each record's top-2 text in the file, the
+parsed top-2 arrays) in a file of its own, under the checker's cache directory (`directory`: $ARTIFACT_RECORD_CACHE,
+else ${XDG_CACHE_HOME:-~/.cache}/artifact/records), named by the sha256 of requests.jsonl's bytes, the run's state
+(complete or not) and `reader_key` (this module's, the records' and the schema's source, and the versions of the
+libraries that decoded them). A later reader of the same bytes, in the same state, by the same reader, reads that
+entry instead (and checks its recorded sha256, state and key again); any other file, or an entry that does not
+decode, is decoded from requests.jsonl as always. Either way the reader gives the same records, the same arrays and
+the same errors (tests/records/test_decoded.py).
 
-What the copy does not protect against: it is trusted as the file it was made from. A copy edited on its own (its
-records changed, its sha256 kept) would be read as requests.jsonl's records, which a reader of requests.jsonl would
-not see. For results that come from elsewhere, set ARTIFACT_RECORD_COPIES=0 (`wanted`): every reader then decodes
-requests.jsonl itself (or delete the copies; evidence archives hold none).
+Why outside the results: a file inside a results directory is written by whoever produced the results. An
+earlier version kept this copy beside requests.jsonl (`requests.decoded.msgpack`), keyed by a sha256 and a reader key
+anyone can compute, so a copy edited on its own changed what check judged. Nothing found inside a results directory
+is read as records now (a `requests.decoded.msgpack` there is ignored), the protocol's writer writes none, and only
+check writes entries here, only after validating the run. ARTIFACT_RECORD_COPIES=0 turns the cache off (nothing read
+or written: every reader decodes requests.jsonl); check.json's `record_cache` says what a check read and wrote.
 
 No import of the records' store here (it imports this module): the store passes in what it reads and builds.
 """
@@ -25,14 +26,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 
 import msgspec
 
-NAME = "requests.decoded.msgpack"
-ENV = "ARTIFACT_RECORD_COPIES"  # "0": never read a copy (requests.jsonl decoded every time)
+LEGACY_NAME = "requests.decoded.msgpack"  # what earlier versions wrote beside requests.jsonl: never read
+ENV = "ARTIFACT_RECORD_COPIES"  # "0": no cache (nothing read or written; requests.jsonl decoded every time)
+DIR_ENV = "ARTIFACT_RECORD_CACHE"  # the cache's directory (default: ${XDG_CACHE_HOME:-~/.cache}/artifact/records)
 FORMAT = 1
 _TOP = "top_logprobs"
 _SOURCES = ("decoded.py", "schema.py", "store.py")  # this package's: the reader and its rules
@@ -53,13 +56,78 @@ class Copy(msgspec.Struct, array_like=True):
 
 
 def wanted() -> bool:
-    """Whether readers take a run's copy where it holds (ENV "0": never)."""
+    """Whether readers use the checker's cache (ENV "0": never)."""
     return os.environ.get(ENV, "").strip() != "0"
 
 
-def present(run_dir: Path) -> bool:
-    """Whether a reader would look at the run's copy (one is there and copies are wanted: `wanted`)."""
-    return wanted() and (run_dir / NAME).is_file()
+def directory() -> Path:
+    """The checker's cache directory: DIR_ENV, else ${XDG_CACHE_HOME:-~/.cache}/artifact/records."""
+    chosen = os.environ.get(DIR_ENV, "").strip()
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".cache") / "artifact" / "records"
+
+
+def entry(sha256: str, complete: bool) -> Path:
+    """Where the cache keeps the records of requests.jsonl bytes with this sha256, for a run in this state, made by
+    this reader."""
+    return directory() / reader_key()[:32] / f"{sha256}-{'complete' if complete else 'incomplete'}.msgpack"
+
+
+def any_entries() -> bool:
+    """Whether this reader has cached anything at all (where not, no file need be hashed to look)."""
+    try:
+        return wanted() and (directory() / reader_key()[:32]).is_dir()
+    except OSError:
+        return False
+
+
+def cached(sha256: str, complete: bool) -> bool:
+    """Whether the cache holds an entry for these bytes and state (a hint: `lookup` checks it)."""
+    try:
+        return wanted() and entry(sha256, complete).is_file()
+    except OSError:
+        return False
+
+
+def lookup(data: bytes, sha256: str, complete: bool, make_record) -> tuple[list, tuple] | None:
+    """(records, top-2 arrays) from the cache's entry for requests.jsonl bytes `data` (whose sha256 the caller
+    computed), or None (no entry, not a regular file, unreadable, or not made from these bytes by this reader)."""
+    if not wanted():
+        return None
+    path = entry(sha256, complete)
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    return decode(blob, data, complete, make_record, sha256)
+
+
+def store(data: bytes, sha256: str, complete: bool, records: list, top2: tuple) -> bool:
+    """Keep a validated run's records in the cache (the caller validated them: every schema rule held); whether an
+    entry was written. Never raises for the cache's sake: it is only ever a shortcut."""
+    if not wanted():
+        return False
+    blob = encode(data, complete, records, top2, sha256)
+    if blob is None:
+        return False
+    path = entry(sha256, complete)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(blob)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        return False
+    return True
 
 
 @cache
@@ -83,7 +151,7 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def encode(data: bytes, complete: bool, records: list, top2: tuple) -> bytes | None:
+def encode(data: bytes, complete: bool, records: list, top2: tuple, sha256: str | None = None) -> bytes | None:
     """The copy of a run's request records as the reader made them from `data` (requests.jsonl as read), or None
     where a record was not read by the typed decoder (`raw_of` has none: the reader keeps such records as plain
     dicts; they are rare, and decoded again). `top2`: the run's (records, counts, ids, logprobs)."""
@@ -102,7 +170,7 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple) -> bytes | N
         pos = at + len(raw)
     index = {id(r): i for i, r in enumerate(records)}
     top_records, counts, ids, lps = top2
-    copy = Copy(FORMAT, reader_key(), digest(data), complete, [dict(r) for r in records], raws,
+    copy = Copy(FORMAT, reader_key(), sha256 or digest(data), complete, [dict(r) for r in records], raws,
                 [index[id(r)] for r in top_records], list(counts), ids.astype("=i8").tobytes(),
                 lps.astype("=f8").tobytes())
     try:
@@ -114,7 +182,7 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple) -> bytes | N
 _DECODER = msgspec.msgpack.Decoder(Copy)
 
 
-def decode(blob: bytes, data: bytes, complete: bool, make_record) -> tuple[list, tuple] | None:
+def decode(blob: bytes, data: bytes, complete: bool, make_record, sha256: str | None = None) -> tuple[list, tuple] | None:
     """(records, top-2 arrays) from a copy made from exactly `data` by this reader for a run in this state, or None
     (another file, another state, another reader, or not a copy). `make_record(dict, raw text or None)`: the
     reader's record."""
@@ -124,7 +192,8 @@ def decode(blob: bytes, data: bytes, complete: bool, make_record) -> tuple[list,
         copy = _DECODER.decode(blob)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    if copy.format != FORMAT or copy.key != reader_key() or copy.complete != complete or copy.sha256 != digest(data):
+    if copy.format != FORMAT or copy.key != reader_key() or copy.complete != complete \
+            or copy.sha256 != (sha256 or digest(data)):
         return None
     if len(copy.raw) != len(copy.records):
         return None

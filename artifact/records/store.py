@@ -5,9 +5,8 @@ A run directory holds:
                   always replaced atomically;
   requests.jsonl  one line per request, appended and flushed as it happens;
   episodes.jsonl  one line per unit (an episode, an item): the workload's verdict, number of requests, error;
-  requests.decoded.msgpack  written when the run finishes: requests.jsonl as the reader decodes and validates it,
-                  which a reader takes instead of decoding the file again where it was made from the same bytes by
-                  the same reader (`decoded`; never a record of its own).
+Nothing else in a run directory is read as records: what the reader decoded and validated is cached by the checker
+outside the results (`decoded`; a `requests.decoded.msgpack` earlier versions wrote beside requests.jsonl is ignored).
 Readers find runs by their manifests under a results directory, never by directory names, and refuse a symbolic
 link there (a run directory, or a record file, that is a link could count one run's records twice or bring in
 records from outside). Every field of the three record kinds is typed in `schema` (MANIFEST, REQUEST, UNIT): the
@@ -21,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -108,7 +108,6 @@ class RunWriter:
     def finish(self, **fields) -> None:
         self.close()
         self.update(**fields, status="complete", finished_at=now_iso())
-        write_decoded(Run(self.dir, dict(self.manifest)))
 
     def close(self) -> None:
         for fh in (self._requests, self._episodes):
@@ -147,30 +146,56 @@ def _corrupt(path: Path, lineno: int | None, exc: Exception, complete: bool) -> 
     return ArtifactError(f"{where}: {_why(exc, complete)}")
 
 
-def read_text(path: Path) -> str:
-    """A record file's text; one line naming the file where it is not readable UTF-8 text. Only a regular file is
-    opened (a named pipe or a device would block or never end)."""
+# Bounds checked before a record file is read (a requests.jsonl padded to 2 GiB exhausted memory). A
+# paper-scale run's requests.jsonl is ~3 MiB and its manifest a few KiB; these are ~100x that, and a file larger is
+# refused in one line without being read.
+MAX_RECORD_BYTES = 256 << 20  # requests.jsonl, episodes.jsonl, tenants.jsonl
+MAX_MANIFEST_BYTES = 16 << 20  # manifest.json
+
+
+def too_large(path: Path, size: int, limit: int) -> ArtifactError:
+    """The one-line refusal of a record file larger than its bound."""
+    return ArtifactError(f"{path}: {size} bytes, more than the {limit} ({limit >> 20} MiB) a record file of this kind "
+                         "may hold; refusing to read it (a corrupt or padded file?)")
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most `limit` of them: its size is checked before anything is read (and again as it
+    is read: a file that grows), so that a huge or sparse file is refused at once (ArtifactError, one line naming the
+    file and the bound), never read into memory."""
     try:
         if path.exists() and not path.is_file() and not path.is_dir():  # a directory: "Is a directory" below
             raise ArtifactError(f"{path}: not a regular file; the record is corrupt")
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                raise too_large(path, st.st_size, limit)
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise ArtifactError(f"{path}: more than the {limit} bytes ({limit >> 20} MiB) a record file of this kind may "
+                            "hold; refusing to read it (a corrupt or padded file?)")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
+    """A record file's text; one line naming the file where it is not readable UTF-8 text or holds more than `limit`
+    bytes. Only a regular file is opened (a named pipe or a device would block or never end)."""
+    data = _read_bounded(path, limit)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}); the record is corrupt") from None
-    except OSError as exc:
-        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text  # read_text's newlines
 
 
-def read_bytes(path: Path) -> bytes:
-    """A record file's text as UTF-8 bytes, as `read_text` reads it: the same checks and the same one-line errors
-    (a byte that is not UTF-8 is named by its offset in the file), its newlines as read_text's ('\\r\\n' and '\\r'
+def read_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """A record file's text as UTF-8 bytes, as `read_text` reads it: the same checks, bound and one-line errors (a
+    byte that is not UTF-8 is named by its offset in the file), its newlines as read_text's ('\\r\\n' and '\\r'
     read as '\\n'). The JSON-lines readers decode bytes: only a file that is not all ASCII is decoded here, to find
     a byte that is not UTF-8 (ASCII is UTF-8)."""
-    try:
-        if path.exists() and not path.is_file() and not path.is_dir():  # a directory: "Is a directory" below
-            raise ArtifactError(f"{path}: not a regular file; the record is corrupt")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
+    data = _read_bounded(path, limit)
     if not data.isascii():
         try:
             data.decode("utf-8")
@@ -450,9 +475,13 @@ class Run:
     _top2: dict | None = field(default=None, repr=False)
     _top2_arrays: tuple | None = field(default=None, repr=False)
     _by_episode: dict | None = field(default=None, repr=False)
-    # the request records and their top-2 arrays came from the run's decoded copy (`decoded`): the reader validated
-    # them when it made the copy, from the same bytes (`validate_records` checks only the episodes then)
+    # the request records and their top-2 arrays came from the checker's cache (`decoded`): check validated them
+    # when it cached them, from the same bytes (`validate_records` checks only the episodes then)
     _validated: bool = field(default=False, repr=False)
+    # requests.jsonl's bytes as read (`read_bytes`) and their sha256, where known: what the cache is keyed by
+    _data: bytes | None = field(default=None, repr=False)
+    _sha256: str | None = field(default=None, repr=False)
+    cache: str = field(default="none", repr=False)  # what check's loading did with the cache (`cache_validated`)
 
     @property
     def complete(self) -> bool:
@@ -470,22 +499,43 @@ class Run:
         return self._requests
 
     def _read_requests(self) -> None:
-        """requests.jsonl's records (`read_requests`), from the run's decoded copy where one was made from the
-        file's bytes as they are, by this reader, for the run in its present state (`decoded.decode`)."""
-        path, copy = self.path / REQUESTS, self.path / decoded.NAME
-        if not decoded.wanted() or not copy.is_file() or copy.is_symlink() or not path.is_file() or path.is_symlink():
+        """requests.jsonl's records (`read_requests`), from the checker's cache where it holds the records of the
+        file's bytes as they are, read by this reader, for the run in its present state (`decoded.lookup`). Nothing
+        in the run's own directory but requests.jsonl is read for them."""
+        path = self.path / REQUESTS
+        if not decoded.wanted() or not path.is_file() or path.is_symlink():
             self._requests = read_requests(path, self.complete)
             return
-        data = read_bytes(path)
-        try:
-            got = decoded.decode(copy.read_bytes(), data, self.complete, _lazy_record)
-        except OSError:
-            got = None
+        data = self.request_bytes()
+        got = decoded.lookup(data, self.sha256(), self.complete, _lazy_record)
         if got is None:
             self._requests = read_requests(path, self.complete, data)
             return
         self._requests, self._top2_arrays = got
         self._validated = True
+
+    def request_bytes(self) -> bytes:
+        """requests.jsonl's bytes as the reader reads them (`read_bytes`; memoised until the records are read)."""
+        if self._data is None:
+            self._data = read_bytes(self.path / REQUESTS)
+        return self._data
+
+    def sha256(self) -> str:
+        """The sha256 of `request_bytes` (memoised): the checker's cache's key."""
+        if self._sha256 is None:
+            self._sha256 = decoded.digest(self.request_bytes())
+        return self._sha256
+
+    def in_cache(self) -> bool:
+        """Whether the checker's cache holds an entry for this run's requests.jsonl as it is now (a hint for where
+        to read it: `decoded.lookup` checks the entry)."""
+        path = self.path / REQUESTS
+        if not decoded.any_entries() or not path.is_file() or path.is_symlink():
+            return False
+        try:
+            return decoded.cached(self.sha256(), self.complete)
+        except ArtifactError:
+            return False
 
     @property
     def episodes(self) -> list[dict]:
@@ -565,27 +615,25 @@ def _lazy_record(fields: dict, raw: bytes | None) -> LazyRecord:
     return rec
 
 
-def write_decoded(run: Run) -> bool:
-    """Write the run's decoded copy (`decoded`) where its request records are all read by the typed decoder and
-    every schema rule holds (`validate_records`); whether it was written. A run that breaks a rule gets none (a
-    reader then decodes it and says why); neither does one whose copy cannot be written (it is only ever a shortcut:
-    the run's records are whole without it)."""
+def cache_validated(run: Run) -> str:
+    """Keep a run's request records in the checker's cache (`decoded.store`) once `validate_records` has passed on
+    them; what happened: "read" (they came from the cache), "written", or "none" (cache off, nothing to keep, or a
+    record the typed decoder did not read). Never raises for the cache's sake (it is only ever a shortcut)."""
+    if run._validated:
+        return "read"
     path = run.path / REQUESTS
+    if not decoded.wanted() or not path.is_file() or path.is_symlink():
+        return "none"
     try:
-        data = read_bytes(path) if path.is_file() else b""
-        run._requests = read_requests(path, run.complete, data)
-        validate_records(run)
-        blob = decoded.encode(data, run.complete, run.requests, run.top2_arrays())
-        if blob is None:
-            return False
-        write_bytes_atomic(run.path / decoded.NAME, blob)
+        data = run.request_bytes()
+        stored = decoded.store(data, run.sha256(), run.complete, run.requests, run.top2_arrays())
     except (ArtifactError, OSError):
-        return False
-    except Exception as exc:  # noqa: BLE001  (a bug in making the shortcut must not fail a finished run)
-        print(f"warning: no decoded copy of {run.path} ({type(exc).__name__}: {exc}); readers decode "
-              f"{REQUESTS} (please report this)", file=sys.stderr)
-        return False
-    return True
+        return "none"
+    except Exception as exc:  # noqa: BLE001  (a bug in making the shortcut must not fail a check)
+        print(f"warning: {run.path} not cached ({type(exc).__name__}: {exc}); its {REQUESTS} is decoded next time "
+              "too (please report this)", file=sys.stderr)
+        return "none"
+    return "written" if stored else "none"
 
 
 def _text_problem(rec: LazyRecord, complete: bool) -> str | None:
@@ -693,7 +741,7 @@ def load_run(path: Path) -> Run:
     if not mf.exists():
         raise ArtifactError(f"{path} is not a run directory (no {MANIFEST})")
     try:
-        manifest = loads(read_text(mf))
+        manifest = loads(read_text(mf, MAX_MANIFEST_BYTES))
     except (ValueError, RecursionError) as exc:
         raise _corrupt(mf, None, exc, False) from None
     if not MANIFEST_SCHEMA.valid(manifest):
@@ -722,8 +770,6 @@ def read_server_log(run: Run) -> str | None:
     (no '..'), no symbolic link on the way, a regular file (never a pipe or a device, which would block or never
     end), at most MAX_LOG_BYTES; anything else is an ArtifactError naming the manifest or the file. Bytes that are
     not UTF-8 are replaced (a log is evidence read by pattern, not a record decoded field by field)."""
-    import stat  # noqa: PLC0415
-
     rel = run.manifest.get("server_log")
     if rel is None:
         return None

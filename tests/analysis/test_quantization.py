@@ -42,11 +42,11 @@ def arm_records(d: float, margins=MARGINS):
     return off_eps, on_eps, off_lp, on_lp
 
 
-def configuration(root, config, source, quant, d, margins=MARGINS, plan="kernels"):
+def configuration(root, config, source, quant, d, margins=MARGINS, plan="kernels", manifest=None):
     model = {**MODEL, "name": "TestLM agent", "quant": quant, "source": source}
     off, on, off_lp, on_lp = arm_records(d, margins)
-    write_bfcl_run(root, "off", 1, off, config=config, plan=plan, model=model, logprobs=off_lp)
-    write_bfcl_run(root, "on", 1, on, config=config, plan=plan, model=model, logprobs=on_lp)
+    write_bfcl_run(root, "off", 1, off, config=config, plan=plan, model=model, logprobs=off_lp, manifest=manifest)
+    write_bfcl_run(root, "on", 1, on, config=config, plan=plan, model=model, logprobs=on_lp, manifest=manifest)
 
 
 def test_positions_give_margin_perturbation_and_flip_exactly(tmp_path):
@@ -89,6 +89,26 @@ def test_the_kernel_experiments_grid_separates_kernels_from_weight_precision(tmp
     assert got[("BEYOND-QUANT-KERNEL", "q8")] == "PASS" and got[("BEYOND-QUANT-MARGIN", "q8")] == "FAIL"
     assert got[("BEYOND-QUANT-WEIGHTS", "q8-f32")] != "PASS"
     assert ("BEYOND-QUANT-KERNEL", "q8-f32") not in got
+
+
+H200 = {"cpu": "Test CPU", "cpu_count": 16, "gpus": [{"name": "NVIDIA H200", "driver": "580"}], "os": "Linux-test",
+        "python": "3.12", "machine_id_sha256": "m1", "gpu_uuid_sha256": ["g1"]}
+
+
+@pytest.mark.parametrize("host", [H200, {**H200, "gpu_uuid_sha256": ["g2"]}, {**H200, "machine_id_sha256": None}])
+def test_a_twin_on_another_machine_is_no_reference(tmp_path, host):
+    """A configuration is held against a reference only where both ran on the same recorded machine (the
+    CPU twin of an H200 level, or one on another GPU or machine-id, is none; a digest one side lacks is not the
+    same)."""
+    configuration(tmp_path, "q8", "derived:r/Q8_0", "Q8_0", d=0.1, manifest={"host": H200})
+    configuration(tmp_path, "q8-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001,
+                  manifest=None if host is H200 else {"host": host})
+    tables, _, _ = qm.analyse(find_runs(tmp_path))
+    assert tables["quant_mechanism_pairs.csv"].empty
+    configuration(tmp_path / "same", "q8", "derived:r/Q8_0", "Q8_0", d=0.1, manifest={"host": H200})
+    configuration(tmp_path / "same", "q8-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001, manifest={"host": H200})
+    tables, _, _ = qm.analyse(find_runs(tmp_path / "same"))
+    assert tables["quant_mechanism_pairs.csv"]["reference"].tolist() == ["q8-f32"]
 
 
 def test_when_only_the_margins_differ_the_margin_explanation_holds(tmp_path):

@@ -38,3 +38,25 @@ def test_compare_of_two_results_directories_exits_0_only_when_every_matched_run_
     write_bfcl_run(tmp_path / "c", "off", 1, {"e0": [[1, 9]]})
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "c")]) == 1
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "nowhere")]) == 2
+
+
+def test_compare_says_the_same_machine_only_where_its_digests_are_recorded_and_equal(tmp_path):
+    """Without the machine, boot and GPU digests on both sides, compare names them as not recorded and
+    says that whether the runs ran on the same machine is not known; with them recorded and equal it says the same."""
+    from synthetic_runs import write_bfcl_run
+
+    eps = {"e0": [[1, 2]]}
+    a = write_bfcl_run(tmp_path / "a", "off", 1, eps)
+    b = write_bfcl_run(tmp_path / "b", "off", 1, eps)
+    d = reproduce.compare_records(a, b)
+    assert d.exact and not d.provenance
+    line = reproduce.render([d], [], [])
+    assert "the same host" not in line and "machine-id" in d.unknown
+    assert "whether the runs ran on the same machine is not known" in line
+    host = {"cpu": "Test CPU", "cpu_count": 2, "gpus": [], "os": "Linux-test", "python": "3.11",
+            "hostname_sha256": "h", "machine_id_sha256": "m", "boot_id_sha256": "b", "gpu_uuid_sha256": [],
+            "cuda_mps": False}
+    a = write_bfcl_run(tmp_path / "c", "off", 1, eps, manifest={"host": host, "binary": {"sha256": "s"}})
+    b = write_bfcl_run(tmp_path / "d", "off", 1, eps, manifest={"host": host, "binary": {"sha256": "s"}})
+    line = reproduce.render([reproduce.compare_records(a, b)], [], [])
+    assert "machine-id, boot, GPU UUID" in line and "not known" not in line and "not recorded" not in line

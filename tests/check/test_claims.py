@@ -259,26 +259,42 @@ def endpoint_plan(root, **manifest):
     return check(root)[1]["RQ4"]
 
 
+def _identity(*owners: str | None) -> dict:
+    return {"server": {"identity": {"models": [{"id": "testlm", **({"owned_by": o} if o else {})} for o in owners]}}}
+
+
 def test_rq4_takes_runs_against_a_vllm_server_whichever_engine_talked_to_it(tmp_path):
     """RQ4 is about vLLM servers ([claim.RQ4] server_family): an endpoint run against a user's vLLM server counts,
-    one against a llama-server does not; older endpoint records (no server_family) by the identity they recorded."""
-    rq4 = endpoint_plan(tmp_path / "vllm", server_family="vllm")
+    one against a llama-server does not; which server it was is what the server reported of itself (its recorded
+    identity), never the manifest's `server_family` label."""
+    rq4 = endpoint_plan(tmp_path / "vllm", server_family="vllm", **_identity("vllm"))
     assert rq4["status"] == PASS and rq4["details"][0]["scope"] == "cfg / main"
-    assert endpoint_plan(tmp_path / "llama", server_family="llamacpp")["status"] == NOT_RUN
-    old = {"server_family": None, "server": {"identity": {"models": [{"id": "testlm", "owned_by": "vllm"}]}}}
+    assert endpoint_plan(tmp_path / "llama", server_family="llamacpp", **_identity("llamacpp"))["status"] == NOT_RUN
+    old = {"server_family": None, **_identity("vllm")}
     assert endpoint_plan(tmp_path / "old", **old)["status"] == rq4["status"]
-    unknown = {"server_family": None, "server": {"identity": {"models": [{"id": "testlm"}]}}}
+    unknown = {"server_family": None, **_identity(None)}
     assert endpoint_plan(tmp_path / "unknown", **unknown)["status"] == NOT_RUN  # never guessed
 
 
-def test_the_server_family_of_older_records_is_the_one_their_engine_declares():
+def test_a_server_family_label_never_routes_a_run_into_rq4(tmp_path):
+    """A label that says vLLM routes nothing: an endpoint run whose recorded server identity says
+    llama.cpp (or says nothing), and a llama-server run, stay out of RQ4 whatever their `server_family` says."""
+    assert endpoint_plan(tmp_path / "llama", server_family="vllm", **_identity("llamacpp"))["status"] == NOT_RUN
+    assert endpoint_plan(tmp_path / "silent", server_family="vllm", **_identity(None))["status"] == NOT_RUN
+    main_plan(tmp_path / "own", OFF, ON1, ON2, manifest={"server_family": "vllm"})
+    assert check(tmp_path / "own")[1]["RQ4"]["status"] == NOT_RUN
+
+
+def test_the_server_family_is_derived_from_facts():
     from artifact import engines
 
     assert engines.server_family({"engine": "vllm"}) == "vllm"
     assert engines.server_family({}) == engines.server_family({"engine": "llama.cpp"}) == "llamacpp"
-    assert engines.server_family({"engine": "vllm", "server_family": "other"}) == "other"  # as recorded
+    assert engines.server_family({"engine": "llama.cpp", "server_family": "vllm"}) == "llamacpp"  # a label, not a fact
     assert engines.server_family({"engine": "endpoint"}) is None
-    assert engines.server_family({"engine": "no-such-engine", "server_family": "x"}) == "x"
+    assert engines.server_family({"engine": "endpoint", "server_family": "vllm"}) is None
+    assert engines.server_family({"engine": "endpoint", **_identity("vllm")}) == "vllm"
+    assert engines.server_family({"engine": "no-such-engine", "server_family": "x"}) is None
 
 
 # --- RQ5 on a stub Tab. 3 -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 
 import pytest
 
@@ -39,24 +40,30 @@ def _outputs(out):
 
 
 def test_the_outputs_are_the_same_with_and_without_the_worker(tmp_path, monkeypatch):
-    """With and without the worker, and with and without the runs' decoded copies (artifact.records.decoded: read
-    here, the worker only drawing; without them the worker reads runs from requests.jsonl too)."""
+    """With and without the worker, and with the checker's record cache cold, warm (artifact.records.decoded: every
+    run read here, the worker only drawing) and off (the worker reads runs from requests.jsonl too)."""
     root = _results(tmp_path / "results")
-    copies = sorted(root.rglob(decoded.NAME))
-    assert copies
-    outs, codes = {}, {}
-    for with_copies in (True, False):
-        if not with_copies:
-            for copy in copies:
-                copy.unlink()
+    monkeypatch.setenv(decoded.DIR_ENV, str(tmp_path / "cache"))
+    outs, codes, caches = {}, {}, {}
+    for cache in ("cold", "warm", "off"):
+        if cache == "off":
+            monkeypatch.setenv(decoded.ENV, "0")
         for choice in ("0", "1"):
+            if cache == "cold":
+                shutil.rmtree(tmp_path / "cache", ignore_errors=True)
             monkeypatch.setenv(WORKER_ENV, choice)
-            key = (with_copies, choice)
-            codes[key] = run_check(root, tmp_path / f"out{with_copies}{choice}", quiet=True)
-            outs[key] = _outputs(tmp_path / f"out{with_copies}{choice}")
+            key = (cache, choice)
+            codes[key] = run_check(root, tmp_path / f"out{cache}{choice}", quiet=True)
+            caches[key] = json.loads((tmp_path / f"out{cache}{choice}" / "check.json").read_text())["record_cache"]
+            outs[key] = _outputs(tmp_path / f"out{cache}{choice}")
     assert len(set(codes.values())) == 1
-    assert {n for n in outs[True, "0"] if n.endswith(".png")} >= {"fig1.png", "fig2.png", "flip_margin.png"}
-    assert all(out == outs[True, "0"] for out in outs.values())
+    runs = caches["cold", "0"]["runs"]
+    assert caches["cold", "0"] == caches["cold", "1"] == {"enabled": True, "read": 0, "written": runs, "runs": runs}
+    assert caches["warm", "1"] == {"enabled": True, "read": runs, "written": 0, "runs": runs}
+    assert caches["off", "1"] == {"enabled": False, "read": 0, "written": 0, "runs": runs}
+    assert not list(root.rglob("*.msgpack"))
+    assert {n for n in outs["cold", "0"] if n.endswith(".png")} >= {"fig1.png", "fig2.png", "flip_margin.png"}
+    assert all(out == outs["cold", "0"] for out in outs.values())
 
 
 def test_the_first_bad_run_in_order_is_named_whoever_loads_it(tmp_path, monkeypatch, capsys):

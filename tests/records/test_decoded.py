@@ -1,6 +1,7 @@
-"""A run's decoded copy (artifact.records.decoded, `requests.decoded.msgpack`): written when the run finishes, read
-instead of requests.jsonl only where it was made from the file's bytes as they are, for the run in its state, by
-this reader; the reader gives the same records, the same top-2 arrays and the same errors either way."""
+"""The checker's own record cache (artifact.records.decoded): outside the results, written by check only
+after a run's records are validated, keyed by the sha256 of requests.jsonl's bytes, the run's state and the reader;
+the reader gives the same records, the same top-2 arrays and the same errors either way, and nothing inside a
+results directory (a planted `requests.decoded.msgpack`, however well made) is ever read as records."""
 
 from __future__ import annotations
 
@@ -14,8 +15,15 @@ from artifact.check.load import check_records
 from artifact.check.load import load_run as check_load
 from artifact.errors import ArtifactError
 from artifact.records import decoded
-from artifact.records.store import REQUESTS, LazyRecord, Run, load_run, write_decoded
+from artifact.records.store import REQUESTS, LazyRecord, Run, load_run
 from synthetic_runs import write_bfcl_run
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """Each test its own cache directory (outside the results it writes)."""
+    monkeypatch.setenv(decoded.DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(decoded.ENV, raising=False)
 
 
 def _run(tmp_path, **kw):
@@ -24,7 +32,7 @@ def _run(tmp_path, **kw):
     episodes = {"e0": [[1, 2, 3], [4, 5]], "e1": [[6], [7, 8, 9, 10]], "e2": [[11, 12]]}
     logprobs = {("e2", 0): [[[11, -0.25], [3, -1.75]], None]}
     texts = {("e0", 0): "key: value", ("e1", 1): "caf\u00e9 \u2603: done"}
-    return write_bfcl_run(tmp_path, "off", 1, episodes, logprobs=logprobs, texts=texts, **kw)
+    return write_bfcl_run(tmp_path / "results", "off", 1, episodes, logprobs=logprobs, texts=texts, **kw)
 
 
 def _state(run: Run) -> dict:
@@ -51,51 +59,62 @@ def _read(run: Run) -> Run:
     return read
 
 
-def _without_copy(run: Run) -> Run:
-    """The run as check reads it from requests.jsonl alone."""
-    (run.path / decoded.NAME).rename(run.path / "aside")
-    try:
+def _plain(run: Run, monkeypatch) -> Run:
+    """The run as check reads it from requests.jsonl alone (cache off)."""
+    with monkeypatch.context() as m:
+        m.setenv(decoded.ENV, "0")
         return _read(run)
-    finally:
-        (run.path / "aside").rename(run.path / decoded.NAME)
 
 
-def test_a_finished_run_s_copy_reads_as_its_records_do(tmp_path):
+def _entries(tmp_path) -> list:
+    return sorted((tmp_path / "cache").rglob("*.msgpack"))
+
+
+def test_the_writer_writes_nothing_but_the_records(tmp_path):
     run = _run(tmp_path)
-    assert (run.path / decoded.NAME).is_file()
-    copied = _read(run)
-    assert copied._validated
-    plain = _without_copy(run)
+    assert sorted(p.name for p in run.path.iterdir()) == ["episodes.jsonl", "manifest.json", "requests.jsonl"]
+    assert not _entries(tmp_path)
+
+
+def test_check_caches_a_validated_run_outside_the_results_and_reads_it_as_its_records(tmp_path, monkeypatch):
+    run = _run(tmp_path)
+    first = check_load(run.path, run.manifest)
+    assert first[3] == "written"
+    [entry] = _entries(tmp_path)
+    assert tmp_path / "results" not in entry.parents
+    assert entry.name.startswith(decoded.digest((run.path / REQUESTS).read_bytes()))
+    assert check_load(run.path, run.manifest)[3] == "read"
+    cached = _read(run)
+    assert cached._validated
+    plain = _plain(run, monkeypatch)
     assert not plain._validated
-    assert _state(copied) == _state(plain)
-    assert all(type(r) is LazyRecord for r in copied.requests)
-    # the top_logprobs kept as text decode as the file's do
-    assert [r["top_logprobs"] for r in copied.requests] == [r["top_logprobs"] for r in plain.requests]
-    # check's loader (the worker's job) gives the same either way
-    a, b = check_load(run.path, run.manifest), check_load(run.path, run.manifest)
-    assert len(a[0]) == len(b[0]) == len(plain.requests)
+    assert _state(cached) == _state(plain)
+    assert all(type(r) is LazyRecord for r in cached.requests)
+    assert [r["top_logprobs"] for r in cached.requests] == [r["top_logprobs"] for r in plain.requests]
 
 
-def test_the_copy_holds_the_records_as_validation_left_them(tmp_path):
+def test_the_cache_holds_the_records_as_validation_left_them(tmp_path, monkeypatch):
     """A record whose top_logprobs are not a top-2 list at every position (here: top-3) is decoded and judged by
-    the rule itself while validating: the copy holds it decoded, as a reader that validated the file holds it."""
+    the rule itself while validating: the entry holds it decoded, as a reader that validated the file holds it."""
     episodes = {"e0": [[5, 6]], "e1": [[7]]}
     top3 = {("e0", 0): [[[5, -0.5], [9, -1.5], [2, -3.0]], [[6, -0.2], [2, -2.5], [3, -4.0]]]}
-    run = write_bfcl_run(tmp_path, "off", 1, episodes, logprobs=top3)
-    validated = _without_copy(run)
-    copied = _fresh(run)
-    copied.requests
-    assert copied._validated
-    assert dict.__contains__(copied.requests[0], "top_logprobs")  # decoded in the copy, as validation left it
-    assert _state(copied) == _state(validated)
+    run = write_bfcl_run(tmp_path / "results", "off", 1, episodes, logprobs=top3)
+    assert check_load(run.path, run.manifest)[3] == "written"
+    validated = _plain(run, monkeypatch)
+    cached = _fresh(run)
+    cached.requests
+    assert cached._validated
+    assert dict.__contains__(cached.requests[0], "top_logprobs")
+    assert _state(cached) == _state(validated)
 
 
-@pytest.mark.parametrize("change", ["edited", "other-reader", "other-state", "not-a-copy", "cut-short", "empty"])
-def test_a_copy_not_made_from_these_bytes_by_this_reader_is_not_read(tmp_path, monkeypatch, change):
+@pytest.mark.parametrize("change", ["edited", "other-reader", "other-state", "not-an-entry", "cut-short", "empty"])
+def test_an_entry_not_made_from_these_bytes_by_this_reader_is_not_read(tmp_path, monkeypatch, change):
     run = _run(tmp_path)
-    copy = run.path / decoded.NAME
+    check_load(run.path, run.manifest)
+    [entry] = _entries(tmp_path)
     path = run.path / REQUESTS
-    if change == "edited":  # a value changed after the copy was made: the file is what counts
+    if change == "edited":  # a value changed after the entry was made: the file is what counts
         path.write_text(path.read_text().replace('"key: value"', '"key: other"', 1))
     elif change == "other-reader":
         monkeypatch.setattr(decoded, "reader_key", lambda: "another reader")
@@ -103,92 +122,109 @@ def test_a_copy_not_made_from_these_bytes_by_this_reader_is_not_read(tmp_path, m
         manifest = json.loads((run.path / "manifest.json").read_text())
         manifest["status"] = "incomplete"
         run = Run(run.path, manifest)
-    elif change == "not-a-copy":
-        copy.write_bytes(b"\x93\x01\x02")
+    elif change == "not-an-entry":
+        entry.write_bytes(b"\x93\x01\x02")
     elif change == "cut-short":
-        copy.write_bytes(copy.read_bytes()[:-100])
+        entry.write_bytes(entry.read_bytes()[:-100])
     else:
-        copy.write_bytes(b"")
+        entry.write_bytes(b"")
     read = _read(run)
     assert not read._validated
     if change == "edited":
         assert read.requests[0]["output_text"] == "key: other"
-    assert _state(read) == _state(_without_copy(run))
+    assert _state(read) == _state(_plain(run, monkeypatch))
 
 
-def test_a_run_that_breaks_a_rule_gets_no_copy_and_the_same_error(tmp_path):
+def test_a_run_that_breaks_a_rule_is_never_cached_and_gives_the_same_error(tmp_path, monkeypatch):
     run = _run(tmp_path)
     path = run.path / REQUESTS
     lines = path.read_text().splitlines()
     lines[1] = lines[1].replace('"output_tokens": [4, 5]', '"output_tokens": [4, 5, 6]', 1)  # 3 tokens, 2 positions
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ArtifactError) as with_stale_copy:
+    with pytest.raises(ArtifactError) as cached:
         check_load(run.path, run.manifest)
-    (run.path / decoded.NAME).unlink()
-    assert not write_decoded(_fresh(run))
-    assert not (run.path / decoded.NAME).exists()
-    with pytest.raises(ArtifactError) as without:
+    assert not _entries(tmp_path)
+    with pytest.raises(ArtifactError) as plain, monkeypatch.context() as m:
+        m.setenv(decoded.ENV, "0")
         check_load(run.path, run.manifest)
-    assert str(with_stale_copy.value) == str(without.value)
-    assert "requests.jsonl:2" in str(without.value)
+    assert str(cached.value) == str(plain.value)
+    assert "requests.jsonl:2" in str(plain.value)
 
 
-def test_a_copy_that_is_a_link_is_not_read(tmp_path):
+def test_an_entry_that_is_a_link_is_not_read(tmp_path):
     run = _run(tmp_path)
-    copy = run.path / decoded.NAME
-    copy.rename(tmp_path / "elsewhere")
-    copy.symlink_to(tmp_path / "elsewhere")
-    read = _read(run)
-    assert not read._validated
+    check_load(run.path, run.manifest)
+    [entry] = _entries(tmp_path)
+    entry.rename(tmp_path / "elsewhere")
+    entry.symlink_to(tmp_path / "elsewhere")
+    assert not _read(run)._validated
 
 
-def test_an_interrupted_run_gets_no_copy(tmp_path):
-    run = write_bfcl_run(tmp_path, "off", 1, {"e0": [[1]]}, complete=False)
-    assert not (run.path / decoded.NAME).exists()
+def test_an_interrupted_run_is_read_from_its_file(tmp_path):
+    run = write_bfcl_run(tmp_path / "results", "off", 1, {"e0": [[1]]}, complete=False)
     assert load_run(run.path).requests[0]["output_tokens"] == [1]
 
 
-def test_the_copy_s_arrays_are_the_parsed_numbers(tmp_path):
+def test_the_entry_s_arrays_are_the_parsed_numbers(tmp_path):
     run = _run(tmp_path)
-    copied = _fresh(run)
-    records, counts, ids, lps = copied.top2_arrays()
+    check_load(run.path, run.manifest)
+    cached = _fresh(run)
+    records, counts, ids, lps = cached.top2_arrays()
+    assert cached._validated
     assert ids.dtype == np.int64 and lps.dtype == np.float64 and ids.shape == lps.shape == (sum(counts), 2)
     assert ids.flags.writeable and lps.flags.writeable
     assert lps[-1].tolist() == [-0.1, -2.5]
 
 
-def test_a_copy_edited_on_its_own_is_read_unless_copies_are_turned_off(tmp_path, monkeypatch):
-    """The copy is trusted as the file it was made from (the limit docs/admission.md's tampering table states): records
-    changed in the copy alone, its sha256 kept, are what a reader gets; with ARTIFACT_RECORD_COPIES=0 (results from
-    elsewhere) requests.jsonl is decoded whatever copy lies beside it."""
+def test_a_sidecar_planted_in_the_results_is_never_read(tmp_path, monkeypatch):
+    """A `requests.decoded.msgpack` beside requests.jsonl, made as earlier versions made it (the right
+    sha256 and reader key) and then edited on its own, is ignored: the records are requests.jsonl's."""
     run = _run(tmp_path)
-    copy = run.path / decoded.NAME
-    forged = msgspec.msgpack.decode(copy.read_bytes(), type=decoded.Copy)
+    data = (run.path / REQUESTS).read_bytes()
+    plain = _plain(run, monkeypatch)
+    blob = decoded.encode(data, True, plain.requests, plain.top2_arrays())
+    forged = msgspec.msgpack.decode(blob, type=decoded.Copy)
     forged.records[0]["output_text"] = "forged"
-    copy.write_bytes(msgspec.msgpack.encode(forged))
-    assert _read(run).requests[0]["output_text"] == "forged"
-    monkeypatch.setenv(decoded.ENV, "0")
+    (run.path / decoded.LEGACY_NAME).write_bytes(msgspec.msgpack.encode(forged))
     read = _read(run)
     assert not read._validated and read.requests[0]["output_text"] == "key: value"
 
 
-def test_a_failure_to_make_the_copy_never_fails_the_run(tmp_path, monkeypatch, capsys):
-    """The copy is a shortcut: where making it fails unexpectedly the run still finishes (complete, its records
-    whole), without a copy, and a one-line warning says so."""
+def test_the_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
+    run = _run(tmp_path)
+    check_load(run.path, run.manifest)
+    monkeypatch.setenv(decoded.ENV, "0")
+    assert not _read(run)._validated
+    (tmp_path / "cache").rename(tmp_path / "old")
+    assert check_load(run.path, run.manifest)[3] == "none"
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_failure_to_cache_never_fails_the_check(tmp_path, monkeypatch, capsys):
+    """The cache is a shortcut: where making an entry fails unexpectedly the run is still read and validated, and a
+    one-line warning says so."""
     def broken(*args):
         raise TypeError("boom")
 
     monkeypatch.setattr(decoded, "encode", broken)
     run = _run(tmp_path)
-    assert run.complete and not (run.path / decoded.NAME).exists()
-    assert "warning: no decoded copy of" in capsys.readouterr().err
-    assert len(_read(run).requests) == 5
+    got = check_load(run.path, run.manifest)
+    assert got[3] == "none" and len(got[0]) == 5
+    assert "not cached (TypeError: boom)" in capsys.readouterr().err
+
+
+def test_an_unwritable_cache_never_fails_the_check(tmp_path, monkeypatch):
+    (tmp_path / "cache").write_text("a file, not a folder")
+    run = _run(tmp_path)
+    got = check_load(run.path, run.manifest)
+    assert got[3] == "none" and len(got[0]) == 5
 
 
 def test_a_reader_without_a_library_s_distribution_reads_the_file(tmp_path, monkeypatch):
     """The reader's key names the decoding libraries' versions; where one is not installed as a distribution the key
-    is another (no copy matches it) and the reader decodes requests.jsonl, never fails."""
+    is another (no entry matches it) and the reader decodes requests.jsonl, never fails."""
     run = _run(tmp_path)
+    check_load(run.path, run.manifest)
 
     def missing(name):
         raise decoded.metadata.PackageNotFoundError(name)

@@ -354,9 +354,10 @@ class Endpoint(Engine):
     identity_keys = ("engine", "servers", "model_id", "cache_control", "request_fields", "unknown")
 
     def family_of(self, manifest: dict) -> str | None:
-        """The manifest's `server_family`, else (older records) what the recorded server identity reports."""
-        return manifest.get("server_family") or observe.server_family(
-            ((manifest.get("server") or {}).get("identity")))
+        """What the recorded server identity reports (its /v1/models owned_by; None where it reports none or
+        several), never the manifest's `server_family` label."""
+        server = manifest.get("server")
+        return observe.server_family(server.get("identity") if isinstance(server, dict) else None)
 
     def native_unavailable(self, cfg: Config, gpu: bool) -> str | None:
         return (f"engine {self.kind} talks to servers the user runs, which `./run.sh all` does not start: "
