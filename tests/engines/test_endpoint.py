@@ -98,11 +98,17 @@ def test_plans_that_set_a_server_condition_are_refused_before_anything_runs(plan
     assert not list(tmp_path.rglob("manifest.json"))
 
 
-def test_a_server_that_does_not_answer_is_a_one_line_error(tmp_path):
-    cfg = endpoint_cfg(url="http://127.0.0.1:9", cache_control="cache_prompt")
-    cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, startup_timeout_s=1))
-    with pytest.raises(ArtifactError, match=r"no server answers at http://127.0.0.1:9 .*start it first"):
+def test_a_wrong_port_fails_in_seconds_naming_the_url_and_its_setting(tmp_path):
+    """Nothing listens there: refused after adapter.CONNECT_S (3 s), whatever startup_timeout_s says (120 s in
+    configs/endpoint.toml), in one line that names the URL and which setting gave it."""
+    import time
+
+    cfg = load_config("endpoint", {"url_off": "http://127.0.0.1:9"})
+    t0 = time.monotonic()
+    with pytest.raises(ArtifactError, match=r"^nothing answers at the server at http://127.0.0.1:9 \(url_off, the "
+                       r"OFF arm\) .*start the server first, or fix the URL$") as err:
         execute_plan(cfg, load_plan("main"), tmp_path)
+    assert time.monotonic() - t0 < 10 and "\n" not in str(err.value)
 
 
 def test_no_code_outside_its_package_names_the_engine():
