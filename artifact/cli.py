@@ -136,8 +136,13 @@ def cmd_run(args) -> int:
 
     if args.dry_run:
         return dry_run(args)
+    from artifact.report.divergences import first_divergences, render  # lazy: each command imports only what it runs
+
     run_dirs = execute(args.config, args.plan, args.episodes, Path(args.results), args.engine_setting, args)
-    print(render_results([load_run(d) for d in run_dirs]))
+    runs = [load_run(d) for d in run_dirs]
+    print(render_results(runs))
+    print("first divergences (every pair; ./run.sh check writes them beside the verdicts):")
+    print(render(first_divergences(runs)), end="")
     return 0
 
 
@@ -248,8 +253,22 @@ def cmd_check(args) -> int:
     archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
     if archives and not any(results.rglob("manifest.json")):
         with evidence_results(results) as runs_dir:
-            return run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
-    return run_check(results, args.out)
+            code = run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
+            divergences(runs_dir, Path(args.out or results / "check"))
+            return code
+    code = run_check(results, args.out)
+    divergences(results, Path(args.out) if args.out else results / "check")
+    return code
+
+
+def divergences(results: Path, out: Path) -> None:
+    """Every pair's first divergences beside the verdicts (report.divergences), and where they are."""
+    from artifact.records.store import find_runs  # lazy: each command imports only what it runs
+    from artifact.report import divergences as first  # lazy: each command imports only what it runs
+
+    path, entries = first.write(find_runs(results), out)
+    n = sum(len(e["episodes"]) for e in entries)
+    print(f"first divergences: {n} episode(s) in {len(entries)} comparison(s): {path}")
 
 
 def evidence_label(folder: Path) -> str:
