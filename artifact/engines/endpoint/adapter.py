@@ -311,11 +311,11 @@ class EndpointSession:
         self.client = Client(self.url, self.cfg.engine.request_timeout_s)
         self.metrics = bool(self.settings.metrics_counter) and self._counter() is not None
         self.cold = self.cold_start()
-        self._log(f"# cold start: {json.dumps(self.cold, sort_keys=True)}")
         self._log(f"# endpoint session: arm {self.arm}, {self.url}, model {self.model!r}; the server was started by "
                   f"its user, not by the artifact\n# identity: {json.dumps(self.identity, sort_keys=True)}\n"
                   f"# cached tokens from /metrics {self.settings.metrics_counter}: "
-                  f"{'yes' if self.metrics else 'no (the server has no such counter)'}")
+                  f"{'yes' if self.metrics else 'no (the server has no such counter)'}\n"
+                  f"# cold start: {json.dumps(self.cold, sort_keys=True)}")
         return self
 
     def cold_start(self) -> dict:
