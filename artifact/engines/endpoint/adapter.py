@@ -495,20 +495,6 @@ def describe(s: Settings, arm: str) -> str:
     return f"the {arm.upper()} arm's server run by its user ({url}): prefix caching {arm} as declared, not set here"
 
 
-def session_cold_line(s: Settings, ident: dict) -> str:
-    """How the ON arm's session will make ON run 1 start cold (EndpointSession.cold_start), in words."""
-    on = ident["servers"]["on"]
-    if s.cache_control == "cache_salt" or observe.server_family(on) == "vllm":
-        return "a cache_salt of the session's own on every ON request (no block cached before can match)"
-    if isinstance((on.get("props") or {}).get("total_slots"), int):
-        return ("llama-server's slots are erased before ON run 1 where it was started with --slot-save-path DIR (and "
-                "--cache-ram 0: the erase does not clear its host-memory prompt cache); without them only a server "
-                "started fresh (or that never saw these prompts) starts cold. The records show which, and check "
-                "does not decide RQ2 on a warm start")
-    return ("only a server started fresh starts cold; the records show whether it did, and check does not decide RQ2 "
-            "on a warm start")
-
-
 def claims_lines(s: Settings, ident: dict, reports: dict, plan: Plan) -> list[str]:
     """Which claims servers like these can decide (what check will say of them)."""
     family = observe.server_family(ident["servers"]["on"])
@@ -737,7 +723,8 @@ class Endpoint(Engine):
                      f"{per_episode} requests per episode ({bound}), every request timed as the slower cold one: "
                      f"about {minutes:.0f} min (an upper estimate: ON requests served from cache are faster; "
                      "--episodes, --turns, --steps, --n-predict change it)")
-        lines.append(f"cold start of ON run 1: {cold['means']}: {cold.get('detail', '')}; {session_cold_line(s, ident)}")
+        lines.append(f"cold start of ON run 1: {cold['means']}: {cold.get('detail', '')}"
+                     + ("; so start the ON server fresh before the run" if cold["means"] == "none" else ""))
         lines += claims_lines(s, ident, reports, plan)
         return lines
 
