@@ -21,9 +21,10 @@ EPILOG = """\
 commands:
   demo      the paired protocol on the embedded CPU default (SmolLM2-135M, llama-server b10435), then a summary;
             demo --vllm: the same on vLLM 0.11.0's CPU build (RQ4)
-  run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--results DIR]
+  run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--turns N] [--steps N]
+            [--n-predict N] [--startup-timeout S] [--request-timeout S] [--results DIR] [--dry-run]
             [--engine-setting KEY=VALUE ...]  (an engine's settings; e.g. the URLs of servers you run yourself,
-            docs/your-own-stack.md)
+            docs/own-server.md)
   compare   two runs field by field:       compare RUN_DIR_A RUN_DIR_B; two results directories (another
             machine's runs of the same configurations): compare RESULTS_A RESULTS_B (exit codes: compare --help)
   summary   the paired-protocol table of every run under a results directory
@@ -41,15 +42,70 @@ def engine_settings(pairs: list[str] | None) -> dict:
     return dict(parse_setting(p) for p in pairs or [])
 
 
+# run's budget options -> the workload setting each replaces (a workload without that setting refuses the option)
+BUDGET_SETTINGS = {"turns": "max_turns", "steps": "max_steps_per_turn"}
+
+
+def budgeted(cfg, args):
+    """The configuration under run's budget options (--turns, --steps, --n-predict, --startup-timeout,
+    --request-timeout; --episodes is `execute`'s), each a one-line error where it cannot apply."""
+    import dataclasses  # lazy: each command imports only what it runs
+
+    from artifact import workloads  # lazy: each command imports only what it runs
+    from artifact.workloads.base import replace_settings  # lazy: each command imports only what it runs
+
+    settings_type = workloads.get(cfg.workload.name).settings_type
+    known = {f.name for f in dataclasses.fields(settings_type)} if settings_type else set()
+    changes = {}
+    for option, key in BUDGET_SETTINGS.items():
+        value = getattr(args, option, None)
+        if value is None:
+            continue
+        if value < 1:
+            raise ArtifactError(f"--{option} must be >= 1")
+        if key not in known:
+            raise ArtifactError(f"--{option}: workload {cfg.workload.name} of {cfg.name} has no {key} setting")
+        changes[key] = value
+    if getattr(args, "n_predict", None) is not None:
+        if args.n_predict < 1:
+            raise ArtifactError("--n-predict must be >= 1")
+        changes["n_predict"] = args.n_predict
+    if changes:
+        cfg = replace_settings(cfg, **changes)
+    engine = {}
+    for option, key in (("startup_timeout", "startup_timeout_s"), ("request_timeout", "request_timeout_s")):
+        value = getattr(args, option, None)
+        if value is not None:
+            if value <= 0:
+                raise ArtifactError(f"--{option.replace('_', '-')} must be > 0 seconds")
+            engine[key] = float(value)
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, **engine)) if engine else cfg
+
+
 def execute(config: str, plan_name: str | None, episodes: int | None, results: Path,
-            settings: list[str] | None = None) -> list[Path]:
-    """Run (or resume) one configuration's protocol under a plan (default: its workload's)."""
+            settings: list[str] | None = None, args=None) -> list[Path]:
+    """Run (or resume) one configuration's protocol under a plan (default: its workload's); `args`: run's budget
+    options (`budgeted`)."""
     from artifact import workloads  # lazy: each command imports only what it runs
     from artifact.catalog import load_config, load_plan
     from artifact.protocol.runner import execute_plan, with_episodes
 
-    cfg = with_episodes(load_config(config, engine_settings(settings)), episodes)
+    cfg = budgeted(with_episodes(load_config(config, engine_settings(settings)), episodes), args)
     return execute_plan(cfg, load_plan(plan_name or workloads.get(cfg.workload.name).default_plan), results)
+
+
+def dry_run(args) -> int:
+    """`run --dry-run`: what the configuration's engine says of its servers and the budget before anything runs
+    (Engine.dry_run; an engine that starts its own server: `./run.sh all --dry-run`)."""
+    from artifact import engines, workloads  # lazy: each command imports only what it runs
+    from artifact.catalog import load_config, load_plan
+    from artifact.protocol.runner import with_episodes
+
+    cfg = budgeted(with_episodes(load_config(args.config, engine_settings(args.engine_setting)), args.episodes), args)
+    plan = load_plan(args.plan or workloads.get(cfg.workload.name).default_plan)
+    for line in engines.get(cfg.engine.kind).dry_run(cfg, plan):
+        print(line)
+    return 0
 
 
 def demo_variants() -> dict:
@@ -78,8 +134,15 @@ def cmd_run(args) -> int:
     from artifact.report.summary import render_results  # lazy: each command imports only what it runs
     from artifact.records.store import load_run
 
-    run_dirs = execute(args.config, args.plan, args.episodes, Path(args.results), args.engine_setting)
-    print(render_results([load_run(d) for d in run_dirs]))
+    if args.dry_run:
+        return dry_run(args)
+    from artifact.report.divergences import first_divergences, render  # lazy: each command imports only what it runs
+
+    run_dirs = execute(args.config, args.plan, args.episodes, Path(args.results), args.engine_setting, args)
+    runs = [load_run(d) for d in run_dirs]
+    print(render_results(runs))
+    print("first divergences (every pair; ./run.sh check writes them beside the verdicts):")
+    print(render(first_divergences(runs)), end="")
     return 0
 
 
@@ -93,7 +156,8 @@ def forwards(argv: list[str]) -> int:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("config", nargs="?")
     p.add_argument("--engine-setting", action="append", default=[])
-    for option in ("--plan", "--episodes", "--results"):  # run's options with a value, so that no value is the config
+    for option in ("--plan", "--episodes", "--results", "--turns", "--steps", "--n-predict", "--startup-timeout",
+                   "--request-timeout"):  # run's options with a value, so that no value is the config
         p.add_argument(option)
     args, _ = p.parse_known_args(argv)
     if args.config is None or {"-h", "--help"} & set(argv):
@@ -189,8 +253,22 @@ def cmd_check(args) -> int:
     archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
     if archives and not any(results.rglob("manifest.json")):
         with evidence_results(results) as runs_dir:
-            return run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
-    return run_check(results, args.out)
+            code = run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
+            divergences(runs_dir, Path(args.out or results / "check"))
+            return code
+    code = run_check(results, args.out)
+    divergences(results, Path(args.out) if args.out else results / "check")
+    return code
+
+
+def divergences(results: Path, out: Path) -> None:
+    """Every pair's first divergences beside the verdicts (report.divergences), and where they are."""
+    from artifact.records.store import find_runs  # lazy: each command imports only what it runs
+    from artifact.report import divergences as first  # lazy: each command imports only what it runs
+
+    path, entries = first.write(find_runs(results), out)
+    n = sum(len(e["episodes"]) for e in entries)
+    print(f"first divergences: {n} episode(s) in {len(entries)} comparison(s): {path}")
 
 
 def evidence_label(folder: Path) -> str:
@@ -343,6 +421,17 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--plan", default=None,
                     help="a plan from configs/plans.toml (default: main; bridge for a GSM8K configuration)")
     sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: the config's)")
+    sp.add_argument("--turns", type=int, default=None, help="turns per episode at most (BFCL max_turns)")
+    sp.add_argument("--steps", type=int, default=None, help="requests per turn at most (BFCL max_steps_per_turn)")
+    sp.add_argument("--n-predict", type=int, default=None, help="tokens per reply at most (workload n_predict)")
+    sp.add_argument("--startup-timeout", type=float, default=None, metavar="S",
+                    help="seconds a loading server is waited for (engine.startup_timeout_s; not in the resume "
+                    "fingerprint)")
+    sp.add_argument("--request-timeout", type=float, default=None, metavar="S",
+                    help="seconds one request may take (engine.request_timeout_s; not in the resume fingerprint)")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="run nothing: what the engine can say before a run (servers you run yourself: which "
+                    "claims they can decide, and about how long the budget takes, from one timed request)")
     engine_setting_arg(sp)
     results_arg(sp)
     sp.set_defaults(func=cmd_run)

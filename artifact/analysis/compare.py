@@ -12,6 +12,8 @@ import operator
 import statistics
 from dataclasses import dataclass, field
 
+from artifact import engines
+from artifact.errors import ArtifactError
 from artifact.records.store import Run
 
 
@@ -339,12 +341,25 @@ def cache_unused(run: Run, exposure: Exposure | None) -> str | None:
     uncached runs; the claims about the cache's effect (RQ2, RQ4) are INCONCLUSIVE on it, never PASS."""
     if run.manifest["arm"] != "on":
         return None
+    warm = start_problem(run)
+    if warm:
+        return warm
     if exposure is None:
         return f"{run.label} reports no cache use (cache_n null on every request): not shown to be a cache-ON run"
     if not exposure.cached_tokens:
         return (f"{run.label} was served no cached token (cache_n = 0 on all {exposure.requests} requests): not a "
                 "cache-ON run")
     return None
+
+
+def start_problem(run: Run) -> str | None:
+    """Why an ON run's records show it did not start from the cache state the protocol starts it in (a cache warmed
+    before ON run 1), as the run's engine reads its records (`Engine.start_problem`); None if they do not."""
+    try:
+        engine = engines.get(run.manifest.get("engine"))
+    except ArtifactError:
+        return None
+    return engine.start_problem(run.manifest, run.requests)
 
 
 def validity_problems(run: Run) -> list[str]:

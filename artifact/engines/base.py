@@ -260,6 +260,12 @@ class Engine:
         and derives it from what the server itself reported (the endpoint engine: `observe.server_family`)."""
         return self.server_family
 
+    def dry_run(self, cfg, plan) -> list[str]:
+        """`./run.sh run CONFIG --dry-run`: what it can say before a run, as lines (the endpoint engine: its servers'
+        identity, which claims they can decide, about how long the budget takes)."""
+        raise ArtifactError(f"engine {self.kind} has no dry run of its own: `./run.sh all --dry-run` shows what a "
+                            "run of its configurations would do")
+
     # --- what `./run.sh all` needs of it: its image, where it can run, what it builds natively ------------------
     def image(self, args) -> ImageSpec | None:
         """The image that serves it (`args`: `./run.sh all`'s options: cpu, base_image, cuda_archs); None: none."""
@@ -309,6 +315,14 @@ class Engine:
             if missing:
                 return (f"field 'pairing_inputs.engine' lacks {', '.join(missing)}, which every {self.kind} identity "
                         f"records (its keys: {', '.join(sorted(map(str, ident)))}): not a {self.kind} server's record")
+        return None
+
+    def start_problem(self, manifest: dict, requests: list[dict]) -> str | None:
+        """Why a cache-using run's records show it did not start from the cache state the protocol starts it in (ON
+        run 1 on a cache no request has touched; a later run of the session on what the session's own requests
+        left), or None. The analyses then take it for no evidence of what the cache does (analysis.compare
+        .cache_unused: RQ2 and RQ4 are not decided on it). The default tells nothing: an engine that starts its own
+        server starts each session on a new process."""
         return None
 
     def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:

@@ -95,5 +95,5 @@ def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
     fps = fingerprints(cfg, plan, prepared.ids, prepared.identity, load=tenants.pairing(load))
     base = {**manifest_base(cfg, plan, prepared.ids, fps), **prepared.manifest,
             **({"tenants": load.identity} if load else {})}
-    return run_sessions(cfg, plan, results, fps.resume, prepared.label, len(prepared.ids),
+    return run_sessions(cfg, plan, results, fps, prepared.label, len(prepared.ids),
                         lambda server, events: RunExecutor(cfg, server, workload, prepared, base, events, load))

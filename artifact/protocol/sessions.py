@@ -61,8 +61,9 @@ def plan_dir(results: Path, cfg: Config, plan: Plan) -> Path:
     return Path(results) / cfg.name / plan.name
 
 
-def session_state(pdir: Path, session: list[RunSpec], fp: str) -> str:
-    """'complete' (all runs complete with this fingerprint), 'absent', or 'partial'."""
+def session_state(pdir: Path, session: list[RunSpec], fp: "str | Fingerprints") -> str:
+    """'complete' (all runs complete with this fingerprint), 'absent', or 'partial'. A run made with other engine
+    timeouts only (how long to wait for a server, not what it computes) counts as made with this one."""
     states = []
     for spec in session:
         mf = pdir / spec.dirname / MANIFEST
@@ -70,7 +71,7 @@ def session_state(pdir: Path, session: list[RunSpec], fp: str) -> str:
             states.append("absent")
             continue
         run = load_run(mf.parent)
-        if run.complete and run.manifest.get("fingerprint") != fp:
+        if run.complete and not resumes(fp, run.manifest):
             raise ArtifactError(
                 f"{mf.parent} holds a complete run of a different configuration, plan or episode budget; "
                 "choose another --results directory"
@@ -92,6 +93,10 @@ def discard(pdir: Path, session: list[RunSpec]) -> None:
             say(f"  moved unfinished {src.name} to {dest / spec.dirname}")
 
 
+# engine settings that say how long to wait, not what is computed: a run made with other values resumes
+TIMEOUTS = ("startup_timeout_s", "request_timeout_s")
+
+
 @dataclass(frozen=True)
 class Fingerprints:
     """`pairing`: everything that produces the tokens except the arm's own cache switch (engine binary identity,
@@ -101,6 +106,29 @@ class Fingerprints:
     pairing_inputs: dict
     pairing: str
     resume: str
+    # the resume fingerprint's other inputs (the configuration as a table, the plan's, extra), for `resume_with`
+    parts: tuple = dataclasses.field(default=(), compare=False, repr=False)
+
+    def resume_with(self, timeouts: dict) -> str | None:
+        """The resume fingerprint had the configuration's engine timeouts been `timeouts` (TIMEOUTS only)."""
+        if not self.parts:
+            return None
+        cfg_dict, plan_dict, extra = self.parts
+        engine = {**cfg_dict["engine"], **{k: v for k, v in timeouts.items() if k in TIMEOUTS}}
+        return provenance.fingerprint(self.pairing_inputs, {**cfg_dict, "engine": engine}, plan_dict, *extra)
+
+
+def resumes(fp: "str | Fingerprints", manifest: dict) -> bool:
+    """Whether a complete run's manifest was made with this resume fingerprint, or with it but for the engine's
+    timeouts (its recorded config_data's)."""
+    have = manifest.get("fingerprint")
+    if isinstance(fp, str):
+        return have == fp
+    if have == fp.resume:
+        return True
+    engine = ((manifest.get("config_data") or {}).get("engine") or {})
+    timeouts = {k: engine[k] for k in TIMEOUTS if k in engine}
+    return bool(timeouts) and have == fp.resume_with(timeouts)
 
 
 def fingerprints(cfg: Config, plan: Plan, unit_ids: list[str], workload_identity: dict,
@@ -112,8 +140,9 @@ def fingerprints(cfg: Config, plan: Plan, unit_ids: list[str], workload_identity
     }
     if load:  # background tenants (protocol.tenants.pairing): only plans that have them, so others keep theirs
         inputs["tenants"] = load
+    cfg_dict, plan_dict = cfg.as_dict(), plan.as_dict()
     return Fingerprints(inputs, provenance.fingerprint(inputs),
-                        provenance.fingerprint(inputs, cfg.as_dict(), plan.as_dict(), *extra))
+                        provenance.fingerprint(inputs, cfg_dict, plan_dict, *extra), (cfg_dict, plan_dict, extra))
 
 
 def own_packages(cfg: Config) -> tuple[str, ...]:
@@ -199,7 +228,7 @@ def plan_lock(pdir: Path) -> Iterator[None]:
         fh.close()
 
 
-def run_sessions(cfg: Config, plan: Plan, results: Path, fp: str, units: str, n_units: int,
+def run_sessions(cfg: Config, plan: Plan, results: Path, fp: "str | Fingerprints", units: str, n_units: int,
                  make_executor: Callable[[EngineSession, EventLog], Executor]) -> list[Path]:
     """Run (or resume) every session of `plan`, one server per session; returns run dirs in plan order."""
     pdir = plan_dir(results, cfg, plan)

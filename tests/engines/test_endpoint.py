@@ -9,11 +9,15 @@ not rates.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import http.server
 import json
 import os
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +30,7 @@ from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import find_runs
 from budget import with_workload
-from user_servers import llama_server, vllm_server
+from user_servers import free_port, llama_server, vllm_server
 
 BUDGET = dict(episodes=1, max_turns=1, max_steps_per_turn=1, n_predict=12)
 
@@ -98,11 +102,17 @@ def test_plans_that_set_a_server_condition_are_refused_before_anything_runs(plan
     assert not list(tmp_path.rglob("manifest.json"))
 
 
-def test_a_server_that_does_not_answer_is_a_one_line_error(tmp_path):
-    cfg = endpoint_cfg(url="http://127.0.0.1:9", cache_control="cache_prompt")
-    cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, startup_timeout_s=1))
-    with pytest.raises(ArtifactError, match=r"no server answers at http://127.0.0.1:9 .*start it first"):
+def test_a_wrong_port_fails_in_seconds_naming_the_url_and_its_setting(tmp_path):
+    """Nothing listens there: refused after adapter.CONNECT_S (3 s), whatever startup_timeout_s says (120 s in
+    configs/endpoint.toml), in one line that names the URL and which setting gave it."""
+    import time
+
+    cfg = load_config("endpoint", {"url_off": "http://127.0.0.1:9"})
+    t0 = time.monotonic()
+    with pytest.raises(ArtifactError, match=r"^nothing answers at the server at http://127.0.0.1:9 \(url_off, the "
+                       r"OFF arm\) .*start the server first, or fix the URL$") as err:
         execute_plan(cfg, load_plan("main"), tmp_path)
+    assert time.monotonic() - t0 < 10 and "\n" not in str(err.value)
 
 
 def test_no_code_outside_its_package_names_the_engine():
@@ -122,6 +132,73 @@ def test_the_server_family_is_what_the_server_reports_as_owned_by_and_never_gues
     assert server_family(models(" vLLM ")) == "vllm"
     for unknown in (models(None), models("vllm", "sglang"), models(""), {}, None):
         assert server_family(unknown) is None
+
+
+def test_a_server_answering_html_is_a_one_line_error_naming_the_url_in_seconds(tmp_path):
+    """A real HTTP server that is not an OpenAI-compatible one (a web page on the port): one line, which URL, why."""
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<!DOCTYPE html>\n<html>\n<body>\n<h1>It works!</h1>\n</body>\n</html>\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    httpd = http.server.HTTPServer(("127.0.0.1", port), Page)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        cfg = load_config("endpoint", {"url_off": f"http://127.0.0.1:{port}"})
+        t0 = time.monotonic()
+        with pytest.raises(ArtifactError) as err:
+            execute_plan(cfg, load_plan("main"), tmp_path)
+        assert time.monotonic() - t0 < 10
+    finally:
+        httpd.shutdown()
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"the server at http://127.0.0.1:{port} (url_off, the OFF arm) answered "
+                                             "GET /v1/models with HTTP 200 (text/html): not an OpenAI-compatible")
+
+
+def run_args(**kw):
+    base = dict(turns=None, steps=None, n_predict=None, startup_timeout=None, request_timeout=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_budget_and_the_timeouts_are_command_line_options():
+    from artifact.cli import budgeted, parser
+
+    args = parser().parse_args(["run", "endpoint", "--episodes", "3", "--turns", "2", "--steps", "4", "--n-predict",
+                                "64", "--startup-timeout", "30", "--request-timeout", "90", "--dry-run"])
+    cfg = budgeted(load_config("endpoint"), args)
+    assert cfg.workload.settings["max_turns"] == 2 and cfg.workload.settings["max_steps_per_turn"] == 4
+    assert cfg.workload.n_predict == 64 and args.episodes == 3 and args.dry_run
+    assert (cfg.engine.startup_timeout_s, cfg.engine.request_timeout_s) == (30.0, 90.0)
+    with pytest.raises(ArtifactError, match="--turns: workload gsm8k of .* has no max_turns setting"):
+        budgeted(load_config("demo-smollm2-cpu-gsm8k"), run_args(turns=2))
+    with pytest.raises(ArtifactError, match="--steps must be >= 1"):
+        budgeted(load_config("endpoint"), run_args(steps=0))
+
+
+def test_the_engine_timeouts_are_not_part_of_what_a_run_resumes_by():
+    """A complete run made with other timeouts (how long to wait, not what is computed) resumes; anything else in
+    the configuration still does not."""
+    from artifact.protocol.sessions import fingerprints, resumes
+
+    cfg = load_config("demo-smollm2-cpu")
+    plan = load_plan("main")
+    made = fingerprints(cfg, plan, ["e0"], {"data": 1})
+    slower = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, startup_timeout_s=999.0,
+                                                                 request_timeout_s=5.0))
+    now = fingerprints(slower, plan, ["e0"], {"data": 1})
+    manifest = {"fingerprint": made.resume, "config_data": cfg.as_dict()}
+    assert now.resume != made.resume and resumes(now, manifest) and not resumes(now.resume, manifest)
+    other = fingerprints(with_workload(slower, n_predict=7), plan, ["e0"], {"data": 1})
+    assert not resumes(other, manifest)
 
 
 # --- llama-server ----------------------------------------------------------------------------------------------
@@ -166,6 +243,103 @@ def test_llama_server_one_server_per_arm_decides_rq1_from_what_the_off_server_re
     assert claims["RQ2"]["status"] == "INCONCLUSIVE", claims["RQ2"]
     assert "on-run1 was served no cached token (cache_n = 0 on all 1 requests)" in reasons(claims["RQ2"])
     assert {claims[k]["status"] for k in ("RQ2b", "RQ3", "RQ4", "RQ5")} == {"NOT-RUN"}
+    # the cold start: the server has no reset (no --slot-save-path), so the records are what shows it
+    on1 = runs[("on", 1)]
+    assert on1.manifest["cold_start"]["means"] == "none" and "--slot-save-path" in on1.manifest["cold_start"]["detail"]
+    first = on1.requests[0]["engine_extra"]
+    assert first["session_prefix"] == 0 and first["cached_before_session"] == 0
+    on2 = runs[("on", 2)].requests[0]
+    assert on2["cache_n"] > 0 and on2["engine_extra"]["cached_before_session"] == 0  # warm from its own run 1
+    held = on1.manifest["pairing_inputs"]["engine"]["model_held"]
+    assert held["reported"]["quant"] == "Q4_K_M" and 1.3e8 < held["reported"]["n_params"] < 1.4e8
+    assert held["quant"].startswith("held") and held["n_params"].startswith("held")
+
+    # resumed with other engine timeouts: the complete sessions are reused, nothing is sent again
+    slower = dataclasses.replace(cfg := endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]),
+                                 engine=dataclasses.replace(cfg.engine, startup_timeout_s=33, request_timeout_s=999))
+    execute_plan(slower, load_plan("main"), tmp_path)
+    assert {r.path: r.manifest["fingerprint"] for r in find_runs(tmp_path)} == \
+        {r.path: r.manifest["fingerprint"] for r in runs.values()}
+
+    # the same servers again, into new results: the ON server has served these prompts, so ON run 1 starts warm,
+    # the records say so, and check does not decide RQ2 on it
+    runs, claims = protocol_and_check(endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]),
+                                      tmp_path / "again")
+    first = runs[("on", 1)].requests[0]
+    assert first["cache_n"] > 0 and first["engine_extra"]["cached_before_session"] == first["cache_n"]
+    assert claims["RQ2"]["status"] == "INCONCLUSIVE", claims["RQ2"]
+    assert (f"on-run1 did not start cold: episode multi_turn_base_0 request 0 was served {first['cache_n']} cached "
+            "prompt tokens its session had not sent") in reasons(claims["RQ2"])
+    assert claims["RQ1"]["status"] == "PASS", claims["RQ1"]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("name, quant, message", [
+    ("Llama-3.1-8B-Instruct", "Q8_0", "reports its model is Q4_K - Medium, 135M parameters (/v1/models meta, /props), "
+                                      "the configuration declares 'Llama-3.1-8B-Instruct' Q8_0"),
+    ("SmolLM2-1.7B-Instruct", "Q4_K_M", "reports a 135M-parameter model (/v1/models meta.n_params), the configuration "
+                                        "declares 'SmolLM2-1.7B-Instruct' (1,700M)"),
+])
+def test_a_declared_model_the_server_does_not_report_is_a_one_line_error_before_any_request(llama_urls, tmp_path,
+                                                                                             name, quant, message):
+    cfg = endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"])
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=name, quant=quant))
+    with pytest.raises(ArtifactError, match=re.escape(message)) as err:
+        execute_plan(cfg, load_plan("main"), tmp_path)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"the server at {llama_urls['off']} (url_off")
+    assert not list(tmp_path.rglob("requests.jsonl"))
+
+
+@pytest.mark.server
+def test_the_dry_run_says_what_the_servers_can_decide_and_how_long_the_budget_takes(llama_urls, capsys):
+    from artifact.cli import main
+
+    t0 = time.monotonic()
+    assert main(["run", "endpoint", "--dry-run", "--engine-setting", f"url_on={llama_urls['on']}",
+                 "--engine-setting", f"url_off={llama_urls['off']}", "--episodes", "2", "--turns", "1",
+                 "--steps", "1", "--n-predict", "12"]) == 0
+    out = capsys.readouterr().out
+    assert time.monotonic() - t0 < 300
+    assert re.search(r"timed: OFF [\d.]+ s for a [\d,]+-token prompt and 12 generated tokens; ON ", out), out
+    assert re.search(r"budget: 2 episodes x 4 runs \(off, on x 2\), about 2 requests per episode \(at most 2 per "
+                     r"episode\), .*: about \d+ min", out), out
+    assert "RQ1 (cache-OFF reruns identical): yes" in out and "RQ4 (a second engine): NOT-RUN" in out
+    assert "quantization held: the server's file type" in out and "cold start of ON run 1: none" in out
+
+
+@pytest.fixture(scope="module")
+def resettable_url(tmp_path_factory):
+    """One user-started llama-server whose cache can be reset: one slot, no host-memory prompt cache, and slot
+    actions on (--slot-save-path): the engine erases its slot before ON run 1."""
+    logs = tmp_path_factory.mktemp("llama-resettable")
+    with llama_server(logs / "one.log", "-np", "1", "--cache-ram", "0", "--slot-save-path", str(logs)) as url:
+        yield url
+
+
+@pytest.mark.server
+def test_one_url_with_cache_prompt_starts_on_run_1_cold_where_the_server_can_be_reset(resettable_url, tmp_path):
+    """One URL, cache_prompt: the OFF runs' requests (cache_prompt false) leave their prompt in the slot, which the
+    next cache_prompt true request would be served from; the engine erases the slot first, and the records show
+    ON run 1 met it cold."""
+    runs, claims = protocol_and_check(endpoint_cfg(url=resettable_url, cache_control="cache_prompt"), tmp_path)
+    on1 = runs[("on", 1)]
+    assert on1.manifest["cold_start"]["means"] == "slot erase"
+    assert on1.requests[0]["cache_n"] == 0 and on1.requests[0]["engine_extra"]["cached_before_session"] == 0
+    assert runs[("on", 2)].requests[0]["cache_n"] > 0
+    assert "did not start cold" not in reasons(claims["RQ2"])
+    assert claims["RQ1"]["status"] == "PASS", claims["RQ1"]
+
+
+@pytest.mark.server
+def test_one_url_with_cache_prompt_on_a_server_without_a_reset_is_called_warm(llama_urls, tmp_path):
+    """The same on a llama-server as it starts by default (no --slot-save-path, host-memory prompt cache on): the
+    OFF runs leave ON run 1's first prompt cached, nothing can erase it, and check says so instead of deciding RQ2."""
+    runs, claims = protocol_and_check(endpoint_cfg(url=llama_urls["on"], cache_control="cache_prompt"), tmp_path)
+    first = runs[("on", 1)].requests[0]
+    assert runs[("on", 1)].manifest["cold_start"]["means"] == "none"
+    assert first["cache_n"] > 0 and first["engine_extra"]["cached_before_session"] == first["cache_n"]
+    assert claims["RQ2"]["status"] == "INCONCLUSIVE" and "on-run1 did not start cold" in reasons(claims["RQ2"])
+    assert claims["RQ1"]["status"] == "PASS", claims["RQ1"]
 
 
 @pytest.mark.server
@@ -178,7 +352,7 @@ def test_a_model_the_servers_do_not_serve_is_refused_before_any_request(llama_ur
 # --- vLLM ------------------------------------------------------------------------------------------------------
 
 # Served in bf16 on a 2-core CPU (no bf16 instructions) each request took 6-11 minutes; served as the
-# other vLLM server tests (float32, eager: tests/budget.py) both passed in 168 s (docs/your-own-stack.md). They run
+# other vLLM server tests (float32, eager: tests/budget.py) both passed in 168 s (docs/own-server.md). They run
 # when asked: CI's run is 44 of its 45 minutes without them.
 VLLM_ENDPOINT = pytest.mark.skipif(os.environ.get("ARTIFACT_ENDPOINT_VLLM_TEST") != "1",
                                    reason="NOT RUN unless ARTIFACT_ENDPOINT_VLLM_TEST=1: the endpoint protocol on a "

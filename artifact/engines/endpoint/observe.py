@@ -31,23 +31,31 @@ CONTEXT_ERRORS = ("exceed_context_size", "context length", "maximum context", "m
 # /v1/models entry fields that identify the model; `created` and `object` are left out (vLLM's `created` is the time
 # of the request)
 MODEL_FIELDS = ("id", "owned_by", "root", "parent", "max_model_len", "meta")
-PROPS_FIELDS = ("build_info", "model_path", "model_alias", "total_slots", "modalities")
+PROPS_FIELDS = ("build_info", "model_path", "model_alias", "model_ftype", "total_slots", "modalities")
 
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def server_identity(get) -> dict:
+def one_line(text, limit: int = 120) -> str:
+    """A server's text (an HTML page, a traceback) as one short line for an error message."""
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+
+
+def server_identity(get, where: str = "the server") -> dict:
     """What the server says it is, from `get(path) -> (status, headers, body or None)`: /v1/models (without the
     volatile fields), its `server` response header, and /version, /props (selected fields) and the Prometheus
-    `*_info` families on /metrics where the server has them. Raises ArtifactError if /v1/models does not answer
-    a model list."""
+    `*_info` families on /metrics where the server has them. Raises ArtifactError (one line, naming `where`) if
+    /v1/models does not answer a model list."""
     status, headers, body = get("/v1/models")
     data = body.get("data") if isinstance(body, dict) else None
     if status != 200 or not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
-        raise ArtifactError(f"/v1/models answered HTTP {status} without a model list: not an OpenAI-compatible "
-                            "server")
+        kind = (headers.get("content-type") or "no content type").split(";")[0]
+        what = "JSON without a model list" if body is not None else kind
+        raise ArtifactError(f"{where} answered GET /v1/models with HTTP {status} ({what}): not an OpenAI-compatible "
+                            "server, or the wrong URL (give the server's base URL, e.g. http://127.0.0.1:8080)")
     ident: dict = {"models": [{k: m[k] for k in MODEL_FIELDS if k in m} for m in data],
                    "server_header": headers.get("server")}
     status, _, body = get("/version")
@@ -68,6 +76,60 @@ def server_identity(get) -> dict:
         if info:
             ident["metrics_info"] = info
     return ident
+
+
+# llama.cpp's file-type names (llama_model_ftype_name, "/v1/models" meta.ftype and /props model_ftype) -> the
+# quantization labels configurations use
+FTYPE_SUFFIX = {" - MEDIUM": "_M", " - SMALL": "_S", " - LARGE": "_L", " - EXTRA SMALL": "_XS", " - EXTRA LARGE": "_XL"}
+
+
+def quant_label(ftype) -> str | None:
+    """A llama.cpp file-type name as a quantization label ("Q4_K - Medium" -> "Q4_K_M", "all F32" -> "F32")."""
+    if not isinstance(ftype, str) or not ftype.strip():
+        return None
+    s = ftype.strip().upper()
+    s = s.removeprefix("MOSTLY ").removeprefix("ALL ").removesuffix(" (GUESSED)").strip()
+    for long, short in FTYPE_SUFFIX.items():
+        if s.endswith(long):
+            s = s[: -len(long)] + short
+    return s.replace(" ", "_")
+
+
+def reported_model(ident: dict, model_id: str | None) -> dict:
+    """What the server reports of the model it serves (llama-server: /v1/models meta and /props; vLLM reports no
+    parameter count or file type): n_params, ftype, its quantization label, size, n_ctx_train, n_ctx, build. Keys
+    the server does not report are absent."""
+    out: dict = {}
+    models = ident.get("models") or []
+    entry = next((m for m in models if m.get("id") == model_id), models[0] if len(models) == 1 else {})
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    props = ident.get("props") or {}
+    for key in ("n_params", "size", "n_ctx_train"):
+        if _is_int(meta.get(key)):
+            out[key] = meta[key]
+    ftype = meta.get("ftype") or props.get("model_ftype")
+    if isinstance(ftype, str) and ftype:
+        out["ftype"] = ftype
+        out["quant"] = quant_label(ftype)
+    n_ctx = props.get("n_ctx") if _is_int(props.get("n_ctx")) else meta.get("n_ctx")
+    if not _is_int(n_ctx):
+        n_ctx = entry.get("max_model_len")
+    if _is_int(n_ctx):
+        out["n_ctx"] = n_ctx
+    build = build_string(ident)
+    if build != "not reported by the server":
+        out["build"] = build.split(" (")[0]
+    return out
+
+
+SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*([BM])(?![a-zA-Z])")
+
+
+def declared_params(name: str) -> float | None:
+    """The parameter count a model name declares ("Llama-3.1-8B" -> 8e9, "SmolLM2-135M-Instruct" -> 1.35e8), or None
+    where it names none or several different ones."""
+    sizes = {float(n) * (1e9 if unit == "B" else 1e6) for n, unit in SIZE.findall(name or "")}
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def server_family(ident: dict | None) -> str | None:
