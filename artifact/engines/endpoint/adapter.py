@@ -348,6 +348,19 @@ class EndpointSession:
         return {"means": "none", "detail": f"no way to reset this server's cache: {why}; the first run starts "
                 "from whatever the server cached before, which the records show (cached_before_session)"}
 
+    def _post_completion(self, payload: dict):
+        """POST /v1/completions, timed: the response, its JSON body and the seconds it took; a body that is not
+        JSON is a one-line error naming the server."""
+        t0 = time.monotonic()
+        r = self.client.request("POST", "/v1/completions", json=payload)
+        seconds = time.monotonic() - t0
+        try:
+            body = r.json()
+        except ValueError:
+            raise ArtifactError(f"the server at {self.url} answered POST /v1/completions with HTTP {r.status_code} "
+                                f"without JSON: {observe.one_line(r.text)}") from None
+        return r, body, seconds
+
     def timed_request(self, n_predict: int, cache_prompt: bool, target: int = 3800) -> tuple[Completion, float, int]:
         """One greedy request of about `target` prompt tokens that shares no prefix with the workload's prompts
         (plain text, no chat template), generating `n_predict` tokens where the server lets it ignore the end of
@@ -360,14 +373,7 @@ class EndpointSession:
                    "ignore_eos": True, **s.extra_request, **control_fields(s, cache_prompt, self.salt)}
         if payload.get("cache_salt"):
             payload["cache_salt"] = f"dry-run-{uuid.uuid4().hex}"
-        t0 = time.monotonic()
-        r = self.client.request("POST", "/v1/completions", json=payload)
-        seconds = time.monotonic() - t0
-        try:
-            body = r.json()
-        except ValueError:
-            raise ArtifactError(f"the server at {self.url} answered POST /v1/completions with HTTP {r.status_code} "
-                                f"without JSON: {observe.one_line(r.text)}") from None
+        r, body, seconds = self._post_completion(payload)
         if r.status_code != 200:
             message, _, _ = observe.error_message(r.status_code, body, r.text)
             raise ArtifactError(f"the server at {self.url} failed the timed request (HTTP {r.status_code}: "
@@ -452,14 +458,8 @@ class EndpointSession:
                    **s.extra_request, **control_fields(s, cache_prompt, self.salt)}
         ids, prefix = self.session_prefix(prompt)
         before = self._counter() if self.metrics else None
-        t0 = time.monotonic()
-        r = self.client.request("POST", "/v1/completions", json=payload)
-        wall_ms = (time.monotonic() - t0) * 1000
-        try:
-            body = r.json()
-        except ValueError:
-            raise ArtifactError(f"the server at {self.url} answered POST /v1/completions with HTTP {r.status_code} "
-                                f"without JSON: {observe.one_line(r.text)}") from None
+        r, body, seconds = self._post_completion(payload)
+        wall_ms = seconds * 1000
         if r.status_code != 200:
             message, overflow, n = observe.error_message(r.status_code, body, r.text)
             self._log(f"request: HTTP {r.status_code}: {message}")
