@@ -209,6 +209,8 @@ OUTPUT_NAMES = frozenset((
     "benefit_runs.csv", "benefit_arms.csv", "benefit_ratios.csv", "mitigation.csv", "tiers.csv", "tiers_requests.csv",
     "quant_mechanism.csv", "quant_mechanism_pairs.csv", "tenants.csv", "tenants_runs.csv", "beyond_verdicts.csv",
     "flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png",
+    # artifact.report.divergences, written by the check command beside the verdicts
+    "first-divergence.json", "first-divergence.txt",
 ))
 
 
