@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import sys
 from pathlib import Path
@@ -262,13 +263,13 @@ def cmd_check(args) -> int:
 
 
 def divergences(results: Path, out: Path) -> None:
-    """Every pair's first divergences beside the verdicts (report.divergences), and where they are."""
-    from artifact.records.store import find_runs  # lazy: each command imports only what it runs
-    from artifact.report import divergences as first  # lazy: each command imports only what it runs
-
-    path, entries = first.write(find_runs(results), out)
+    """Where check wrote every admitted pair's first divergences (report.divergences), and how many."""
+    path = out / "first-divergence.json"
+    if not path.is_file():
+        return
+    entries = json.loads(path.read_text(encoding="utf-8"))
     n = sum(len(e["episodes"]) for e in entries)
-    print(f"first divergences: {n} episode(s) in {len(entries)} comparison(s): {path}")
+    print(f"first divergences: {n} episode(s) in {len(entries)} comparison(s): {out / 'first-divergence.txt'}")
 
 
 def evidence_label(folder: Path) -> str:

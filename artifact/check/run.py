@@ -416,6 +416,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
                                         encoding="utf-8", errors=TEXT_ERRORS)
         (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
+        # every admitted pair's first divergences beside the verdicts (first-divergence.json and .txt)
+        from artifact.report import divergences  # noqa: PLC0415; lazy: only a check that got this far writes them
+        divergences.write(evidence, new)
         publish(new, out)
     except OSError as exc:
         if new is None:
