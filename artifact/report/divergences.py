@@ -84,6 +84,8 @@ def write(runs: list[Run], out: Path) -> tuple[Path, list[dict]]:
     """first-divergence.json and .txt under `out`; returns the text file's path and the entries."""
     entries = first_divergences(runs)
     out.mkdir(parents=True, exist_ok=True)
-    (out / JSON_NAME).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")
-    (out / TEXT_NAME).write_text(render(entries))
+    # model text is untrusted: a lone surrogate in it is written escaped, as check.json does, never an error
+    (out / JSON_NAME).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n", encoding="utf-8",
+                                 errors="backslashreplace")
+    (out / TEXT_NAME).write_text(render(entries), encoding="utf-8", errors="backslashreplace")
     return out / TEXT_NAME, entries
