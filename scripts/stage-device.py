@@ -31,6 +31,7 @@ for each part carried: `scripts/stage-device.py receive STAGE PART`; once all ar
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import shutil
@@ -106,7 +107,9 @@ def llama_sdist(work: Path, trim: bool, say) -> Item:
         shutil.rmtree(root / "llama.cpp" / rel, ignore_errors=True)
     out = work / "trimmed" / name
     out.parent.mkdir(parents=True)
-    with tarfile.open(out, "w:gz", compresslevel=9) as tar:
+    # byte-identical on every staging: no time in the gzip header, entries sorted, owners and mtimes zeroed
+    with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(root.rglob("*")):
             info = tar.gettarinfo(str(path), arcname=str(path.relative_to(work)))
             info.uid = info.gid = 0
