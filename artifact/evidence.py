@@ -157,6 +157,9 @@ def summarize(folder: Path) -> dict:
         "jobs": {f"{c}:{p}": {"runs": len(ms), "elapsed_s": _elapsed(ms)}
                  for (c, p), ms in sorted(_by_job(manifests).items())},
     }
+    # the jobs' spans summed: what the jobs took one after another (jobs run one at a time: the time to run them all)
+    spans = [j["elapsed_s"] for j in summary["jobs"].values()]
+    summary["jobs_elapsed_sum_s"] = round(sum(spans), 1) if spans and None not in spans else None
     logs = _log_walls(folder)
     if logs["walls_s"] or logs["matrix"]:
         summary["logs"] = logs
@@ -247,6 +250,9 @@ def render_md(s: dict) -> str:
     if s.get("jobs"):
         lines += ["", "| job (configuration:plan) | runs | first start to last finish |", "|---|---|---|"]
         lines += [f"| {k} | {v['runs']} | {v['elapsed_s']} s |" for k, v in s["jobs"].items()]
+        if s.get("jobs_elapsed_sum_s") is not None:
+            lines += [f"| the jobs' spans, summed | {sum(v['runs'] for v in s['jobs'].values())} | "
+                      f"{s['jobs_elapsed_sum_s']} s |"]
     if s.get("logs"):
         walls = "; ".join(f"{k} {', '.join(f'{x} s' for x in v)}" for k, v in s["logs"]["walls_s"].items())
         lines += ["", f"Session logs: {walls or 'no step times'}"
