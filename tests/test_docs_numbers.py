@@ -123,3 +123,20 @@ def test_every_relative_link_of_the_docs_points_to_a_file_that_exists():
             if not path.exists() and path not in PENDING:
                 missing.append(f"{doc.name}: {target}")
     assert not missing, missing
+
+
+def test_packing_speed_up_is_the_ratio_of_the_summaries():
+    """The speed-up of sharing the docs quote is computed from two summaries: the jobs timed alone
+    (evidence/h200-packing, their spans summed) over the six jobs at once (evidence/h200-agent-native, first start to
+    last finish): "at least" that ratio, and "about" it with the job not timed alone taken as long as Q4_K_M main."""
+    alone = json.loads((EVIDENCE / "h200-packing" / evidence.SUMMARY_JSON).read_text(encoding="utf-8"))
+    shared = json.loads((EVIDENCE / "h200-agent-native" / evidence.SUMMARY_JSON).read_text(encoding="utf-8"))
+    missing = sorted(set(shared["jobs"]) - set(alone["jobs"]))
+    lower = alone["jobs_elapsed_sum_s"] / shared["elapsed_s"]
+    estimate = (alone["jobs_elapsed_sum_s"] + len(missing) * alone["jobs"]["h200-agent-q4_k_m:main"]["elapsed_s"]) \
+        / shared["elapsed_s"]
+    assert missing == ["h200-agent-q4_k_m:fresh"]
+    for doc in (REPO / "docs" / "evidence.md", REPO / "docs" / "gpu-hosts.md"):
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        assert f"at least {lower:.1f}x" in text, f"{doc.name}: the speed-up is at least {lower:.1f}x"
+        assert f"about {estimate:.1f}x" in text, f"{doc.name}: the estimated speed-up is about {estimate:.1f}x"
