@@ -107,7 +107,7 @@ class Schema:
         return next((why for r in self.rules if (why := r.check(record))), None)
 
     def describe(self) -> list[dict]:
-        """The schema as data (ARTIFACT.md §4 and tests read it)."""
+        """The schema as data, one entry per field (the records docs/records.md describes in words)."""
         return [{"field": f.name, "type": "/".join("null" if k is NoneType else k.__name__ for k in f.kinds),
                  "required": f.required and not f.served, "doc": f.doc} for f in self.fields]
 
