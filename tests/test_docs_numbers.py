@@ -109,20 +109,57 @@ def test_every_evidence_folder_has_a_section_on_the_evidence_page():
 
 # written on another branch, merged with this one
 PENDING = {REPO / "docs" / "admission.md"}
+# any reference definition, with or without a title
+REF_TARGET = re.compile(r"^\[[^\]\n]+\]: (\S+)(?: \"[^\"]*\")?$", re.M)
 
 
-def test_every_relative_link_of_the_docs_points_to_a_file_that_exists():
-    missing = []
-    for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        targets = re.findall(r"\]\(([^)\s]+)(?: \"[^\"]*\")?\)", text) + [t for _, t, _ in REF_DEF.findall(text)]
-        for target in targets:
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue
-            path = (doc.parent / target.split("#")[0]).resolve()
-            if not path.exists() and path not in PENDING:
-                missing.append(f"{doc.name}: {target}")
-    assert not missing, missing
+def anchors(doc: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: the heading's text (a link's text only) lower-cased, every
+    character but letters, digits, underscores, hyphens and spaces dropped, spaces made hyphens; a repeated heading
+    gets -1, -2, ... Headings inside fenced code are none."""
+    text = re.sub(r"^```.*?^```", "", doc.read_text(encoding="utf-8"), flags=re.M | re.S)
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?)(?: +#+)? *$", text, re.M):
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+        anchor = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = seen.get(anchor, 0)
+        seen[anchor] = n + 1
+        found.add(anchor if n == 0 else f"{anchor}-{n}")
+    return found
+
+
+def broken_links(doc: Path, text: str) -> list[str]:
+    """Each relative link of a document (inline or a reference definition) whose file does not exist, or whose
+    anchor (#...) is not a heading of the page it points to (the same page for a bare #anchor)."""
+    bad = []
+    targets = re.findall(r"\]\(([^)\s]+)(?: \"[^\"]*\")?\)", text) + REF_TARGET.findall(text)
+    for target in targets:
+        if re.match(r"[a-z]+:", target):
+            continue
+        name, _, anchor = target.partition("#")
+        path = (doc.parent / name).resolve() if name else doc.resolve()
+        if not path.exists():
+            if path not in PENDING:
+                bad.append(f"{doc.name}: {target} (no such file)")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            bad.append(f"{doc.name}: {target} (no such heading in {path.name})")
+    return bad
+
+
+def test_every_relative_link_of_the_docs_points_to_a_file_and_heading_that_exist():
+    bad = [b for doc in DOCS for b in broken_links(doc, doc.read_text(encoding="utf-8"))]
+    assert not bad, bad
+
+
+def test_a_broken_link_or_anchor_is_caught():
+    doc = REPO / "docs" / "demo.md"
+    good = "[a](gpu-hosts.md#vllm-on-a-gpu-host) [b](#runsh-demo) [c][r]\n\n[r]: ../README.md#claims\n"
+    assert broken_links(doc, good) == []
+    assert len(broken_links(doc, good.replace("#vllm-on-a-gpu-host", "#vllm-on-a-gpu"))) == 1
+    assert len(broken_links(doc, good.replace("#runsh-demo", "#demo"))) == 1
+    assert len(broken_links(doc, good.replace("gpu-hosts.md", "gpu-host.md"))) == 1
+    assert len(broken_links(doc, good.replace("README.md#claims", "README.md#claim"))) == 1
 
 
 def test_packing_speed_up_is_the_ratio_of_the_summaries():
