@@ -2,7 +2,9 @@
 summary.md) is remade here from its records and check outputs and must equal the committed one, and every quoted
 number in README.md, ARTIFACT.md and docs/ is a link into an evidence folder whose title names the summary's key,
 ``[69/80](evidence/h200-agent/summary.md "divergence/h200-agent-q4_k_m:main/on_vs_off")`` (inline or as a
-reference definition), and must read what that key holds. A change that makes a quoted number untrue fails here."""
+reference definition), and must read what that key holds. A change that makes a quoted number untrue fails here.
+Numbers about committed files that are not evidence (the agent model's recipe and training record, the weights'
+source specs) are held to those files, and every relative link to a file and heading that exist."""
 
 from __future__ import annotations
 
@@ -177,3 +179,83 @@ def test_packing_speed_up_is_the_ratio_of_the_summaries():
         text = " ".join(doc.read_text(encoding="utf-8").split())
         assert f"at least {lower:.1f}x" in text, f"{doc.name}: the speed-up is at least {lower:.1f}x"
         assert f"about {estimate:.1f}x" in text, f"{doc.name}: the estimated speed-up is about {estimate:.1f}x"
+
+
+# Numbers about committed files that are not evidence (the agent model's recipe and its training record, the
+# weights' source specs, the pinned vLLM requirements): each as the docs write it, made from the file it is about.
+MODELS = REPO / "artifact" / "models"
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def committed_file_facts() -> dict[Path, list[str]]:
+    """Per document, the phrases that quote a committed file's numbers, made from that file."""
+    agent = _json(MODELS / "recipes" / "smollm2-135m-bfcl-agent.json")
+    data, training, adapter = agent["data"], agent["training"], agent["adapter"]
+    lora, opt, versions = training["lora"], training["optimizer"], training["versions"]
+    rejected = len(data["oracle_not_valid"])
+    assert training["data_sha256"] == data["sha256"] and training["pairs"] == data["pairs"]
+    assert lora["dropout"] == 0 and opt["epochs"] == len(training["epochs"]) == 1
+    first, last = re.findall(r"multi_turn_base_(\d+)", data["episodes"])[:2]
+    lr = f"{opt['lr']:.0e}".replace("e-0", "e-")
+    qwen = _json(MODELS / "sources" / "qwen2.5-coder-0.5b-instruct-q4_k_m.json")
+    header, parts = qwen["header"], qwen["parts"]
+    requant = _json(MODELS / "recipes" / "qwen2.5-coder-0.5b-requant.json")["products"]
+    gemma = _json(MODELS / "sources" / "gemma-3-270m-q4_k_m.json")
+    vllm_wheels = [line for line in (REPO / "scripts" / "vllm-device-wheels.txt").read_text().splitlines()
+                   if line.strip() and not line.startswith("#")]
+    return {
+        REPO / "docs" / "agent-model.md": [
+            f"`multi_turn_base` episodes {first}-{last} only",
+            f"{data['pairs']} (prompt, reply) pairs, sha256 `{data['sha256'][:8]}…`",
+            f"accepts {data['oracle_valid']} of the {data['oracle_valid'] + rejected} oracle trajectories; "
+            f"the {rejected} it rejects",
+            f"on one {training['device'].removeprefix('NVIDIA ')}): LoRA r = {lora['r']}, alpha {lora['alpha']}, "
+            "no dropout",
+            f"({lora['trainable_parameters']:,} parameters)",
+            f"AdamW lr {lr} with warm-up and cosine decay, batch {opt['batch']}, one epoch ({opt['steps']} steps, "
+            f"mean loss {training['epochs'][0]['mean_loss']:.3f}, {training['wall_s']:.0f} s), seed {training['seed']}",
+            f"torch {_minor(versions['torch'])}, transformers {_minor(versions['transformers'])}, "
+            f"peft {_minor(versions['peft'])}",
+            f"({adapter['bytes']:,} bytes, sha256 `{adapter['sha256'][:8]}…`)",
+        ],
+        REPO / "docs" / "qwen.md": [
+            f"`{parts[0]['distribution']}` … `part{len(parts)}` {parts[0]['version']}",
+            f"The joined file: {qwen['bytes']:,} bytes, sha256 `{qwen['sha256']}`",
+            f"GGUF v{header['gguf_version']}, `general.architecture = {header['architecture']}`, "
+            f"`general.name = \"{header['name']}\"`",
+            f"file type {header['file_type']} ({header['file_type_name']}), {header['block_count']} blocks, "
+            f"embedding {header['embedding_length']}, context {header['context_length']:,}, "
+            f"vocabulary {header['vocab_size']:,}",
+            f"({len(qwen['chat_template']):,} characters, sha256 `{header['chat_template_sha256'][:8]}…`",
+            *(f"{level} `{sha[:8]}…`" for level, sha in requant.items()),
+            f"joined sha256 `{gemma['sha256'][:8]}…`",
+        ],
+        REPO / "docs" / "records.md": [
+            f"sha256 `{agent['base']['sha256']}`",
+            f"adapter `artifact/models/recipes/{adapter['file']}` sha256 `{adapter['sha256']}`",
+            *(f"{level} `{agent['products'][level][:8]}…`" for level in ("F16", "Q8_0", "Q4_K_M", "Q3_K_M")),
+            f"Q4_K_M GGUF sha256 `{qwen['sha256']}` ({qwen['bytes']:,} bytes)",
+            *(f"{level} `{sha[:8]}…`" for level, sha in requant.items()),
+            f"and the {len(vllm_wheels) - 1} requirements a Python with torch 2.11 lacks",
+        ],
+    }
+
+
+def test_numbers_about_committed_files_are_what_the_files_say():
+    """The training figures of the agent model (its recipe's `training` and `data`), the adapter's size and sha256,
+    the Qwen GGUF's size, sha256 and header (its source spec), the requantized series' pins and the count of pinned
+    vLLM requirements, as the docs quote them."""
+    assert (MODELS / "recipes" / _json(MODELS / "recipes" / "smollm2-135m-bfcl-agent.json")["adapter"]["file"]) \
+        .stat().st_size == _json(MODELS / "recipes" / "smollm2-135m-bfcl-agent.json")["adapter"]["bytes"]
+    missing = []
+    for doc, phrases in committed_file_facts().items():
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        missing += [f"{doc.name}: {p!r}" for p in phrases if p not in text]
+    assert not missing, "\n".join(missing)
