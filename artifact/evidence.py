@@ -6,7 +6,7 @@ into the folder whose title names the summary's key, e.g. ``[PASS](evidence/h200
 `tests/test_docs_numbers.py` recomputes every summary from the records and holds every such link to it.
 
 What a summary holds: the check's exit code and verdicts (`check/check.json`), each configuration-plan's divergence
-counts (`check/tab2.csv`), what check observed in each scope of a verdict beyond the paper, the agent table (`check/agent.csv`), comparisons written beside the records (`compare.txt`: IDENTICAL / DIFFERENT lines), and
+counts (`check/tab2.csv`), what check observed in each scope of a verdict beyond the paper, the agent table (`check/agent.csv`), comparisons written beside the records (`compare.txt`, `reproduction.txt`: IDENTICAL / DIFFERENT lines), the stage an offline set-up was made from (`STAGE.json`: files, MiB, transfers), and
 from the run manifests in `records*.tar.xz`: runs, episodes, requests (lines of each run's `requests.jsonl`), wall
 seconds, when the runs started and finished (in all and per configuration-plan, i.e. per job), and the host: GPU,
 driver, CPU, container, CUDA MPS, GPU sharing, the runs the MPS daemon served, network isolation. Nothing in it depends on when or where the summary is made.
@@ -29,6 +29,10 @@ WALL_LINE = re.compile(rb"^(\w+) wall ([0-9.]+) s$")
 MATRIX_LINE = re.compile(rb"^(\d+) done, (\d+) failed, (\d+) skipped, in (\d+:\d\d:\d\d)$")
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
+STAGE = "STAGE.json"
+# `./run.sh compare` outputs written beside the records, and the summary key of each: against another folder's
+# records (compare.txt), and a second machine's runs against this folder's own (reproduction.txt)
+COMPARISONS = (("compare.txt", "compare"), ("reproduction.txt", "reproduction"))
 CHECK_SEVERITY = ("FAIL", "INVALID", "INCONCLUSIVE", "OUT-OF-BAND", "PASS", "NOT-RUN")
 
 
@@ -202,10 +206,18 @@ def summarize(folder: Path) -> dict:
                 # the workload's own checker's count of valid episodes (its column: WORKLOAD_valid)
                 "valid": f"{_int(next((v for k, v in r.items() if k.endswith('_valid')), ''))}/{_int(r['episodes'])}"}
             for r in rows}
-    compare = folder / "compare.txt"
-    if compare.exists():
-        words = [line.split()[0] for line in compare.read_text(encoding="utf-8").splitlines() if line.strip()]
-        summary["compare"] = {w.lower(): words.count(w) for w in sorted(set(words)) if w.isupper()}
+    stage = folder / STAGE
+    if stage.exists():  # the offline set-up's stage (scripts/stage-device.py): what was carried to the host, and how
+        st = json.loads(stage.read_text(encoding="utf-8"))
+        calls = st.get("calls") or []
+        summary["stage"] = {"files": len(st.get("files") or []), "total_mib": st.get("total_mib"),
+                            "transfers": len(calls), "largest_transfer_mib": max((c["mib"] for c in calls), default=None),
+                            "carried_mib": st.get("carried_mib"), "limit_mib": st.get("limit_mib")}
+    for name, key in COMPARISONS:
+        compare = folder / name
+        if compare.exists():
+            words = [line.split()[0] for line in compare.read_text(encoding="utf-8").splitlines() if line.strip()]
+            summary[key] = {w.lower(): words.count(w) for w in sorted(set(words)) if w.isupper()}
     return summary
 
 
@@ -262,8 +274,14 @@ def render_md(s: dict) -> str:
                   "|---|---|---|---|---|"]
         lines += [f"| {k} | {v['with_tool_call']} | {v['calls']} | {v['requests_per_episode']} | {v['valid']} |"
                   for k, v in s["agent"].items()]
-    if s.get("compare"):
-        lines += ["", "compare.txt: " + ", ".join(f"{v} {k}" for k, v in s["compare"].items())]
+    if s.get("stage"):
+        st = s["stage"]
+        lines += ["", f"{STAGE}: {st['files']} files, {st['total_mib']} MiB, carried in {st['transfers']} transfers of "
+                  f"at most {st['largest_transfer_mib']} MiB beside the repository's {st['carried_mib']} MiB (limit "
+                  f"{st['limit_mib']} MiB per transfer)."]
+    for name, key in COMPARISONS:
+        if s.get(key):
+            lines += ["", f"{name}: " + ", ".join(f"{v} {k}" for k, v in s[key].items())]
     return "\n".join(lines) + "\n"
 
 
