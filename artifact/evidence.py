@@ -6,10 +6,13 @@ into the folder whose title names the summary's key, e.g. ``[PASS](evidence/h200
 `tests/test_docs_numbers.py` recomputes every summary from the records and holds every such link to it.
 
 What a summary holds: the check's exit code and verdicts (`check/check.json`), each configuration-plan's divergence
-counts (`check/tab2.csv`), what check observed in each scope of a verdict beyond the paper, the agent table (`check/agent.csv`), comparisons written beside the records (`compare.txt`, `reproduction.txt`: IDENTICAL / DIFFERENT lines), the stage an offline set-up was made from (`STAGE.json`: files, MiB, transfers), and
-from the run manifests in `records*.tar.xz`: runs, episodes, requests (lines of each run's `requests.jsonl`), wall
-seconds, when the runs started and finished (in all and per configuration-plan, i.e. per job), and the host: GPU,
-driver, CPU, container, CUDA MPS, GPU sharing, the runs the MPS daemon served, network isolation. Nothing in it depends on when or where the summary is made.
+counts (`check/tab2.csv`), what check observed in each scope of a verdict beyond the paper, the agent table
+(`check/agent.csv`), comparisons written beside the records (`compare.txt`, `reproduction.txt`: IDENTICAL / DIFFERENT
+lines), the stage an offline set-up was made from (`STAGE.json`: files, MiB, transfers), and from the run manifests in
+`records*.tar.xz`: runs, episodes, requests (lines of each run's `requests.jsonl`), wall seconds, when the runs
+started and finished (in all and per configuration-plan, i.e. per job), and the host: GPU, driver, CPU, container,
+CUDA MPS, GPU sharing, the runs the MPS daemon served, network isolation. Nothing in it depends on when or where the
+summary is made.
 """
 
 from __future__ import annotations
@@ -211,7 +214,8 @@ def summarize(folder: Path) -> dict:
         st = json.loads(stage.read_text(encoding="utf-8"))
         calls = st.get("calls") or []
         summary["stage"] = {"files": len(st.get("files") or []), "total_mib": st.get("total_mib"),
-                            "transfers": len(calls), "largest_transfer_mib": max((c["mib"] for c in calls), default=None),
+                            "transfers": len(calls),
+                            "largest_transfer_mib": max((c["mib"] for c in calls), default=None),
                             "carried_mib": st.get("carried_mib"), "limit_mib": st.get("limit_mib")}
     for name, key in COMPARISONS:
         compare = folder / name
