@@ -1,6 +1,7 @@
 """Routing from facts, never labels (issue 39): what a run's engine observed of its server (an engine that starts its
-own server observes everything; an absent or free `observes` label is never "everything"), and which quantization
-series a configuration's levels join (the weights' digests against the artifact's pins, never the display name)."""
+own server observes everything; an absent or free `observes` label is never "everything"), which quantization series a
+configuration's levels join (the weights' digests against the artifact's pins, never the display name), and whether
+tenant prompts share the measured prefix (the prompts recorded, never the plan's label)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from artifact.check.core import NOT_RUN, PASS, observes, unobserved
 from artifact.config import CONFIG_DIR, read_toml
 from artifact.models import lineage
 from artifact.records.store import find_runs
-from synthetic_runs import MODEL, OFF, SERIES_RECIPE, series_model, trend_runs, write_bfcl_run
+from synthetic_runs import (
+    MODEL, OFF, ON1, ON2, SERIES_RECIPE, main_plan, series_model, trend_runs, write_bfcl_run,
+)
 
 QWEN = "qwen2.5-coder-0.5b-requant"  # another model's recipe: its levels are no level of the agent model
 
@@ -108,3 +111,61 @@ def write_trend_level(root, config: str, model: dict, k: int, n: int = 80) -> No
     on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
     write_bfcl_run(root, "off", 1, off, config=config, model=model)
     write_bfcl_run(root, "on", 1, on, config=config, model=model)
+
+
+# --- shared or unshared: what the recorded tenant prompts share, never the plan's prefix label --------------------
+
+def tenant_verdict(root, plan: str):
+    from artifact.check.beyond import analyse
+
+    b = analyse(find_runs(root))
+    return {v.id: v for v in b.verdicts}[f"BEYOND-TENANTS-{plan}"], b
+
+
+def test_a_tenant_plans_prefix_label_is_not_believed_over_the_prompts_it_recorded(tmp_path):
+    """Plan tenants1-shared (its label and configs/plans.toml say "shared"), whose recorded tenant prompts share
+    none of the measured first prompts' characters: read as unshared, and the verdict says that the label was not."""
+    from test_tenants_analysis import SPEC, load_record, loaded_plan
+
+    main_plan(tmp_path, OFF, ON1, ON2)
+    loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load_record(SPEC, shared=0))
+    v, b = tenant_verdict(tmp_path, "tenants1-shared")
+    assert v.status == "PASS" and "whose prompts do not share the measured prefix" in v.claim
+    assert ("the plan's label says prefix 'shared', its runs' recorded tenant prompts show 'unshared': read as "
+            "unshared (the records win over the label)") in v.observed
+    assert set(b.tables["tenants.csv"]["prefix"]) == {"unshared"}
+    assert set(b.tables["tenants_runs.csv"]["prefix"]) == {"unshared"}
+
+
+def test_a_flipped_prefix_label_of_a_plan_the_checker_does_not_define_is_read_from_the_prompts(tmp_path):
+    """A plan configs/plans.toml does not define (its labels are held against nothing there): labelled "unshared"
+    everywhere in its manifests, its recorded tenant prompts share the measured system prompt: shared."""
+    from test_tenants_analysis import SPEC, load_record, loaded_inputs, loaded_plan
+
+    spec = {**SPEC, "prefix": "unshared"}
+    main_plan(tmp_path, OFF, ON1, ON2)
+    loaded_plan(tmp_path, "my-tenants", OFF, OFF, ON2, ON2, spec=spec, load=load_record(spec, shared=990),
+                inputs=loaded_inputs(spec))
+    v, b = tenant_verdict(tmp_path, "my-tenants")
+    assert "whose prompts share the measured prefix" in v.claim and "label says prefix 'unshared'" in v.observed
+    assert set(b.tables["tenants.csv"]["prefix"]) == {"shared"}
+    data = check_json(tmp_path)  # the whole check: the plan's runs are admitted, the record's reading in check.json
+    scopes = {x["scope"]: x for x in data["beyond"]["verdicts"] if x["id"] == "BEYOND-TENANTS-my-tenants"}
+    assert "read as shared" in scopes["cfg/my-tenants"]["observed"] and data["beyond"]["tenants"][0]["prefix"] == \
+        "shared"
+
+
+def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_path):
+    """Tenant prompts recorded against first prompts the run did not send (units of another run): whether they share
+    the measured prefix is not known; the label is not read either."""
+    from test_tenants_analysis import SPEC, load_record, loaded_plan
+
+    load = load_record(SPEC)
+    load["units"] = [{**u, "first_prompt_sha256": "ee" * 32} for u in load["units"]]
+    main_plan(tmp_path, OFF, ON1, ON2)
+    loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load)
+    v, b = tenant_verdict(tmp_path, "tenants1-shared")
+    assert "whose prompts may or may not share the measured prefix" in v.claim
+    assert "is not known from the records (its tenant prompts of unit 'e0' are recorded against a first prompt" in \
+        v.observed
+    assert b.tables["tenants.csv"]["prefix"].isna().all()
