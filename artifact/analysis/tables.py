@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from artifact import engines
 from artifact.analysis.groups import cache_condition, group_lineage
 from artifact.analysis.compare import (
     Comparison, Exposure, Paired, cache_exposure, cache_problem, cache_unused, plan_pairs, record_problems,
@@ -159,18 +160,23 @@ def run_problems(run: Run) -> list[str]:
     return record_problems(run) + ([cache] if cache else [])
 
 
-ISOLATED = "loopback-only"
+ISOLATED = engines.LOOPBACK_ONLY
 
 
 def isolation_warning(run: Run) -> str | None:
-    """Why a run was not network-isolated (None if it was): its manifest's isolation.network is not loopback-only.
-    A warning, not a verdict: the numbers are valid, the sandbox was just not on."""
+    """Why a run was not network-isolated (None if it was): its manifest's isolation.network is not loopback-only,
+    or it is but the server the run talked to was not on loopback by the records (`engines.network`: a remote
+    URL of a server the user runs is never loopback-only, whatever the label says). A warning, not a verdict: the
+    numbers are valid, the sandbox was just not on."""
     iso = run.manifest.get("isolation")
     if not isinstance(iso, dict):
         return f"{run.label}: no network-isolation record in its manifest (not known to be isolated)"
     net = iso.get("network")
     if net != ISOLATED:
         return f"{run.label}: not network-isolated during the run (isolation.network = {net!r})"
+    derived, why = engines.network(run.manifest)
+    if derived != ISOLATED:
+        return f"{run.label}: {derived}: {why}, although its isolation.network says {ISOLATED!r}"
     return None
 
 

@@ -1,13 +1,18 @@
 """Routing from facts, never labels (issue 39): what a run's engine observed of its server (an engine that starts its
 own server observes everything; an absent or free `observes` label is never "everything"), which quantization series a
-configuration's levels join (the weights' digests against the artifact's pins, never the display name), and whether
-tenant prompts share the measured prefix (the prompts recorded, never the plan's label)."""
+configuration's levels join (the weights' digests against the artifact's pins, never the display name), whether
+tenant prompts share the measured prefix (the prompts recorded, never the plan's label), and whether a run was
+loopback-only (the server address recorded, never the isolation label alone)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 
+import pytest
+
+from artifact import engines, evidence
 from artifact.analysis.tables import build_tables
 from artifact.check.core import NOT_RUN, PASS, observes, unobserved
 from artifact.config import CONFIG_DIR, read_toml
@@ -16,6 +21,7 @@ from artifact.records.store import find_runs
 from synthetic_runs import (
     MODEL, OFF, ON1, ON2, SERIES_RECIPE, main_plan, series_model, trend_runs, write_bfcl_run,
 )
+from test_claims import UNOBSERVED
 
 QWEN = "qwen2.5-coder-0.5b-requant"  # another model's recipe: its levels are no level of the agent model
 
@@ -169,3 +175,43 @@ def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_
     assert "is not known from the records (its tenant prompts of unit 'e0' are recorded against a first prompt" in \
         v.observed
     assert b.tables["tenants.csv"]["prefix"].isna().all()
+
+
+# --- loopback-only: only where the server the run talked to is on a loopback address ------------------------------
+
+REMOTE = {"url": "http://192.0.2.7:8000", "remote": False, "model_id": "testlm", "started_by": "the user"}
+
+
+@pytest.mark.parametrize("server, network, why", [
+    (REMOTE, "host network (not isolated)", "its server http://192.0.2.7:8000 is not a loopback address"),
+    ({**REMOTE, "url": "http://db.example:8000"}, "host network (not isolated)", "is not a loopback address"),
+    (None, "not known to be loopback-only", "its records show no address of the server it talked to"),
+    ({**REMOTE, "url": "http://127.0.0.1:8080"}, "loopback-only", None),
+    ({**REMOTE, "url": "http://[::1]:8080"}, "loopback-only", None),
+])
+def test_a_remote_servers_run_is_never_loopback_only_whatever_its_manifest_claims(tmp_path, server, network, why):
+    """An endpoint run whose manifest claims loopback-only isolation (and `remote: false`) for the server URL it
+    records: the URL decides, in check's warnings and in the evidence summary."""
+    extra = {**UNOBSERVED, "server": server}
+    for arm, k, eps in (("off", 1, OFF), ("off", 2, OFF), ("on", 1, ON1), ("on", 2, ON1)):
+        write_bfcl_run(tmp_path / "results", arm, k, eps, engine="endpoint", cache_n="null", manifest=extra)
+    run = find_runs(tmp_path / "results")[0]
+    assert run.manifest["isolation"]["network"] == "loopback-only"  # the lying label
+    got, said = engines.network(run.manifest)
+    assert got == network and (why is None and said is None or why in said)
+    data = check_json(tmp_path / "results")
+    if why is None:
+        assert data["unisolated_runs"] == []
+    else:
+        assert len(data["unisolated_runs"]) == 4
+        warning = data["run_warnings"]["cfg/main/off-run1"][0]
+        assert network in warning and why in warning and "although its isolation.network says 'loopback-only'" \
+            in warning
+    with tarfile.open(tmp_path / "records.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "results", arcname="results")
+    assert evidence.summarize(tmp_path)["host"]["network"] == [network]
+
+
+def test_a_server_the_artifact_started_is_on_loopback(tmp_path):
+    run = write_bfcl_run(tmp_path, "off", 1, OFF, manifest={"server": REMOTE})  # a label llama.cpp runs never read
+    assert engines.network(run.manifest) == ("loopback-only", None)
