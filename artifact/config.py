@@ -228,6 +228,12 @@ def _read_config_toml(path: Path, seen: tuple = ()) -> dict:
     return _merge(base_data, data)
 
 
+def config_tables(path: Path) -> dict:
+    """A configuration file's tables as written (`extends` resolved), neither parsed nor validated: for readers that
+    need a few values of every configuration under configs/ (artifact.models.lineage: the weights each pins)."""
+    return _read_config_toml(path)
+
+
 def _merge(base: dict, over: dict) -> dict:
     """`over` on top of `base`, table by table (nested tables too, e.g. [engine.settings])."""
     merged = dict(base)

@@ -25,6 +25,8 @@ import tarfile
 from datetime import datetime
 from pathlib import Path
 
+from artifact import engines
+
 ARCHIVES = "records*.tar.xz"
 LOGS = "logs*.tar.gz"
 # lines the session logs end their steps with: `build wall 283.34 s`, `6 done, 0 failed, 0 skipped, in 0:05:31`
@@ -155,7 +157,9 @@ def summarize(folder: Path) -> dict:
             "cuda_mps": _distinct(h.get("cuda_mps") for h in hosts),
             "gpu_sharing": _distinct((h.get("gpu_sharing") or {}).get("mode") if isinstance(h.get("gpu_sharing"), dict)
                                      else h.get("gpu_sharing") for h in hosts),
-            "network": _distinct((m.get("isolation") or {}).get("network", "not recorded") for m in manifests),
+            # the network as the records show it (engines.network: "loopback-only" only where the server the run
+            # talked to was on loopback by its recorded address)
+            "network": _distinct(engines.network(m)[0] for m in manifests),
             # CUDA MPS as the control daemon itself said of each run's server (`gpu_mps`, recorded since the
             # daemon's client list is asked): runs it listed as its client, of the runs that carry the record
             "mps_served": _mps_served(manifests),

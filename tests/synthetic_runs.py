@@ -197,13 +197,26 @@ ON1 = {**OFF, "e0": [[1, 2, 3, 4, 5], [6, 7, 9]], "e2": [[1, 2, 3, 4, 0], [6, 7,
 ON2 = {**ON1, "e3": [[9, 2, 3, 4, 5], [6, 7, 8]]}
 
 
+SERIES_RECIPE = "smollm2-135m-bfcl-agent"  # a recipe whose pinned levels make one series (F16, Q8_0, Q4_K_M, Q3_K_M)
+
+
+def series_model(model: dict, quant: str, recipe: str = SERIES_RECIPE) -> dict:
+    """`model` at level `quant` with weights whose lineage the checker knows (artifact.models.lineage): the recipe's
+    product for that level, its pinned sha256. The display name and family stay `model`'s: they are only shown."""
+    from artifact.models.derive import load_recipe
+
+    return {**model, "quant": quant, "sha256": load_recipe(recipe)["products"][quant],
+            "source": f"derived:{recipe}/{quant}"}
+
+
 def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, engine: str = "llama.cpp",
                manifest: dict | None = None):
     """For each quant: OFF run 1 and ON run 1 with the first k of n one-request episodes diverging (`manifest`: extra
-    manifest fields of every run)."""
+    manifest fields of every run). The levels are one series by their weights (`series_model`), whatever `model`'s
+    name says."""
     runs = []
     for quant, k in ks.items():
-        m = {**(model or MODEL), "quant": quant}
+        m = series_model(model or MODEL, quant)
         off = {f"e{i}": [[1, 2]] for i in range(n)}
         on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
         cfg = f"t-{quant}"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import operator
 
+from artifact import engines
 from artifact.analysis.compare import (
     Comparison, compared, episode_outputs, first_difference, first_unequal, made_comparison,
 )
+from artifact.models import lineage
 from artifact.records.store import Run
 
 Group = dict[tuple[str, int], Run]  # (arm, run number) -> run
@@ -107,6 +109,52 @@ def manifest_table(run: Run, key: str) -> dict:
     """A manifest field that should be a table (model, plan_data); {} when it is missing or is not one."""
     value = run.manifest.get(key)
     return value if isinstance(value, dict) else {}
+
+
+def weights_digests(run: Run) -> tuple[str, ...]:
+    """The sha256 of the weights a run recorded: its model's sha256, else (hf: sources, which pin every file) every
+    file's, in order, as its configuration recorded the files the protocol verified before the server started; ()
+    where it records none."""
+    model = manifest_table(run, "model")
+    if isinstance(model.get("sha256"), str) and model["sha256"]:
+        return (model["sha256"],)
+    files = manifest_table(run, "config_data").get("model")
+    files = files.get("files") if isinstance(files, dict) else None
+    shas = tuple(f.get("sha256") for f in files if isinstance(f, dict)) if isinstance(files, list) else ()
+    return shas if shas and all(isinstance(s, str) and s for s in shas) else ()
+
+
+def weights_lineage(run: Run) -> tuple[str | None, str]:
+    """(lineage, why none): which model the run's weights are a level of, derived from facts (issue 39), never from
+    the manifest's model name or family: only an engine that loads the configuration's weights itself (sha256-
+    verified before its server starts: `Capabilities.loads_weights`) knows them, and their digest is looked up in
+    the artifact's own pins (`models.lineage.of_digests`: a recipe's products, the configurations' pins). Where the
+    facts cannot decide (a server the artifact did not start, no digest, a digest no pin knows) the lineage is None
+    and `why` says why: such a run joins no quantization series."""
+    engine = engines.of_manifest(run.manifest)
+    if engine is None or not engine.capabilities.loads_weights:
+        return None, ("its weights are not known: the artifact did not load them (a server it did not start, or an "
+                      "engine this version does not know)")
+    digests = weights_digests(run)
+    if not digests:
+        return None, "it records no sha256 of its weights"
+    found = lineage.of_digests(digests)
+    if found is None:
+        return None, (f"its weights (sha256 {digests[0][:12]}...) are pinned as a level of one model by no recipe "
+                      "or configuration of this checkout")
+    return found, ""
+
+
+def group_lineage(runs: list[Run]) -> tuple[str | None, str]:
+    """`weights_lineage` of a configuration's runs: theirs where all agree, else None (and why)."""
+    found = {weights_lineage(r) for r in runs}
+    if len(found) == 1:
+        return next(iter(found))
+    known = sorted({x for x, _ in found if x})
+    why = min((w for x, w in found if x is None), default="")
+    if len(known) > 1:
+        return None, f"its runs' weights are levels of different models ({', '.join(known)})"
+    return None, f"not every run's weights are known: {why}" if known else why
 
 
 # The cache-condition settings of records made before engines described their own condition (plan_data held them).

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.figure import new_figure, text_room
-from artifact.analysis.groups import by_plan, manifest_table, on_off_pairs
+from artifact.analysis.groups import by_plan, group_lineage, manifest_table, on_off_pairs
 from artifact.analysis.margins import MARGIN_BINS, at_risk, ranges, table_rows, top2
 from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel
@@ -207,12 +207,15 @@ def configurations(runs: list[Run]) -> pd.DataFrame:
     rows = [_identity(next(iter(g.values()))) for g in groups]
     # the machines each configuration's runs ran on: a reference only where both ran on one and the same machine
     machines = [{machine_of(r) for r in g.values()} for g in groups]
+    # which model each configuration's weights are a level of (issue 39: from the weights' digests against the
+    # artifact's pins, never the model's display name; None where the facts cannot decide: no reference then)
+    lineages = [group_lineage(list(g.values()))[0] for g in groups]
     df = pd.DataFrame(rows, columns=["config", "plan", "engine", "model_name", "quant", "level"])
     refs, kinds = [], []
     f16_levels, f16_f32_levels = ("F16", "BF16"), ("F16" + AS_F32.upper(), "BF16" + AS_F32.upper())
-    for r, machine in zip(rows, machines):
-        same = [o for o, other in zip(rows, machines)
-                if _eq(o["engine"], r["engine"]) and _eq(o["model_name"], r["model_name"]) and o["plan"] == r["plan"]
+    for r, machine, model in zip(rows, machines, lineages):
+        same = [o for o, other, other_model in zip(rows, machines, lineages)
+                if _eq(o["engine"], r["engine"]) and _eq(other_model, model) and o["plan"] == r["plan"]
                 and len(machine) == 1 and other == machine]
         twin = [o for o in same if o["level"] == r["level"] + AS_F32]
         f16 = [o for o in same if o["level"].upper() in f16_levels and o["config"] != r["config"]]

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from artifact.analysis.groups import cache_condition
+from artifact import engines
+from artifact.analysis.groups import cache_condition, group_lineage
 from artifact.analysis.compare import (
     Comparison, Exposure, Paired, cache_exposure, cache_problem, cache_unused, plan_pairs, record_problems,
 )
@@ -159,18 +160,23 @@ def run_problems(run: Run) -> list[str]:
     return record_problems(run) + ([cache] if cache else [])
 
 
-ISOLATED = "loopback-only"
+ISOLATED = engines.LOOPBACK_ONLY
 
 
 def isolation_warning(run: Run) -> str | None:
-    """Why a run was not network-isolated (None if it was): its manifest's isolation.network is not loopback-only.
-    A warning, not a verdict: the numbers are valid, the sandbox was just not on."""
+    """Why a run was not network-isolated (None if it was): its manifest's isolation.network is not loopback-only,
+    or it is but the server the run talked to was not on loopback by the records (`engines.network`: a remote
+    URL of a server the user runs is never loopback-only, whatever the label says). A warning, not a verdict: the
+    numbers are valid, the sandbox was just not on."""
     iso = run.manifest.get("isolation")
     if not isinstance(iso, dict):
         return f"{run.label}: no network-isolation record in its manifest (not known to be isolated)"
     net = iso.get("network")
     if net != ISOLATED:
         return f"{run.label}: not network-isolated during the run (isolation.network = {net!r})"
+    derived, why = engines.network(run.manifest)
+    if derived != ISOLATED:
+        return f"{run.label}: {derived}: {why}, although its isolation.network says {ISOLATED!r}"
     return None
 
 
@@ -392,24 +398,44 @@ def fig1_rows(groups: list[PlanGroup]) -> list[dict]:
 
 
 def _series_key(meta: dict) -> str:
+    """How a series is shown: its model's display name (or family, or configuration) and engine. Shown only: which
+    configurations form a series is `groups.group_lineage`'s, from the weights' digests."""
     model = meta["model_name"] or meta["model_family"] or meta["config"]
     return f"{model} / {meta['engine']}"
 
 
-def fig2_rows(groups: list[PlanGroup]) -> list[dict]:
-    """ON-vs-OFF (run 1 vs run 1, plan main) per quantization level, one series per model and engine."""
-    rows = []
+def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str]]:
+    """ON-vs-OFF (run 1 vs run 1, plan main) per quantization level, one series per model and engine, and the
+    configurations left out of every series (why, one line each). A series is the levels of one model
+    (`groups.group_lineage`: the weights' digests against the artifact's pins) served by one engine, never a display
+    name (issue 39); a configuration whose weights' lineage the facts cannot decide joins none. Its label is the
+    display name its configurations carry (the lineage added where two series would show the same label)."""
+    rows, outside = [], []
     for g in groups:
         s = g.stats.get("on_vs_off")
         if g.plan != PAPER_PLAN or s is None:
             continue
+        found, why = group_lineage(g.runs)
+        if found is None:
+            outside.append(f"{g.config}: {why}")
+            continue
         level = quant_level(g.meta["quant"])
-        rows.append({"series": _series_key(g.meta), "engine": g.meta["engine"], "model_family": g.meta["model_family"],
-                     "model_name": g.meta["model_name"], "config": g.config, "quant": g.meta["quant"],
-                     "level": level.name if level else None, "rank": level.rank if level else None,
-                     "bpw": level.bpw if level else None, **_flat("div", s)})
+        rows.append({"series": (found, g.meta["engine"]), "label": _series_key(g.meta), "engine": g.meta["engine"],
+                     "model_family": g.meta["model_family"], "model_name": g.meta["model_name"], "config": g.config,
+                     "quant": g.meta["quant"], "level": level.name if level else None,
+                     "rank": level.rank if level else None, "bpw": level.bpw if level else None, **_flat("div", s)})
+    labels: dict[tuple, str] = {}
+    for r in sorted(rows, key=lambda r: (r["label"], r["config"])):
+        labels.setdefault(r["series"], r["label"])
+    shown = list(labels.values())
+    for key, label in labels.items():
+        if shown.count(label) > 1:
+            labels[key] = f"{label} ({key[0]})"
+    for r in rows:
+        r["series"] = labels[r.pop("series")]
+        del r["label"]
     rows.sort(key=lambda r: (r["series"], r["rank"] if r["rank"] is not None else 99, r["config"]))
-    return rows
+    return rows, outside
 
 
 def trend_rows(fig2: pd.DataFrame) -> list[dict]:
@@ -444,6 +470,8 @@ class Tables:
     fig2_trend: pd.DataFrame
     problems: list[str]  # every run that cannot be used as evidence, and every pairing refused, with the reason
     warnings: dict[str, list[str]] = field(default_factory=dict)  # run label -> warnings (network isolation)
+    # configurations of plan main in no quantization series: "config: why" (`series_rows`: lineage not known)
+    outside_series: list[str] = field(default_factory=list)
 
     @property
     def unisolated_runs(self) -> list[str]:
@@ -461,7 +489,8 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
     _EXPOSURES.clear()
     groups = group_runs(runs)
     refused = [why for g in groups for _, why in g.refused]
-    fig2 = pd.DataFrame(fig2_rows(groups), columns=FIG2_COLUMNS)
+    series, outside = series_rows(groups)
+    fig2 = pd.DataFrame(series, columns=FIG2_COLUMNS)
     return Tables(
         groups=groups,
         tab2=pd.DataFrame([tab2_row(g) for g in groups]),
@@ -472,4 +501,5 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
         fig2_trend=pd.DataFrame(trend_rows(fig2)),
         problems=[p for r in runs for p in run_problems(r)] + refused,
         warnings={r.label: [w] for r in runs if (w := isolation_warning(r)) is not None},
+        outside_series=outside,
     )

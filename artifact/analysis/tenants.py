@@ -45,6 +45,39 @@ def spec_of(run: Run) -> dict:
     return t.get("spec") if isinstance(t.get("spec"), dict) else t
 
 
+SHARED, UNSHARED = "shared", "unshared"
+
+
+def prefix_of(run: Run) -> tuple[str | None, str]:
+    """(prefix, why none): whether the run's tenant prompts share the measured prompts' prefix, derived from the
+    prompts the run recorded (issue 39), never from the plan's `prefix` label. The manifest's tenants.units record,
+    per measured unit, the sha256 and length of its first measured prompt and, per tenant prompt, how many of its
+    first characters it shares with that prompt (`protocol.tenants.prepare`); a unit counts only where its first
+    prompt is the one the run's requests.jsonl records for that episode (request 0). "shared": every tenant prompt
+    shares at least half of its unit's first prompt (the generator's shared prompts share its whole system prompt);
+    "unshared": none shares 1% of it (the generator's share none). None, and why, where the records show neither."""
+    units = load_of(run).get("units")
+    if not isinstance(units, list) or not units:
+        return None, "the run records no tenant prompts (tenants.units)"
+    first = {e: reqs[0].get("prompt_sha256") for e, reqs in run.requests_by_episode().items() if reqs}
+    fractions = []
+    for u in units:
+        u = u if isinstance(u, dict) else {}
+        unit, chars, shared = u.get("unit"), u.get("first_prompt_chars"), u.get("shared_prefix_chars")
+        if not isinstance(unit, str) or unit not in first or u.get("first_prompt_sha256") != first[unit]:
+            return None, (f"its tenant prompts of unit {unit!r} are recorded against a first prompt that is not the "
+                          "one the run sent (requests.jsonl)")
+        if type(chars) is not int or chars <= 0 or not isinstance(shared, list) or not shared or \
+                not all(type(c) is int and 0 <= c <= chars for c in shared):
+            return None, f"its tenant prompts of unit {unit!r} do not record what they share with it"
+        fractions += [c / chars for c in shared]
+    if all(f >= 0.5 for f in fractions):
+        return SHARED, ""
+    if all(f < 0.01 for f in fractions):
+        return UNSHARED, ""
+    return None, "some of its tenant prompts share the measured prefix and some do not"
+
+
 def tenant_plan(run: Run) -> bool:
     """A run of a plan with tenants (the control with 0 tenants included)."""
     return bool(load_of(run))
@@ -135,8 +168,10 @@ def run_rows(runs: list[Run]) -> list[dict]:
         for (arm, k), run in sorted(by.items()):
             t, spec = load_of(run), spec_of(run)
             sent, meas = t.get("sent") or {}, t.get("measured") or {}
+            prefix, why = prefix_of(run)  # from the prompts recorded, never the plan's label
             row = {"config": config, "plan": plan, "arm": arm, "run": k, "tenants": int(spec.get("count") or 0),
-                   "prefix": spec.get("prefix"), "slots": t.get("slots"),
+                   "prefix": prefix, "prefix_label": spec.get("prefix"), "prefix_unknown": why,
+                   "slots": t.get("slots"),
                    "tenant_requests": sent.get("completed"), "tenant_failed": sent.get("failed"),
                    "tenant_prompt_n": sent.get("prompt_n"), "tenant_cache_n": sent.get("cache_n"),
                    "tenant_predicted_n": sent.get("predicted_n"), "measured_requests": meas.get("requests"),
@@ -173,8 +208,10 @@ def plan_rows(runs: list[Run], rows: list[dict]) -> list[dict]:
         if not mine:
             continue
         base = plans.get((config, BASELINE_PLAN), {})
-        row = {"config": config, "plan": plan, "tenants": mine[0]["tenants"], "prefix": mine[0]["prefix"],
-               "slots": mine[0]["slots"], "runs": len(mine),
+        prefixes = {r["prefix"] for r in mine}
+        row = {"config": config, "plan": plan, "tenants": mine[0]["tenants"],
+               "prefix": prefixes.pop() if len(prefixes) == 1 else None,
+               "prefix_note": prefix_note(mine), "slots": mine[0]["slots"], "runs": len(mine),
                "refused": "; ".join(sorted({r["refused"] for r in mine if r["refused"]})) or None}
         for arm in ("off", "on"):
             ok = [r for r in mine if r["arm"] == arm and r["vs_isolated_episodes"] is not None]
@@ -206,14 +243,32 @@ def plan_rows(runs: list[Run], rows: list[dict]) -> list[dict]:
     return out
 
 
+def prefix_note(rows: list[dict]) -> str | None:
+    """What the verdict says where a plan's `prefix` label is not what its runs' recorded prompts show (the records
+    win), or where they show no single answer; None where they agree with it."""
+    labels = sorted({str(r["prefix_label"]) for r in rows if r["prefix_label"] is not None})
+    derived = {r["prefix"] for r in rows}
+    if len(derived) == 1 and None not in derived:
+        prefix = next(iter(derived))
+        if labels in ([], [prefix]):
+            return None
+        return (f"the plan's label says prefix {' / '.join(map(repr, labels))}, its runs' recorded tenant prompts "
+                f"show {prefix!r}: read as {prefix} (the records win over the label)")
+    why = sorted({r["prefix_unknown"] for r in rows if r["prefix_unknown"]}) or [
+        "its runs' recorded tenant prompts do not agree"]
+    return (f"whether the tenant prompts share the measured prefix is not known from the records ({why[0]}); the "
+            f"plan's label ({' / '.join(map(repr, labels)) or 'none'}) is not read")
+
+
 def verdicts(plans: list[dict]) -> list:
     """BEYOND-TENANTS-<plan> per configuration and tenant plan (see the module's doc)."""
 
     out = []
     for p in plans:
         n = p["tenants"]
-        what = (f"{n} background tenant(s) whose prompts {'share' if p['prefix'] == 'shared' else 'do not share'} "
-                "the measured prefix" if n else f"the tenant plans' server ({p['slots']} slots) without load")
+        share = {SHARED: "share", UNSHARED: "do not share"}.get(p["prefix"], "may or may not share")
+        what = (f"{n} background tenant(s) whose prompts {share} the measured prefix" if n
+                else f"the tenant plans' server ({p['slots']} slots) without load")
         claim = f"With {what}, cache-OFF outputs equal the isolated ones and OFF reruns stay identical"
         scope = f"{p['config']}/{p['plan']}"
         k, m = p["off_vs_isolated_diverged"], p["off_vs_isolated_episodes"]
@@ -246,6 +301,8 @@ def verdicts(plans: list[dict]) -> list:
                 observed += " (one OFF run only: the rerun under load did not run)"
             else:
                 status = PASS
+        if n and p.get("prefix_note"):
+            observed += f"; {p['prefix_note']}"
         out.append(Verdict.beyond(f"BEYOND-TENANTS-{p['plan']}", claim, scope, status, observed, evidence))
     if not out:
         out.append(Verdict.beyond("BEYOND-TENANTS", "Background tenants leave the measured outputs unchanged", "-", NOT_RUN,

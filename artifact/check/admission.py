@@ -9,7 +9,11 @@ check names under INVALID. A run that is not admitted is listed (runs.csv, the r
 `invalid`) and read by RQ1, whose verdict is about exactly these reasons (an OFF run served cached tokens FAILs it);
 it feeds no comparison (`compare.comparable`), no workload table, and no analysis beyond the paper
 (`check.beyond`: quantization mechanism, fresh-server reruns, mitigation, margins, benefit, tiers, tenants).
-docs/admission.md lists what admission derives from which recorded fact.
+docs/admission.md lists what admission derives from which recorded fact. The fields that route an admitted run are
+derived from facts by one function each, which every reader asks (never the run's label): its server family
+(`engines.server_family`), what its engine observed (`check.core.observes`), which quantization series its weights
+are a level of (`analysis.groups.weights_lineage`), whether its tenants' prompts share the measured prefix
+(`analysis.tenants.prefix_of`), whether it ran loopback-only (`engines.network`).
 """
 
 from __future__ import annotations

@@ -59,8 +59,9 @@ def report_rows(plans: pd.DataFrame) -> list[dict]:
     out = []
     for r in plans.to_dict("records"):
         share = r["overlap_share_mean"]
+        prefix = r["prefix"] if isinstance(r["prefix"], str) else "prefix not known"  # derived: analysis.tenants
         out.append({
-            "config": r["config"], "plan": r["plan"], "load": f"{r['tenants']} ({r['prefix']})" if r["tenants"]
+            "config": r["config"], "plan": r["plan"], "load": f"{r['tenants']} ({prefix})" if r["tenants"]
             else f"0 ({r['slots']} slots)",
             "off_vs_iso": _frac(r["off_vs_isolated_diverged"], r["off_vs_isolated_episodes"]),
             "on_vs_iso": _frac(r["on_vs_isolated_diverged"], r["on_vs_isolated_episodes"]),

@@ -61,6 +61,29 @@ def server_family(manifest: dict) -> str | None:
     return engine.family_of(manifest) if engine is not None else None
 
 
+LOOPBACK_ONLY = "loopback-only"  # provenance.isolation's network of a run that could reach nothing but loopback
+
+
+def network(manifest: dict) -> tuple[str, str | None]:
+    """(network, why): the network a run ran in, derived from facts (issue 39): its manifest's isolation.network
+    ("not recorded" without one), but "loopback-only" only where every server the run's engine talked to is on a
+    loopback address by the records (`Engine.remote_servers`: for a server the user runs, the URL recorded); `why`
+    says why a recorded "loopback-only" is not believed (None where it is, or where none was recorded)."""
+    iso = manifest.get("isolation")
+    net = iso.get("network", "not recorded") if isinstance(iso, dict) else "not recorded"
+    if net != LOOPBACK_ONLY:
+        return net, None
+    engine = of_manifest(manifest)
+    remote = engine.remote_servers(manifest) if engine is not None else None
+    if remote is None:
+        why = ("its records show no address of the server it talked to" if engine is not None else
+               f"its engine ({manifest.get('engine')!r}) is not one this version knows")
+        return "not known to be loopback-only", why
+    if remote:
+        return "host network (not isolated)", f"its server {remote[0]} is not a loopback address"
+    return net, None
+
+
 def identity(cfg, plan) -> dict:
     return get(cfg.engine.kind).identity(cfg, plan)
 

@@ -253,6 +253,12 @@ class Engine:
         isolation forwards exactly these; scripts/isolate.sh). An engine that starts its own server has none."""
         return []
 
+    def remote_servers(self, manifest: dict) -> list[str] | None:
+        """The servers a run of this engine talked to that are not on loopback, from the addresses its records
+        show (never from its isolation label): [] where every one is a loopback address; None where its records
+        show none (not known). An engine that starts its own server talks to that server on 127.0.0.1: []."""
+        return []
+
     def family_of(self, manifest: dict) -> str | None:
         """The family of server a run of this engine was served by, derived from facts, never from the manifest's
         `server_family` label (the label routed runs into RQ4): an engine that starts its own server knows

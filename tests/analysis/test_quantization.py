@@ -4,13 +4,15 @@ the same two tokens is m - d, for d chosen per configuration ("known kernels")."
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from artifact.analysis import quantization as qm
 from artifact.check.beyond import write_beyond
 from artifact.records.store import find_runs
-from synthetic_runs import MODEL, write_bfcl_run
+from synthetic_runs import MODEL, series_model, write_bfcl_run
 
 # per episode, the margins of the 10 positions of its second request: mostly wide, one narrow (0.05 nats)
 MARGINS = [2.0] * 9 + [0.05]
@@ -43,7 +45,9 @@ def arm_records(d: float, margins=MARGINS):
 
 
 def configuration(root, config, source, quant, d, margins=MARGINS, plan="kernels", manifest=None):
-    model = {**MODEL, "name": "TestLM agent", "quant": quant, "source": source}
+    """A configuration's OFF and ON run 1; `source` "derived:r/LEVEL": the level of one series (the agent recipe's
+    pinned product: references are found by the weights' lineage, never the display name)."""
+    model = {**series_model(MODEL, source.rsplit("/", 1)[-1]), "name": "TestLM agent", "quant": quant}
     off, on, off_lp, on_lp = arm_records(d, margins)
     write_bfcl_run(root, "off", 1, off, config=config, plan=plan, model=model, logprobs=off_lp, manifest=manifest)
     write_bfcl_run(root, "on", 1, on, config=config, plan=plan, model=model, logprobs=on_lp, manifest=manifest)
@@ -123,6 +127,28 @@ def test_when_only_the_margins_differ_the_margin_explanation_holds(tmp_path):
     by_id = {v.id: v for v in verdicts}
     assert by_id["BEYOND-QUANT-MARGIN"].status == "PASS", by_id["BEYOND-QUANT-MARGIN"].observed
     assert by_id["BEYOND-QUANT-KERNEL"].status == "FAIL"
+
+
+def test_another_models_f16_under_the_same_display_name_is_no_reference(tmp_path):
+    """The series' F16 reference is found by the weights' lineage (artifact.models.lineage), never the display name:
+    Qwen's requantized F16 carrying the agent level's name and family is no reference for it; the agent's own F16
+    under another name is."""
+    narrow = [2.0] * 5 + [0.05] * 5
+    configuration(tmp_path, "q4", "derived:r/Q4_K_M", "Q4_K_M", d=0.1, margins=narrow, plan="main")
+    other = {**series_model(MODEL, "F16", "qwen2.5-coder-0.5b-requant"), "name": "TestLM agent"}
+    off, on, off_lp, on_lp = arm_records(0.12)
+    write_bfcl_run(tmp_path, "off", 1, off, config="f16", plan="main", model=other, logprobs=off_lp)
+    write_bfcl_run(tmp_path, "on", 1, on, config="f16", plan="main", model=other, logprobs=on_lp)
+    tables, verdicts, _ = qm.analyse(find_runs(tmp_path))
+    assert tables["quant_mechanism_pairs.csv"].empty and verdicts == []
+    configuration(tmp_path, "agent-f16", "derived:r/F16", "F16", d=0.12, plan="main")
+    m = tmp_path / "agent-f16" / "main" / "off-run1" / "manifest.json"
+    assert json.loads(m.read_text())["model"]["name"] == "TestLM agent"
+    for run in find_runs(tmp_path / "agent-f16"):  # its own F16, named otherwise: the reference all the same
+        (run.path / "manifest.json").write_text(json.dumps(
+            {**run.manifest, "model": {**run.manifest["model"], "name": "Another name"}}))
+    tables, _, _ = qm.analyse(find_runs(tmp_path))
+    assert tables["quant_mechanism_pairs.csv"]["reference"].tolist() == ["agent-f16"]
 
 
 def test_a_configuration_without_a_reference_is_summarised_not_judged(tmp_path):

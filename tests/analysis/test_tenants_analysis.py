@@ -3,6 +3,7 @@ isolated baseline; the verdicts worked out by hand. RQ1 and RQ2 stay judged on p
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from artifact.analysis import tenants
@@ -14,10 +15,25 @@ from synthetic_runs import MODEL, OFF, ON1, ON2, main_plan, pairing_inputs, writ
 SPEC = {"count": 1, "prefix": "shared", "prompts": 4, "n_predict": 32}
 
 
-def load_record(spec=SPEC, overlapped=2, requests=2, completed=7, failed=0) -> dict:
-    """A manifest's `tenants` as artifact/protocol/tenants.py writes it at the end of a run."""
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def units(shared: int, episodes=("e0", "e1", "e2", "e3")) -> list[dict]:
+    """The tenant prompts a manifest records per measured unit (artifact.protocol.tenants.prepare): the unit's first
+    prompt as the synthetic runs send it (`write_bfcl_run`: "e0/0"), 4 tenant prompts sharing `shared` of its
+    1000 characters each."""
+    return [{"unit": e, "first_prompt_sha256": sha(f"{e}/0"), "first_prompt_chars": 1000,
+             "prompts_sha256": [sha(f"{e}/tenant/{k}") for k in range(4)], "prompt_chars": [1200] * 4,
+             "shared_prefix_chars": [shared] * 4} for e in episodes]
+
+
+def load_record(spec=SPEC, overlapped=2, requests=2, completed=7, failed=0, shared=None) -> dict:
+    """A manifest's `tenants` as artifact/protocol/tenants.py writes it at the end of a run; its tenant prompts share
+    `shared` characters of each unit's first 1000 (default: 990 for a "shared" spec, 0 for an "unshared" one)."""
+    shared = (990 if spec.get("prefix") == "shared" else 0) if shared is None else shared
     return {"spec": spec, "slots": 3, "generator": "artifact.protocol.tenants v1", "prompts_sha256": "aa" * 32,
-            "units": [], "sent": {"requests": completed + failed, "completed": completed, "failed": failed,
+            "units": units(shared), "sent": {"requests": completed + failed, "completed": completed, "failed": failed,
                                   "prompt_tokens": 700, "cache_n": 600, "prompt_n": 100, "predicted_n": 224},
             "measured": {"requests": requests, "overlapped": overlapped, "seconds": 10.0, "overlap_s": 6.0,
                          "overlap_share": 0.6}}

@@ -243,11 +243,16 @@ def test_rq1_off_reruns_that_diverge_where_cache_use_is_not_reported_are_no_evid
     assert any("not observable by the engine" in e and "weights_sha256" in e for e in rq1["evidence"])
 
 
-def test_rq3_levels_whose_weights_are_not_observable_are_only_declared(tmp_path):
+def test_rq3_levels_whose_weights_are_not_observable_join_no_series(tmp_path):
+    """A server the artifact did not start: which model its weights are a level of is not known (no digest the
+    artifact verified), so its configurations form no series, whatever their names and quant labels say."""
     trend_runs(tmp_path, {"F16": 10, "Q8_0": 40, "Q4_K_M": 70}, engine="endpoint", manifest=UNOBSERVED)  # z = 9.49 if the levels held
     _, claims, _ = check(tmp_path)
-    assert claims["RQ3"]["status"] == INCONCLUSIVE and "z = 9.49" in claims["RQ3"]["observed"]
-    assert "the weights are not observable" in claims["RQ3"]["details"][0]["evidence"][0]
+    rq3 = claims["RQ3"]
+    assert rq3["status"] == NOT_RUN and rq3["details"] == [] and "z = " not in rq3["observed"]
+    assert "3 configuration(s) in no series" in rq3["observed"]
+    assert any(e.startswith("in no series: t-F16: its weights are not known: the artifact did not load them")
+               for e in rq3["evidence"])
 
 
 def endpoint_plan(root, **manifest):

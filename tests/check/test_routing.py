@@ -1,10 +1,29 @@
-"""Routing from facts: what a run's engine observed of its server is derived from the engine (one that
-starts its own server observes everything), never read from an absent or free `observes` label as "everything"."""
+"""Routing from facts, never labels (issue 39): what a run's engine observed of its server (an engine that starts its
+own server observes everything; an absent or free `observes` label is never "everything"), which quantization series a
+configuration's levels join (the weights' digests against the artifact's pins, never the display name), whether
+tenant prompts share the measured prefix (the prompts recorded, never the plan's label), and whether a run was
+loopback-only (the server address recorded, never the isolation label alone)."""
 
 from __future__ import annotations
 
-from artifact.check.core import observes, unobserved
-from synthetic_runs import OFF, write_bfcl_run
+import json
+import shutil
+import tarfile
+
+import pytest
+
+from artifact import engines, evidence
+from artifact.analysis.tables import build_tables
+from artifact.check.core import NOT_RUN, PASS, observes, unobserved
+from artifact.config import CONFIG_DIR, read_toml
+from artifact.models import lineage
+from artifact.records.store import find_runs
+from synthetic_runs import (
+    MODEL, OFF, ON1, ON2, SERIES_RECIPE, main_plan, series_model, trend_runs, write_bfcl_run,
+)
+from test_claims import UNOBSERVED
+
+QWEN = "qwen2.5-coder-0.5b-requant"  # another model's recipe: its levels are no level of the agent model
 
 
 def test_an_endpoint_run_without_observes_observed_nothing(tmp_path):
@@ -26,3 +45,173 @@ def test_an_engine_that_starts_its_server_observes_everything_whatever_its_label
     run = write_bfcl_run(tmp_path, "off", 1, OFF, manifest={"observes": {"weights_sha256": False}})
     assert all(v is True for v in observes(run).values())
     assert unobserved([run], "weights_sha256") == []
+
+
+# --- a quantization series is the levels of one model by their weights' digests, never by a display name ---------
+
+def check_json(root) -> dict:
+    """`./run.sh check ROOT` in this process; check.json."""
+    from artifact.check.run import run_check
+
+    run_check(root, quiet=True)
+    return json.loads((root / "check" / "check.json").read_text())
+
+
+def claim(data: dict, cid: str) -> dict:
+    return next(c for c in data["claims"] if c["id"] == cid)
+
+
+def test_a_display_name_does_not_let_another_models_levels_join_a_series(tmp_path):
+    """The agent model's F16 and Q8_0 (two levels: no trend test), and a copied level of another model (Qwen's
+    requantized Q4_K_M) whose manifests were edited to carry the agent series' name and family: by the name the
+    three were one series of three levels (z = 9.49); by the weights' digests they are two series of two and one."""
+    trend_runs(tmp_path, {"F16": 10, "Q8_0": 40})
+    qwen = {**series_model(MODEL, "Q4_K_M", QWEN), "family": "qwen2.5-coder", "name": "Qwen2.5-Coder-0.5B"}
+    write_trend_level(tmp_path / "qwen", "t-Q4_K_M", qwen, 70)
+    shutil.copytree(tmp_path / "qwen" / "t-Q4_K_M", tmp_path / "t-Q4_K_M")  # the copied run set
+    for run in find_runs(tmp_path / "t-Q4_K_M"):
+        model = {**run.manifest["model"], "name": MODEL["name"], "family": MODEL["family"]}  # the lying label
+        (run.path / "manifest.json").write_text(json.dumps({**run.manifest, "model": model}))
+    shutil.rmtree(tmp_path / "qwen")
+    tables = build_tables(find_runs(tmp_path), tmp_path)
+    assert set(tables.fig2["model_name"]) == {MODEL["name"]}  # every level shows the same display name ...
+    assert sorted(tables.fig2["series"]) == [  # ... and still makes no series with another model's levels
+        f"{MODEL['name']} / llama.cpp (recipe {QWEN})", f"{MODEL['name']} / llama.cpp (recipe {SERIES_RECIPE})",
+        f"{MODEL['name']} / llama.cpp (recipe {SERIES_RECIPE})"]
+    rq3 = claim(check_json(tmp_path), "RQ3")
+    assert rq3["status"] == NOT_RUN and "z = " not in rq3["observed"]
+
+
+def test_levels_of_one_model_are_one_series_whatever_their_names_say(tmp_path):
+    """The agent model's levels under three different display names: one series by their digests (the trend test
+    runs: z = 9.49), shown under one of the names."""
+    for quant, k, name in (("F16", 10, "A"), ("Q8_0", 40, "B"), ("Q4_K_M", 70, "C")):
+        trend_runs(tmp_path, {quant: k}, model={**MODEL, "name": name})
+    tables = build_tables(find_runs(tmp_path), tmp_path)
+    assert set(tables.fig2["series"]) == {"A / llama.cpp"} and tables.outside_series == []
+    rq3 = claim(check_json(tmp_path), "RQ3")
+    assert rq3["status"] == PASS and "z = 9.49" in rq3["observed"]
+
+
+def test_path_weights_join_the_series_their_pins_name_and_unpinned_ones_join_none(tmp_path):
+    """Weights from a file (path:) are a level of the model whose configurations under configs/ pin their digest
+    (evidence/h200-smollm2's series); a digest no recipe or configuration pins is no level of any known model."""
+    pins = {c: read_toml(CONFIG_DIR / "h200" / f"{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
+    for level, k in (("f16", 10), ("q8_0", 40), ("q4_k_m", 70)):
+        pin = pins[level]
+        write_trend_level(tmp_path, f"t-{level}", {**MODEL, "quant": pin["quant"], "sha256": pin["sha256"],
+                                                   "source": "path:x.gguf"}, k)
+    write_trend_level(tmp_path, "t-unpinned", {**MODEL, "quant": "Q3_K_M", "sha256": "cd" * 32}, 75)
+    tables = build_tables(find_runs(tmp_path), tmp_path)
+    assert set(tables.fig2["series"]) == {f"{MODEL['name']} / llama.cpp"}
+    assert list(tables.fig2["level"]) == ["F16", "Q8_0", "Q4_K_M"]
+    assert tables.outside_series == ["t-unpinned: its weights (sha256 cdcdcdcdcdcd...) are pinned as a level of one "
+                                     "model by no recipe or configuration of this checkout"]
+    assert lineage.of_digests((pins["f16"]["sha256"],)) == \
+        "config smollm2 / SmolLM2-135M-Instruct (requantized from Q4_1)"  # not the agent recipe's base-F16
+
+
+def write_trend_level(root, config: str, model: dict, k: int, n: int = 80) -> None:
+    """One level's OFF run 1 and ON run 1 (as `trend_runs`), the first k of n one-request episodes diverging."""
+    off = {f"e{i}": [[1, 2]] for i in range(n)}
+    on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
+    write_bfcl_run(root, "off", 1, off, config=config, model=model)
+    write_bfcl_run(root, "on", 1, on, config=config, model=model)
+
+
+# --- shared or unshared: what the recorded tenant prompts share, never the plan's prefix label --------------------
+
+def tenant_verdict(root, plan: str):
+    from artifact.check.beyond import analyse
+
+    b = analyse(find_runs(root))
+    return {v.id: v for v in b.verdicts}[f"BEYOND-TENANTS-{plan}"], b
+
+
+def test_a_tenant_plans_prefix_label_is_not_believed_over_the_prompts_it_recorded(tmp_path):
+    """Plan tenants1-shared (its label and configs/plans.toml say "shared"), whose recorded tenant prompts share
+    none of the measured first prompts' characters: read as unshared, and the verdict says that the label was not."""
+    from test_tenants_analysis import SPEC, load_record, loaded_plan
+
+    main_plan(tmp_path, OFF, ON1, ON2)
+    loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load_record(SPEC, shared=0))
+    v, b = tenant_verdict(tmp_path, "tenants1-shared")
+    assert v.status == "PASS" and "whose prompts do not share the measured prefix" in v.claim
+    assert ("the plan's label says prefix 'shared', its runs' recorded tenant prompts show 'unshared': read as "
+            "unshared (the records win over the label)") in v.observed
+    assert set(b.tables["tenants.csv"]["prefix"]) == {"unshared"}
+    assert set(b.tables["tenants_runs.csv"]["prefix"]) == {"unshared"}
+
+
+def test_a_flipped_prefix_label_of_a_plan_the_checker_does_not_define_is_read_from_the_prompts(tmp_path):
+    """A plan configs/plans.toml does not define (its labels are held against nothing there): labelled "unshared"
+    everywhere in its manifests, its recorded tenant prompts share the measured system prompt: shared."""
+    from test_tenants_analysis import SPEC, load_record, loaded_inputs, loaded_plan
+
+    spec = {**SPEC, "prefix": "unshared"}
+    main_plan(tmp_path, OFF, ON1, ON2)
+    loaded_plan(tmp_path, "my-tenants", OFF, OFF, ON2, ON2, spec=spec, load=load_record(spec, shared=990),
+                inputs=loaded_inputs(spec))
+    v, b = tenant_verdict(tmp_path, "my-tenants")
+    assert "whose prompts share the measured prefix" in v.claim and "label says prefix 'unshared'" in v.observed
+    assert set(b.tables["tenants.csv"]["prefix"]) == {"shared"}
+    data = check_json(tmp_path)  # the whole check: the plan's runs are admitted, the record's reading in check.json
+    scopes = {x["scope"]: x for x in data["beyond"]["verdicts"] if x["id"] == "BEYOND-TENANTS-my-tenants"}
+    assert "read as shared" in scopes["cfg/my-tenants"]["observed"] and data["beyond"]["tenants"][0]["prefix"] == \
+        "shared"
+
+
+def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_path):
+    """Tenant prompts recorded against first prompts the run did not send (units of another run): whether they share
+    the measured prefix is not known; the label is not read either."""
+    from test_tenants_analysis import SPEC, load_record, loaded_plan
+
+    load = load_record(SPEC)
+    load["units"] = [{**u, "first_prompt_sha256": "ee" * 32} for u in load["units"]]
+    main_plan(tmp_path, OFF, ON1, ON2)
+    loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load)
+    v, b = tenant_verdict(tmp_path, "tenants1-shared")
+    assert "whose prompts may or may not share the measured prefix" in v.claim
+    assert "is not known from the records (its tenant prompts of unit 'e0' are recorded against a first prompt" in \
+        v.observed
+    assert b.tables["tenants.csv"]["prefix"].isna().all()
+
+
+# --- loopback-only: only where the server the run talked to is on a loopback address ------------------------------
+
+REMOTE = {"url": "http://192.0.2.7:8000", "remote": False, "model_id": "testlm", "started_by": "the user"}
+
+
+@pytest.mark.parametrize("server, network, why", [
+    (REMOTE, "host network (not isolated)", "its server http://192.0.2.7:8000 is not a loopback address"),
+    ({**REMOTE, "url": "http://db.example:8000"}, "host network (not isolated)", "is not a loopback address"),
+    (None, "not known to be loopback-only", "its records show no address of the server it talked to"),
+    ({**REMOTE, "url": "http://127.0.0.1:8080"}, "loopback-only", None),
+    ({**REMOTE, "url": "http://[::1]:8080"}, "loopback-only", None),
+])
+def test_a_remote_servers_run_is_never_loopback_only_whatever_its_manifest_claims(tmp_path, server, network, why):
+    """An endpoint run whose manifest claims loopback-only isolation (and `remote: false`) for the server URL it
+    records: the URL decides, in check's warnings and in the evidence summary."""
+    extra = {**UNOBSERVED, "server": server}
+    for arm, k, eps in (("off", 1, OFF), ("off", 2, OFF), ("on", 1, ON1), ("on", 2, ON1)):
+        write_bfcl_run(tmp_path / "results", arm, k, eps, engine="endpoint", cache_n="null", manifest=extra)
+    run = find_runs(tmp_path / "results")[0]
+    assert run.manifest["isolation"]["network"] == "loopback-only"  # the lying label
+    got, said = engines.network(run.manifest)
+    assert got == network and (why is None and said is None or why in said)
+    data = check_json(tmp_path / "results")
+    if why is None:
+        assert data["unisolated_runs"] == []
+    else:
+        assert len(data["unisolated_runs"]) == 4
+        warning = data["run_warnings"]["cfg/main/off-run1"][0]
+        assert network in warning and why in warning and "although its isolation.network says 'loopback-only'" \
+            in warning
+    with tarfile.open(tmp_path / "records.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "results", arcname="results")
+    assert evidence.summarize(tmp_path)["host"]["network"] == [network]
+
+
+def test_a_server_the_artifact_started_is_on_loopback(tmp_path):
+    run = write_bfcl_run(tmp_path, "off", 1, OFF, manifest={"server": REMOTE})  # a label llama.cpp runs never read
+    assert engines.network(run.manifest) == ("loopback-only", None)

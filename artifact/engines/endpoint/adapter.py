@@ -615,6 +615,19 @@ class Endpoint(Engine):
     def observes(self, cfg, plan) -> dict:
         return observes(self.settings(cfg, plan))
 
+    def remote_servers(self, manifest: dict) -> list[str] | None:
+        """The run's server as its manifest records it (`server.url`, the URL its requests went to): [] where that
+        is a loopback address, [url] where it is not, None where no URL is recorded."""
+        server = manifest.get("server")
+        url = server.get("url") if isinstance(server, dict) else None
+        if not isinstance(url, str):
+            return None
+        try:
+            host = split_url(url)[1]
+        except ArtifactError:
+            return [url]  # not a URL this engine could have reached: not known to be loopback
+        return [] if is_loopback(host) else [url]
+
     def loopback_servers(self, cfg) -> list[str]:
         s = self.settings(cfg)
         out = []

@@ -1,0 +1,82 @@
+"""Which model a weights digest is a level of: the lineage that makes quantization levels one series (RQ3's
+series, the quantization mechanism's F16 reference), read from the artifact's own pins, never from a name a run's
+manifest carries (issue 39: a display name let another family's runs join a series).
+
+    of_digests(digests)   the lineage of weights with these sha256 (one digest; for hf: sources every file's, in
+                          order), or None where the pins cannot decide
+
+  recipe <name>            the digest is a product of recipe <name> (artifact/models/recipes/<name>.json pins every
+                           product: its levels are made from one base and one adapter). A product named base-* is
+                           an intermediate (the base's own weights, dequantized): the base's, not a level of the
+                           derived model, so it is looked up among the configurations instead.
+  config <family> / <name> the digest is pinned (model.sha256, or every file of model.files for hf:) by the
+                           configurations under configs/, and they all name one model: the levels the artifact's
+                           authors pinned as one model's.
+  None                     no recipe or configuration pins the digest, or configurations pin it for two models.
+
+The pins are this checkout's files (as the recipe pins `check.facts.model_problem` holds a derived model to), so a
+results directory cannot change them; the names in them are the catalog's, read only through a digest.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from artifact.config import CONFIG_DIR, PLANS_FILE, config_tables
+from artifact.errors import ArtifactError
+from artifact.models.derive import RECIPES
+
+INTERMEDIATE = "base-"  # a recipe's products named so are its base's weights, not a level of the derived model
+
+
+@functools.lru_cache(maxsize=1)
+def _recipes() -> dict[tuple[str, ...], str]:
+    """(digest,) -> "recipe <name>", for every level a recipe pins."""
+    out: dict[tuple[str, ...], str] = {}
+    for path in sorted(RECIPES.glob("*.json")):
+        try:
+            recipe = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a broken recipe pins nothing (derive says why where it is used)
+        products = recipe.get("products") if isinstance(recipe, dict) else None
+        for level, sha in (products or {}).items():
+            if isinstance(sha, str) and sha and not level.startswith(INTERMEDIATE):
+                out[(sha,)] = f"recipe {recipe.get('name') or path.stem}"
+    return out
+
+
+def _pinned(model: dict) -> tuple[str, ...]:
+    """The digests a configuration's [model] table pins: its sha256, else every file's (hf:), in order; () where it
+    pins none (a server's weights, or an hf: file whose sha256 is left to the lock file)."""
+    if isinstance(model.get("sha256"), str) and model["sha256"]:
+        return (model["sha256"],)
+    files = model.get("files")
+    shas = tuple(f.get("sha256") for f in files if isinstance(f, dict)) if isinstance(files, list) else ()
+    return shas if shas and all(isinstance(s, str) and s for s in shas) else ()
+
+
+@functools.lru_cache(maxsize=1)
+def _configs() -> dict[tuple[str, ...], str | None]:
+    """digests -> "config <family> / <name>" of the configurations that pin them (None where two name different
+    models)."""
+    out: dict[tuple[str, ...], str | None] = {}
+    for path in sorted(CONFIG_DIR.rglob("*.toml")):
+        if path == PLANS_FILE:
+            continue
+        try:
+            model = config_tables(path).get("model")
+        except ArtifactError:
+            continue
+        if not isinstance(model, dict) or not (digests := _pinned(model)):
+            continue
+        name = f"config {model.get('family')} / {model.get('name')}"
+        out[digests] = name if out.get(digests, name) == name else None
+    return out
+
+
+def of_digests(digests: tuple[str, ...]) -> str | None:
+    """The lineage of weights with these digests (see the module's doc), or None where the pins cannot decide."""
+    if not digests:
+        return None
+    return _recipes().get(digests) or _configs().get(digests)
