@@ -125,7 +125,7 @@ def weights_digests(run: Run) -> tuple[str, ...]:
 
 
 def weights_lineage(run: Run) -> tuple[str | None, str]:
-    """(lineage, why none): which model the run's weights are a level of, derived from facts (issue 39), never from
+    """(lineage, why none): which model the run's weights are a level of, derived from facts, never from
     the manifest's model name or family: only an engine that loads the configuration's weights itself (sha256-
     verified before its server starts: `Capabilities.loads_weights`) knows them, and their digest is looked up in
     the artifact's own pins (`models.lineage.of_digests`: a recipe's products, the configurations' pins). Where the

@@ -207,7 +207,7 @@ def configurations(runs: list[Run]) -> pd.DataFrame:
     rows = [_identity(next(iter(g.values()))) for g in groups]
     # the machines each configuration's runs ran on: a reference only where both ran on one and the same machine
     machines = [{machine_of(r) for r in g.values()} for g in groups]
-    # which model each configuration's weights are a level of (issue 39: from the weights' digests against the
+    # which model each configuration's weights are a level of (from the weights' digests against the
     # artifact's pins, never the model's display name; None where the facts cannot decide: no reference then)
     lineages = [group_lineage(list(g.values()))[0] for g in groups]
     df = pd.DataFrame(rows, columns=["config", "plan", "engine", "model_name", "quant", "level"])

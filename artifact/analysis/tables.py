@@ -408,7 +408,7 @@ def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str]]:
     """ON-vs-OFF (run 1 vs run 1, plan main) per quantization level, one series per model and engine, and the
     configurations left out of every series (why, one line each). A series is the levels of one model
     (`groups.group_lineage`: the weights' digests against the artifact's pins) served by one engine, never a display
-    name (issue 39); a configuration whose weights' lineage the facts cannot decide joins none. Its label is the
+    name; a configuration whose weights' lineage the facts cannot decide joins none. Its label is the
     display name its configurations carry (the lineage added where two series would show the same label)."""
     rows, outside = [], []
     for g in groups:

@@ -50,7 +50,7 @@ SHARED, UNSHARED = "shared", "unshared"
 
 def prefix_of(run: Run) -> tuple[str | None, str]:
     """(prefix, why none): whether the run's tenant prompts share the measured prompts' prefix, derived from the
-    prompts the run recorded (issue 39), never from the plan's `prefix` label. The manifest's tenants.units record,
+    prompts the run recorded, never from the plan's `prefix` label. The manifest's tenants.units record,
     per measured unit, the sha256 and length of its first measured prompt and, per tenant prompt, how many of its
     first characters it shares with that prompt (`protocol.tenants.prepare`); a unit counts only where its first
     prompt is the one the run's requests.jsonl records for that episode (request 0). "shared": every tenant prompt

@@ -65,7 +65,7 @@ LOOPBACK_ONLY = "loopback-only"  # provenance.isolation's network of a run that 
 
 
 def network(manifest: dict) -> tuple[str, str | None]:
-    """(network, why): the network a run ran in, derived from facts (issue 39): its manifest's isolation.network
+    """(network, why): the network a run ran in, derived from facts: its manifest's isolation.network
     ("not recorded" without one), but "loopback-only" only where every server the run's engine talked to is on a
     loopback address by the records (`Engine.remote_servers`: for a server the user runs, the URL recorded); `why`
     says why a recorded "loopback-only" is not believed (None where it is, or where none was recorded)."""

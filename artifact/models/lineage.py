@@ -1,6 +1,6 @@
 """Which model a weights digest is a level of: the lineage that makes quantization levels one series (RQ3's
 series, the quantization mechanism's F16 reference), read from the artifact's own pins, never from a name a run's
-manifest carries (issue 39: a display name let another family's runs join a series).
+manifest carries.
 
     of_digests(digests)   the lineage of weights with these sha256 (one digest; for hf: sources every file's, in
                           order), or None where the pins cannot decide

@@ -1,4 +1,4 @@
-"""Routing from facts, never labels (issue 39): what a run's engine observed of its server (an engine that starts its
+"""Routing from facts, never labels: what a run's engine observed of its server (an engine that starts its
 own server observes everything; an absent or free `observes` label is never "everything"), which quantization series a
 configuration's levels join (the weights' digests against the artifact's pins, never the display name), whether
 tenant prompts share the measured prefix (the prompts recorded, never the plan's label), and whether a run was
