@@ -72,8 +72,9 @@ def test_clean_demo_like_results(tmp_path):
         "RQ1": PASS, "RQ2": PASS, "RQ2b": NOT_RUN, "RQ3": NOT_RUN, "RQ4": NOT_RUN, "RQ5": NOT_RUN}
     direction, *bands = claims["RQ2"]["details"]
     assert direction["kind"] == "direction" and "not a configuration the paper measured" in direction["band"]
-    # every paper value of RQ2 is a band row, NOT-RUN here (TestLM is not a paper configuration)
-    assert len(bands) == 7 and {b["status"] for b in bands} == {NOT_RUN}
+    # the paper's seven RQ2 values, none run here (TestLM is not a paper configuration): one NOT-RUN row names them all
+    assert len(bands) == 1 and bands[0]["status"] == NOT_RUN and "(7 value(s))" in bands[0]["scope"]
+    assert bands[0]["expected"].count(": ") == 7 and "0/7 paper values compared" in claims["RQ2"]["observed"]
     assert "no run with engine = vllm" in claims["RQ4"]["evidence"][0]
     assert claims["RQ5"]["observed"] == "no GSM8K bridge runs"
 
@@ -146,7 +147,10 @@ def test_paper_configuration_within_band(tmp_path):
     bands = {d["scope"].split(" (")[0]: d for d in claims["RQ2"]["details"] if d["kind"] == "band"}
     assert bands["qwen2.5-7b/llama.cpp/Q4_K_M on vs off"]["status"] == PASS
     assert bands["qwen2.5-7b/llama.cpp/Q4_K_M on rerun"]["status"] == PASS
-    assert bands["qwen2.5-7b/llama.cpp/F16 on vs off"]["status"] == NOT_RUN
+    # the paper's other configurations, not run here: one NOT-RUN row that names each of their values
+    absent = bands["the paper's configurations not in these results"]
+    assert absent["status"] == NOT_RUN and "qwen2.5-7b/llama.cpp/F16 on vs off: 36.2%" in absent["expected"]
+    assert "qwen2.5-7b/llama.cpp/Q4_K_M" not in absent["expected"]  # it ran: its values have rows of their own
     assert code == 0 and claims["RQ2"]["status"] == PASS
 
 

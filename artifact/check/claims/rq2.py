@@ -93,18 +93,22 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                 bands.append(band_verdict("RQ2", g.stats.get(kind), v, paper,
                                           f"{v['config']} {kind.replace('_', ' ')} ({scope_of(g)})",
                                           pair_evidence(g, kind, root)))
-    # paper values for configurations that did not run
-    for (cid, kind, plan), vs in sorted(paper.by_slot.items()):
-        if kind in ("on_vs_off", "on_rerun") and plan == PAPER_PLAN:
-            for v in vs:
-                if v["key"] not in banded:
-                    bands.append(band_verdict("RQ2", None, v, paper, f"{cid} {kind.replace('_', ' ')}",
-                                              [f"no {plan}-plan run of {cid} in these results"]))
+    # paper values of configurations these results did not run: one NOT-RUN row naming them all (one row each
+    # would bury the verdicts of what ran under lines about what did not)
+    absent = [(cid, kind, v) for (cid, kind, plan), vs in sorted(paper.by_slot.items())
+              if kind in ("on_vs_off", "on_rerun") and plan == PAPER_PLAN for v in vs if v["key"] not in banded]
+    if absent:
+        bands.append(Verdict.of_claim(
+            "RQ2", f"the paper's configurations not in these results ({len(absent)} value(s))", "band", NOT_RUN,
+            "not run", "; ".join(f"{cid} {kind.replace('_', ' ')}: {pct(v['value'])}" for cid, kind, v in absent),
+            "not applicable: not run",
+            [f"no {PAPER_PLAN}-plan run of " + ", ".join(dict.fromkeys(cid for cid, _, _ in absent))]))
     directions = [d for d in details if d.kind == "direction"]
     n_pass = sum(d.status == PASS for d in directions)
     compared = [b for b in bands if b.status != NOT_RUN]
+    n_values = len(bands) - bool(absent) + len(absent)
     observed = (f"direction holds in {n_pass}/{len(directions)} configuration-plan(s); "
-                f"{len(compared)}/{len(bands)} paper values compared "
+                f"{len(compared)}/{n_values} paper values compared "
                 f"({sum(b.status == OUT for b in compared)} out of band)") if directions else "no run with both arms"
     others = [d for d in directions if d.status not in TESTED]
     if others:
