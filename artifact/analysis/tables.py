@@ -472,6 +472,9 @@ class Tables:
     warnings: dict[str, list[str]] = field(default_factory=dict)  # run label -> warnings (network isolation)
     # configurations of plan main in no quantization series: "config: why" (`series_rows`: lineage not known)
     outside_series: list[str] = field(default_factory=list)
+    # runs against a server the artifact did not start (their engine loads no weights of its own): what happened on
+    # that server besides the run's own requests is not observable (`user_server_runs`)
+    user_server: list[str] = field(default_factory=list)
 
     @property
     def unisolated_runs(self) -> list[str]:
@@ -502,4 +505,22 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
         problems=[p for r in runs for p in run_problems(r)] + refused,
         warnings={r.label: [w] for r in runs if (w := isolation_warning(r)) is not None},
         outside_series=outside,
+        user_server=user_server_runs(runs),
     )
+
+
+# What no record of a run against a server the artifact did not start can show, in words (check's note, the report)
+USER_SERVER_UNOBSERVED = ("whether other clients used the server during the runs (another client's requests on the "
+                          "same server change even cache-OFF outputs), and the server's command line, binary and "
+                          "weights' sha256")
+
+
+def user_server_runs(runs: list[Run]) -> list[str]:
+    """The runs whose engine (by the manifest's engine kind) starts no server of its own and loads no weights
+    (`Capabilities.loads_weights` False: a server the user runs), by label."""
+    out = []
+    for r in runs:
+        engine = engines.of_manifest(r.manifest)
+        if engine is not None and not engine.capabilities.loads_weights:
+            out.append(r.label)
+    return out

@@ -500,6 +500,10 @@ def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claim
     for label in tables.unisolated_runs:
         for w in tables.warnings[label]:
             print(f"WARNING (not network-isolated): {w}")
+    if tables.user_server:
+        from artifact.analysis.tables import USER_SERVER_UNOBSERVED  # noqa: PLC0415 (loaded already: tables)
+        print(f"NOTE: {len(tables.user_server)} run(s) against a server the artifact did not start; not observable: "
+              f"{USER_SERVER_UNOBSERVED}")
     if hard_fail:
         print(f"hard claim(s) failed: {', '.join(hard_fail)}")
     print(f"exit code {code}: {EXIT_CODES[code]}")

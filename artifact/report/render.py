@@ -21,7 +21,7 @@ from artifact import workloads
 from artifact.analysis.groups import cache_condition
 from artifact.analysis.figure import legend_rows, new_figure, overhang, text_room
 from artifact.analysis.fmt import num, pct, rate_cell, records
-from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, Tables, as_dict, relative
+from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, USER_SERVER_UNOBSERVED, Tables, as_dict, relative
 from artifact.records.store import Run
 from artifact.report.example import divergence_example
 from artifact.verdict import STATUSES
@@ -267,6 +267,7 @@ def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_table
         "results_dir": label or str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
         "exit_meaning": exit_meaning, "warnings": warnings or {},
         "unisolated": [label for label, ws in (warnings or {}).items() if ws],
+        "user_server": tables.user_server, "user_server_unobserved": USER_SERVER_UNOBSERVED,
         "claims": claims, "problems": problems, "band_rule": band_rule,
         "tab2": tab2_rows(tables), "workload_sections": workload_sections(runs, workload_tables),
         "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),

@@ -215,3 +215,25 @@ def test_a_remote_servers_run_is_never_loopback_only_whatever_its_manifest_claim
 def test_a_server_the_artifact_started_is_on_loopback(tmp_path):
     run = write_bfcl_run(tmp_path, "off", 1, OFF, manifest={"server": REMOTE})  # a label llama.cpp runs never read
     assert engines.network(run.manifest) == ("loopback-only", None)
+
+
+def test_runs_against_a_users_server_say_what_no_record_of_them_shows(tmp_path, capsys):
+    """Runs of an engine that starts no server of its own (a server the user runs): check's terminal output and the
+    report say that the server's other clients (which change even cache-OFF outputs), its command line, binary and
+    weights are not observable; runs of a server the artifact started carry no such note."""
+    from artifact.check.run import run_check
+
+    for arm, k, eps in (("off", 1, OFF), ("off", 2, OFF), ("on", 1, ON1), ("on", 2, ON1)):
+        write_bfcl_run(tmp_path / "user", arm, k, eps, engine="endpoint", cache_n="null", manifest=UNOBSERVED)
+    main_plan(tmp_path / "own", OFF, ON1, ON2)
+    for root, n in ((tmp_path / "user", 4), (tmp_path / "own", 0)):
+        capsys.readouterr()
+        run_check(root, quiet=False)
+        out, report = capsys.readouterr().out, (root / "check" / "report.html").read_text()
+        assert build_tables(find_runs(root)).user_server == (["cfg/main/off-run1", "cfg/main/off-run2",
+                                                               "cfg/main/on-run1", "cfg/main/on-run2"] if n else [])
+        assert (f"NOTE: {n} run(s) against a server the artifact did not start" in out) == bool(n)
+        assert ('id="user-server-runs"' in report) == bool(n)
+        if n:
+            assert "whether other clients used the server during the runs" in out and "Servers the artifact did " \
+                "not start</strong> (4 run(s))" in report
