@@ -510,9 +510,9 @@ def claims_lines(s: Settings, ident: dict, reports: dict, plan: Plan) -> list[st
         "INCONCLUSIVE: the ON server reports no cache use, so an ON run is not shown to use the cache"))
     out.append("  RQ2b (host cache off / fresh server per run): NOT-RUN: the artifact cannot restart or reconfigure "
                "your servers")
-    out.append("  RQ3 (quantization amplifies): not from one configuration; with 3 or more quantization levels run "
-               "as separate configurations it is judged on the declared (and, where the server reports its file "
-               "type, held) levels")
+    out.append("  RQ3 (quantization amplifies): NOT-RUN: a quantization series is made of levels whose weights the "
+               "artifact loaded and verified (their sha256 against its pins); a server's own weights are not "
+               "observable, so its levels join no series")
     out.append("  RQ4 (a second engine): " + ("these runs count as vLLM runs (the server reports owned_by vllm)"
                                                if family == "vllm" else
                                                f"NOT-RUN here (the server reports owned_by {family!r}, not vllm)"))
