@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,43 @@ def test_numbers_about_committed_files_are_what_the_files_say():
         text = " ".join(doc.read_text(encoding="utf-8").split())
         missing += [f"{doc.name}: {p!r}" for p in phrases if p not in text]
     assert not missing, "\n".join(missing)
+
+
+def _on_run1_rows(folder: Path) -> list[str]:
+    """ON run 1's requests of a committed endpoint run, as docs/own-server.md shows them: episode, request, prompt
+    tokens, cache_n, session_prefix, cached_before_session."""
+    with tarfile.open(folder / "records.tar.xz") as tar:
+        member = next(m for m in tar if m.name.endswith("/on-run1/requests.jsonl"))
+        lines = tar.extractfile(member).read().decode().splitlines()
+    rows = []
+    for line in filter(str.strip, lines):
+        r = json.loads(line)
+        x = r.get("engine_extra") or {}
+        rows.append(f"{r['episode_id']} {r['request_index']} {r['prompt_tokens']} {r['cache_n']:>4} "
+                    f"{x['session_prefix']:>4} {x['cached_before_session']}")
+    return rows
+
+
+def test_the_own_server_example_is_the_committed_runs_own_output():
+    """docs/own-server.md's run against two servers started by hand (section 7): every output line it shows is a
+    line of the committed session logs of evidence/cpu-endpoint (the dry run, the run, the check), and its table of
+    ON run 1's requests is what the records say."""
+    folder = EVIDENCE / "cpu-endpoint"
+    with tarfile.open(folder / "logs.tar.gz") as tar:
+        logged = {line.rstrip() for m in tar if m.isfile() and m.name.startswith("session/")
+                  for line in tar.extractfile(m).read().decode().splitlines()}
+    section = (REPO / "docs" / "own-server.md").read_text(encoding="utf-8").split("\n## 7.")[1].split("\n## 8.")[0]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    assert len(blocks) == 4
+    table = [line for line in blocks[2].splitlines() if line.strip()]
+    assert table == _on_run1_rows(folder)
+    shown = [line.rstrip() for b in (blocks[0], blocks[1], blocks[3]) for line in b.splitlines()
+             if line.strip() and not line.startswith(("$ ", "      --"))]
+    assert len(shown) > 40 and [line for line in shown if line not in logged] == []
+
+
+def test_no_reference_is_defined_twice():
+    """A reference defined twice reads as its first definition on GitHub: a second one silently quotes another key."""
+    for doc in DOCS:
+        names = [name.lower() for name in re.findall(r"^\[([^\]\n]+)\]: ", doc.read_text(encoding="utf-8"), re.M)]
+        assert sorted({n for n in names if names.count(n) > 1}) == [], doc.name
