@@ -78,8 +78,8 @@ def tree_bytes() -> int:
 def download(dest: Path) -> list[Path]:
     want = pins()
     reqs = dest / "requirements.txt"
-    reqs.write_text("\n".join(l.split("#")[0].strip() for l in WHEELS.read_text().splitlines()
-                              if l.split("#")[0].strip()) + "\n")
+    reqs.write_text("\n".join(line.split("#")[0].strip() for line in WHEELS.read_text().splitlines()
+                              if line.split("#")[0].strip()) + "\n")
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
                     "--require-hashes", *PLATFORM, "-d", str(dest), "-r", str(reqs)], check=True)
     files = []

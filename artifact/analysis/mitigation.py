@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from artifact.analysis.compare import Comparison, first_difference
+from artifact.analysis.compare import first_difference
 from artifact.analysis.groups import cache_condition, by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval

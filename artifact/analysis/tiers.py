@@ -38,7 +38,6 @@ from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import is_fresh
 from artifact.verdict import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
-from artifact.errors import ArtifactError
 from artifact.records.store import Run, read_server_log
 
 REQUEST_COLUMNS = ["config", "plan", "arm", "run", "episode_id", "request_index", "cache_n", "prompt_tokens",

@@ -34,7 +34,7 @@ def safe_frame(df: pd.DataFrame) -> pd.DataFrame:
     columns that hold no text, are left as they are)."""
     out = None
     for i, dtype in enumerate(df.dtypes):
-        if dtype != object and not isinstance(dtype, pd.StringDtype):
+        if not pd.api.types.is_object_dtype(dtype) and not isinstance(dtype, pd.StringDtype):
             continue
         col = df.iloc[:, i]
         if not any(map(dangerous, col.tolist())):

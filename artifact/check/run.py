@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from artifact import workloads
 from artifact.check.load import check_records, load_run  # noqa: F401 (check_records: one of this module's names)
@@ -36,6 +37,12 @@ from artifact.records import decoded
 from artifact.records.store import (
     MANIFEST, MAX_RECORD_BYTES, RECORD_FILES, REQUESTS, Run, find_runs, too_large,
 )
+
+if TYPE_CHECKING:  # for annotations only: imported lazily where they are used (below)
+    import pandas as pd
+
+    from artifact.analysis.tables import Tables
+    from artifact.check.core import Claim
 
 # pandas, scipy and the analyses (artifact.check.facts, .claims, .beyond, artifact.analysis.tables,
 # artifact.report.render; numpy with them) are imported where they are used, not here: a check at scale starts its
@@ -187,7 +194,7 @@ def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) ->
               "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
     for own in wtables.values():
         frames.update(own)
-    from artifact.check.cells import safe_frame  # noqa: PLC0415; lazy: pandas after the worker has started
+    from artifact.check.cells import safe_frame  # noqa: PLC0415 -- lazy: pandas after the worker has started
 
     for name, df in frames.items():
         safe_frame(df).to_csv(out / name, index=False, errors=TEXT_ERRORS)
@@ -279,7 +286,7 @@ def _clip(s: str, n: int) -> str:
 
 def exit_code(claims: list[Claim], problems: list[str]) -> int:
     """`claims.EXIT_CODES`: 1 hard failure or invalid runs, 4 another claim fails, 3 nothing tested, else 0."""
-    from artifact.check.claims import FAIL, TESTED  # noqa: PLC0415; lazy: pandas and scipy after the worker has started
+    from artifact.check.claims import FAIL, TESTED  # noqa: PLC0415 -- lazy: pandas and scipy after the worker has started
 
     if problems or any(c.hard and c.status == FAIL for c in claims):
         return 1
@@ -350,7 +357,7 @@ def _import_analyses() -> None:
     """pandas and the analyses, imported on their own (a step of check's timings). scipy.stats (~0.3 s more) is
     imported once the paper's figures are asked for (`_import_tests`): the paper's tables do not need it, so the
     worker can draw those figures while this process imports it and runs the analyses beyond the paper."""
-    import artifact.analysis.tables  # noqa: F401, PLC0415; lazy: pandas after the worker has started
+    import artifact.analysis.tables  # noqa: F401, PLC0415 -- lazy: pandas after the worker has started
     import artifact.check.beyond  # noqa: F401, PLC0415
     import artifact.check.facts  # noqa: F401, PLC0415
     import artifact.check.claims  # noqa: F401, PLC0415
@@ -359,7 +366,7 @@ def _import_analyses() -> None:
 
 def _import_tests() -> None:
     """scipy.stats: the tests of the analyses beyond the paper (imported on its own: a step of check's timings)."""
-    import scipy.stats  # noqa: F401, PLC0415; lazy: not before the paper's figures are asked for
+    import scipy.stats  # noqa: F401, PLC0415 -- lazy: not before the paper's figures are asked for
 
 
 def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
@@ -385,8 +392,8 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         from artifact.analysis.tables import build_tables  # noqa: PLC0415
         # lazy: pandas and scipy after the worker has started
         from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
-        from artifact.check import facts  # noqa: PLC0415; lazy: numpy and the analyses after the worker has started
-        from artifact.check.admission import admitted  # noqa: PLC0415; lazy: pandas after the worker has started
+        from artifact.check import facts  # noqa: PLC0415 -- lazy: numpy and the analyses after the worker has started
+        from artifact.check.admission import admitted  # noqa: PLC0415 -- lazy: pandas after the worker has started
 
         facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
         evidence = admitted(runs)  # the one admission gate: every analysis below reads these runs only
@@ -417,7 +424,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
                                         encoding="utf-8", errors=TEXT_ERRORS)
         (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
         # every admitted pair's first divergences beside the verdicts (first-divergence.json and .txt)
-        from artifact.report import divergences  # noqa: PLC0415; lazy: only a check that got this far writes them
+        from artifact.report import divergences  # noqa: PLC0415 -- lazy: only a check that got this far writes them
         divergences.write(evidence, new)
         publish(new, out)
     except OSError as exc:
@@ -445,7 +452,7 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], 
                    claims: list[Claim], code: int, lap, drawing: Drawing, label: str) -> dict:
     """Write every output but check.json into `out`; returns check.json's content (without its timings). `runs`:
     every run found (listed); `evidence`: the admitted ones (`admission.admitted`), which the analyses read."""
-    from artifact.check.beyond import write_beyond  # noqa: PLC0415; lazy: pandas and scipy after the worker has started
+    from artifact.check.beyond import write_beyond  # noqa: PLC0415 -- lazy: pandas and scipy after the worker has started
     from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
     from artifact.report.render import PAPER_FIGURES, compile_templates, draw_figures, write_report  # noqa: PLC0415
 

@@ -432,7 +432,7 @@ def _parse_pairs(texts: list[bytes], joined: bytes | None = None):
 def _numpy(column, dtype):
     """A column of numbers as a writable numpy array (None where it holds a null), from its data buffer: pyarrow's
     own `to_numpy` imports pandas (~0.5 s; in check's worker, before its first run is loaded)."""
-    import numpy as np  # noqa: PLC0415; lazy: the protocol's writer never reads
+    import numpy as np  # noqa: PLC0415 -- lazy: the protocol's writer never reads
 
     arr = column.combine_chunks()
     if arr.null_count:  # none is read as a null (null_values=[]): refused as a number that is not one

@@ -126,8 +126,9 @@ def test_no_code_outside_its_package_names_the_engine():
 def test_the_server_family_is_what_the_server_reports_as_owned_by_and_never_guessed():
     from artifact.engines.endpoint.observe import server_family
 
-    models = lambda *owners: {"models": [{"id": f"m{i}", **({"owned_by": o} if o else {})}
-                                         for i, o in enumerate(owners)]}
+    def models(*owners):
+        return {"models": [{"id": f"m{i}", **({"owned_by": o} if o else {})} for i, o in enumerate(owners)]}
+
     assert server_family(models("vllm")) == "vllm" and server_family(models("llamacpp", "llamacpp")) == "llamacpp"
     assert server_family(models(" vLLM ")) == "vllm"
     for unknown in (models(None), models("vllm", "sglang"), models(""), {}, None):

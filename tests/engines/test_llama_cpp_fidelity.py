@@ -338,8 +338,9 @@ def test_a_run_through_run_sh_starts_without_secrets_and_without_network(tmp_pat
 def test_log_probabilities_align_to_tokens_when_the_server_drops_a_position():
     # llama-server drops the entry of a token whose text ends inside a UTF-8 character (seen on the H200: a
     # Q8_0 run stopped on it); entries name their token, which places them.
-    entry = lambda tok: {"id": tok, "logprob": -0.1, "top_logprobs": [{"id": tok, "logprob": -0.1},
-                                                                      {"id": 9, "logprob": -2.0}]}
+    def entry(tok):
+        return {"id": tok, "logprob": -0.1, "top_logprobs": [{"id": tok, "logprob": -0.1}, {"id": 9, "logprob": -2.0}]}
+
     top = llama_server.align_top_logprobs([5, 6, 7], [entry(5), entry(7)])
     assert top == [[[5, -0.1], [9, -2.0]], None, [[7, -0.1], [9, -2.0]]]
     assert llama_server.align_top_logprobs([5], []) == [None]

@@ -6,7 +6,6 @@ Real files throughout; the Python without ensurepip is a FAKE wrapper around thi
 Debian's does without python3-venv). Staging from PyPI needs the network and is run by hand (docs/gpu-hosts.md)."""
 
 import hashlib
-import json
 import os
 import subprocess
 import sys

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from artifact.config import REPO, Config, Plan, choice
+from artifact.config import Config, Plan, choice
 from artifact.engines.base import DEFAULT_CUDA_ARCHS, GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.engines.server_process import ServerProcess, ServerSession
 from artifact.errors import ArtifactError

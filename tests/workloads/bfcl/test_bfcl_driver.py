@@ -50,7 +50,9 @@ def test_oracle_episode_scores_valid_through_the_driver_and_leaves_no_instances(
 
 def test_a_wrong_episode_is_not_valid_and_does_not_leak_state_into_the_next():
     episode = bfcl.load_episodes(2)[1]
-    wrong = lambda prompt, turn, step: ("[mkdir(dir_name='leftover')]" if step == 0 else "Done.", 0, 0)
+    def wrong(prompt, turn, step):
+        return ("[mkdir(dir_name='leftover')]" if step == 0 else "Done.", 0, 0)
+
     r1 = bfcl.run_episode(episode, "qwen", "ep_t_2", wrong, prompt_variant="default", max_steps_per_turn=20,
                           log=io.StringIO())
     assert r1.verdict.startswith("multi_turn:")
@@ -89,7 +91,9 @@ def test_python_prompt_variant_is_bfcls_shorter_function_doc_format():
 
 def test_step_limit_force_terminates_like_bfcl_and_is_restored():
     episode = bfcl.load_episodes(2)[1]
-    always_call = lambda prompt, turn, step: ("[ls(a=True)]", 0, 0)
+    def always_call(prompt, turn, step):
+        return ("[ls(a=True)]", 0, 0)
+
     result = bfcl.run_episode(episode, "qwen", "ep_t_4", always_call, prompt_variant="default",
                               max_steps_per_turn=2, log=io.StringIO())
     assert result.verdict == "multi_turn:force_terminated"
@@ -134,7 +138,9 @@ def test_a_server_failure_is_fatal_for_the_run_not_an_episode_error():
 
 def test_the_reused_handler_carries_no_prompt_variant_into_the_next_episode():
     episode = bfcl.load_episodes(1, max_turns=1)[0]
-    first = lambda variant: oracle_first_prompt(episode, variant)
+    def first(variant):
+        return oracle_first_prompt(episode, variant)
+
     default_before = first("default")
     python = first("python")
     assert python != default_before
