@@ -15,6 +15,7 @@ import http.server
 import json
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -255,6 +256,8 @@ def test_llama_server_one_server_per_arm_decides_rq1_from_what_the_off_server_re
     assert held["reported"]["quant"] == "Q4_K_M" and 1.3e8 < held["reported"]["n_params"] < 1.4e8
     assert held["quant"].startswith("held") and held["n_params"].startswith("held")
 
+    off_manifests = [runs[("off", k)].manifest for k in (1, 2)]
+
     # resumed with other engine timeouts: the complete sessions are reused, nothing is sent again
     slower = dataclasses.replace(cfg := endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]),
                                  engine=dataclasses.replace(cfg.engine, startup_timeout_s=33, request_timeout_s=999))
@@ -263,9 +266,14 @@ def test_llama_server_one_server_per_arm_decides_rq1_from_what_the_off_server_re
         {r.path: r.manifest["fingerprint"] for r in runs.values()}
 
     # the same servers again, into new results: the ON server has served these prompts, so ON run 1 starts warm,
-    # the records say so, and check does not decide RQ2 on it
+    # the records say so, and check does not decide RQ2 on it. The new results start with this run's complete OFF
+    # session (reused, as a resume reuses it: the OFF server caches nothing, so only the ON session is sent again)
+    plan_dir = on1.path.parent
+    again = tmp_path / "again" / plan_dir.relative_to(tmp_path)
+    shutil.copytree(plan_dir, again, ignore=lambda d, names: [n for n in names if n.startswith("on-run")])
     runs, claims = protocol_and_check(endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]),
                                       tmp_path / "again")
+    assert [runs[("off", k)].manifest["started_at"] for k in (1, 2)] == [off["started_at"] for off in off_manifests]
     first = runs[("on", 1)].requests[0]
     assert first["cache_n"] > 0 and first["engine_extra"]["cached_before_session"] == first["cache_n"]
     assert claims["RQ2"]["status"] == "INCONCLUSIVE", claims["RQ2"]
