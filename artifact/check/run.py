@@ -508,7 +508,7 @@ def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claim
         for w in tables.warnings[label]:
             print(f"WARNING (not network-isolated): {w}")
     if tables.user_server:
-        from artifact.analysis.tables import USER_SERVER_UNOBSERVED  # noqa: PLC0415 (loaded already: tables)
+        from artifact.analysis.tables import USER_SERVER_UNOBSERVED  # noqa: PLC0415 -- lazy: loaded with the tables
         print(f"NOTE: {len(tables.user_server)} run(s) against a server the artifact did not start; not observable: "
               f"{USER_SERVER_UNOBSERVED}")
     if hard_fail:
