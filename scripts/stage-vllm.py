@@ -137,7 +137,8 @@ def main() -> int:
         stage = json.loads(args.after.read_text())
         last = stage["calls"][-1]
         first = room - int(last["mib"] * MIB)
-        after = last["carry"]
+        # stage-device.py names each call by its folder beside its STAGE.json
+        after = last.get("carry") or str((args.after.resolve().parent / last["dir"]).relative_to(REPO))
     if room < 8 * MIB:
         raise SystemExit(f"error: the repository ({tree / MIB:.1f} MiB) leaves no room under {args.limit_mib} MiB")
     with tempfile.TemporaryDirectory(prefix="stage-vllm-") as tmp:

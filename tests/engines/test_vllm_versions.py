@@ -69,6 +69,9 @@ def test_the_vllm_plans_set_the_environment_the_arm_flag_and_the_salt():
     assert "VLLM_BATCH_INVARIANT" not in fixed_env("cuda", main)
     assert fixed_env("cuda", bi)["VLLM_BATCH_INVARIANT"] == "1" == fixed_env("cuda", bi_salt)["VLLM_BATCH_INVARIANT"]
     assert fixed_env("cuda", main)["NCCL_NVLS_ENABLE"] == "0" and "NCCL_NVLS_ENABLE" not in fixed_env("cpu", main)
+    # what the H200 runs needed: 0.25.0's sampler imports FlashInfer (not staged) at start-up unless this is 0
+    assert fixed_env("cuda", main)["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in fixed_env("cpu", main)
     assert fixed_env("cpu", main) == fixed_env("cpu")  # the CPU demo's environment (and fingerprint) is unchanged
     assert arm_flag(main, "off") == "--no-enable-prefix-caching" and arm_flag(salt, "off") == "--enable-prefix-caching"
     assert arm_flag(salt, "on") == "--enable-prefix-caching"

@@ -99,7 +99,10 @@ def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
 
 # NVLink multicast stays off on shared multi-GPU hosts (NCCL, PyTorch symmetric memory, NVSHMEM); the server's
 # allowlisted environment would drop the host's own settings, so a CUDA server gets them explicitly.
-CUDA_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer is not staged for a GPU host (scripts/vllm-device-wheels.txt) and 0.25.0's
+# sampler imports it at start-up unless this is 0; greedy requests use no top-k/top-p sampling kernel.
+CUDA_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+            "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 
 
 def fixed_env(build: str, settings: Settings | None = None) -> dict:
