@@ -149,6 +149,10 @@ def summarize(folder: Path) -> dict:
         "finished": max((m["finished_at"] for m in manifests if m.get("finished_at")), default=None),
         "elapsed_s": _elapsed(manifests),
         "engine_builds": _distinct(m.get("engine_build") for m in manifests),
+        # the attention backend each server chose, as its start-up log said (vLLM; none for llama.cpp)
+        "attention_backends": _distinct(
+            m["attention_backend"] + (f" (FlashAttention {v})" if (v := (m.get("attention") or {}).get(
+                "flash_attn_version")) else "") for m in manifests if m.get("attention_backend")),
         "host": {
             "gpus": gpus or ["none"],
             "cpu": _distinct(h.get("cpu") for h in hosts),
@@ -202,6 +206,13 @@ def summarize(folder: Path) -> dict:
             f"{r['config']}:{r['plan']}": {k: v for k in ("off_rerun", "on_rerun", "on_vs_off")
                                            if (v := _ratio(r, k)) is not None}
             for r in rows}
+    mitigation = folder / "check" / "mitigation.csv"
+    if mitigation.exists():  # a mitigation plan's price: its times over plan main's (same configuration and episodes)
+        rows = list(csv.DictReader(io.StringIO(mitigation.read_text(encoding="utf-8"))))
+        costs = {f"{r['config']}:{r['plan']}": {k: round(float(r[k]), 2) for k in MITIGATION_COSTS if r.get(k)}
+                 for r in rows if r.get("server_overrides")}
+        if any(costs.values()):  # where check set a price (only against a main plan with the same episodes)
+            summary["mitigation"] = {k: v for k, v in costs.items() if v}
     agent = folder / "check" / "agent.csv"
     if agent.exists():  # the agent workload's per-run table: does the model act as an agent
         rows = list(csv.DictReader(io.StringIO(agent.read_text(encoding="utf-8"))))
@@ -229,6 +240,9 @@ def summarize(folder: Path) -> dict:
     return summary
 
 
+MITIGATION_COSTS = ("on_prompt_ms_vs_main", "on_wall_s_vs_main", "off_prompt_ms_vs_main", "off_wall_s_vs_main")
+
+
 def render_md(s: dict) -> str:
     """summary.json's facts for a reader (made from it; never edited by hand)."""
     h = s["host"]
@@ -244,6 +258,8 @@ def render_md(s: dict) -> str:
              f"| first start to last finish | {s['elapsed_s']} s |",
              f"| first start, last finish | {s['started']}, {s['finished']} |",
              f"| engine builds | {', '.join(s['engine_builds'])} |",
+             *([f"| attention backends (the servers' start-up logs) | {', '.join(s['attention_backends'])} |"]
+               if s.get("attention_backends") else []),
              f"| GPUs | {', '.join(h['gpus'])} |",
              f"| CPU (cores) | {', '.join(map(str, h['cpu']))} ({', '.join(map(str, h['cpu_count']))}) |",
              f"| container; CUDA MPS; GPU sharing | {', '.join(map(str, h['container']))}; "
@@ -267,6 +283,10 @@ def render_md(s: dict) -> str:
         lines += ["", "| configuration:plan | OFF rerun | ON rerun | ON vs OFF |", "|---|---|---|---|"]
         lines += [f"| {k} | {v.get('off_rerun', '-')} | {v.get('on_rerun', '-')} | {v.get('on_vs_off', '-')} |"
                   for k, v in s["divergence"].items()]
+    if s.get("mitigation"):
+        lines += ["", "| mitigation plan | ON prompt time | ON wall | OFF prompt time | OFF wall |", "|---|---|---|---|---|"]
+        lines += [f"| {k} | " + " | ".join(f"{v[c]}x plan main's" if c in v else "-" for c in MITIGATION_COSTS) + " |"
+                  for k, v in s["mitigation"].items()]
     if s.get("jobs"):
         lines += ["", "| job (configuration:plan) | runs | first start to last finish |", "|---|---|---|"]
         lines += [f"| {k} | {v['runs']} | {v['elapsed_s']} s |" for k, v in s["jobs"].items()]
