@@ -181,6 +181,23 @@ def test_packing_speed_up_is_the_ratio_of_the_summaries():
     assert f"took {min(slow):.1f}x to {max(slow):.1f}x as long sharing the GPU as alone" in text
 
 
+def test_vllm_salted_off_and_cut_off_run_are_the_committed_files():
+    """What docs/evidence.md says of evidence/h200-vllm beyond its summary: the salted OFF runs against a server
+    without prefix caching (salt-vs-off.txt, `./run.sh compare`), and where float16 `bi`'s ON run 2 was cut off."""
+    folder = EVIDENCE / "h200-vllm"
+    text = (folder / "salt-vs-off.txt").read_text(encoding="utf-8")
+    pairs = re.findall(r"diverged episodes: (\d+)/(\d+)", text)
+    fields = set(re.findall(r"field '([^']+)' differs", text))
+    assert fields == {"engine_extra.cache_salt", "engine_extra.metrics_prefix_cache_queries"}, fields
+    assert len({p for p in pairs}) == 1
+    doc = " ".join((REPO / "docs" / "evidence.md").read_text(encoding="utf-8").split())
+    assert f"{pairs[0][0]} of {pairs[0][1]} episodes diverged in each of the {len(pairs)} pairs" in doc
+    with tarfile.open(folder / "logs.tar.gz") as tar:
+        log = tar.extractfile("session/fp16-bi.log").read().decode()
+    last = re.findall(r"\[on run 2\] (\d+)/(\d+)", log)[-1]
+    assert f"cut off at episode {last[0]} of {last[1]}" in doc
+
+
 # Numbers about committed files that are not evidence (the agent model's recipe and its training record, the
 # weights' source specs, the pinned vLLM requirements): each as the docs write it, made from the file it is about.
 MODELS = REPO / "artifact" / "models"
