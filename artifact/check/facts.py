@@ -36,7 +36,8 @@ from artifact.errors import ArtifactError
 from artifact.records.schema import TENANT
 from artifact.records.store import MANIFEST, TENANTS, Run, read_server_log, read_tenants
 from artifact.config import PLANS_FILE, read_toml
-from artifact.models import derive
+from artifact.analysis.groups import weights_digests
+from artifact.models import derive, lineage
 
 _get = dict.get  # plain lookups: requests may be lazily decoding records
 
@@ -123,11 +124,27 @@ def plan_problem(run: Run, engine) -> str | None:
 
 
 def model_problem(run: Run) -> str | None:
-    """A derived model's sha256 is its recipe's pin for its level, and its quant label that level's."""
+    """A derived model's sha256 is its recipe's pin for its level, and its quant label that level's; any model's quant
+    label is the level the artifact's pins give its weights' sha256, where a pin decides (`models.lineage.level_of`)."""
     model = _table(run.manifest.get("model"))
     source = model.get("source")
     if not (isinstance(source, str) and source.startswith(derive.SOURCE_PREFIX)):
+        return _pinned_level_problem(run, model)
+    return _derived_problem(model, source)
+
+
+def _pinned_level_problem(run: Run, model: dict) -> str | None:
+    """The quant label against the level the pins give the recorded weights (RQ3 places a run by it)."""
+    digests = weights_digests(run)
+    level = lineage.level_of(digests)
+    label = model.get("quant")
+    if level is None or not isinstance(label, str) or label.upper() == level:
         return None
+    return (f"field 'model.quant' is {label!r}, but its weights (sha256 {digests[0][:16]}...) are pinned as "
+            f"level {level}")
+
+
+def _derived_problem(model: dict, source: str) -> str | None:
     try:
         recipe_name, level = derive.parse_source(source)
         recipe = derive.load_recipe(recipe_name)

@@ -80,3 +80,44 @@ def of_digests(digests: tuple[str, ...]) -> str | None:
     if not digests:
         return None
     return _recipes().get(digests) or _configs().get(digests)
+
+
+def _level(name: str) -> str:
+    """A level's quantization label: the part after "-as-" of a kernel twin's level (its weights' format)."""
+    return name.rsplit("-as-", 1)[-1].upper()
+
+
+@functools.lru_cache(maxsize=1)
+def _levels() -> dict[tuple[str, ...], str | None]:
+    """digests -> the quantization level the artifact's pins give them (a recipe's product name, else the `quant` of
+    every configuration that pins them; None where two pins disagree)."""
+    out: dict[tuple[str, ...], str | None] = {}
+
+    def put(digests: tuple[str, ...], level: str) -> None:
+        out[digests] = level if out.get(digests, level) == level else None
+
+    for path in sorted(CONFIG_DIR.rglob("*.toml")):
+        if path == PLANS_FILE:
+            continue
+        try:
+            model = config_tables(path).get("model")
+        except ArtifactError:
+            continue
+        if isinstance(model, dict) and (digests := _pinned(model)) and isinstance(model.get("quant"), str):
+            put(digests, _level(model["quant"]))
+    for path in sorted(RECIPES.glob("*.json")):  # a recipe's pin decides over a configuration's label
+        try:
+            recipe = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for level, sha in ((recipe.get("products") if isinstance(recipe, dict) else None) or {}).items():
+            if isinstance(sha, str) and sha and not level.startswith(INTERMEDIATE):
+                out[(sha,)] = _level(level)
+    return out
+
+
+def level_of(digests: tuple[str, ...]) -> str | None:
+    """The quantization level (upper case) the artifact's pins give weights with these digests, or None where no pin,
+    or two disagreeing pins, decide: a run's `model.quant` is held to it at admission (`check.facts.model_problem`),
+    so RQ3's trend and the quantization analyses place a run by its weights, not by its label."""
+    return _levels().get(digests) if digests else None

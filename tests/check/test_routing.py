@@ -111,6 +111,29 @@ def test_path_weights_join_the_series_their_pins_name_and_unpinned_ones_join_non
         "config smollm2 / SmolLM2-135M-Instruct (requantized from Q4_1)"  # not the agent recipe's base-F16
 
 
+def test_a_levels_trend_position_is_its_weights_not_its_quant_label(tmp_path):
+    """Three pinned levels (path: weights, as evidence/h200-smollm2) whose Q4_K_M manifests were edited to say
+    "Q3_K_M": by the label the level would move in the trend; by its weights' pin it is Q4_K_M, so check refuses the
+    records as contradicting themselves (one line naming the pinned level), as for a derived model's label, and
+    writes no verdict read from the label."""
+    pins = {c: read_toml(CONFIG_DIR / "h200" / f"{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
+    for level, k in (("f16", 10), ("q8_0", 40), ("q4_k_m", 70)):
+        pin = pins[level]
+        write_trend_level(tmp_path, f"t-{level}", {**MODEL, "quant": pin["quant"], "sha256": pin["sha256"],
+                                                   "source": "path:x.gguf"}, k)
+    for run in find_runs(tmp_path / "t-q4_k_m"):  # the lying label, edited into the records afterwards
+        model = {**run.manifest["model"], "quant": "Q3_K_M"}
+        (run.path / "manifest.json").write_text(json.dumps({**run.manifest, "model": model}))
+    assert lineage.level_of((pins["q4_k_m"]["sha256"],)) == "Q4_K_M"
+    assert lineage.level_of(("cd" * 32,)) is None  # no pin: the label is all there is, and the run joins no series
+    from artifact.check.run import run_check
+    from artifact.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match=r"t-q4_k_m/.*'model.quant' is 'Q3_K_M', .* pinned as level Q4_K_M"):
+        run_check(tmp_path, quiet=True)
+    assert not (tmp_path / "check" / "check.json").exists()  # no verdict read from the label
+
+
 def write_trend_level(root, config: str, model: dict, k: int, n: int = 80) -> None:
     """One level's OFF run 1 and ON run 1 (as `trend_runs`), the first k of n one-request episodes diverging."""
     off = {f"e{i}": [[1, 2]] for i in range(n)}
