@@ -16,6 +16,11 @@ ISOLATED = {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_f
 VLLM_FLAGS = {"on": "--enable-prefix-caching", "off": "--no-enable-prefix-caching"}
 
 
+
+def weights_sha256(model: dict) -> str:
+    """The model's sha256, or (weights pinned file by file, hf: sources) its files' joined."""
+    return model.get("sha256") or ",".join(f["sha256"] for f in model["files"])
+
 def engine_identity(engine: str, model: dict, cache_ram_mib: int) -> dict:
     """The engine's part of the pairing inputs, shaped as the adapters' `identity()`: llama.cpp's binary sha256 and
     server arguments (port and model as placeholders), vLLM's version and `serve` arguments (the arm's flag as a
@@ -29,7 +34,7 @@ def engine_identity(engine: str, model: dict, cache_ram_mib: int) -> dict:
                 "server_args": ["serve", "<model dir>", "--port", "<port>", "--seed", "42",
                                 "<arm: " + " | ".join(VLLM_FLAGS.values()) + ">"]}
     return {"engine": engine, "binary_sha256": "ee" * 32,
-            "server_args": ["-m", f"<model sha256 {model['sha256']}>", "--cache-ram", str(cache_ram_mib)]}
+            "server_args": ["-m", f"<model sha256 {model.get('sha256') or model['files'][0]['sha256']}>", "--cache-ram", str(cache_ram_mib)]}
 
 
 def server_command(inputs: dict, arm: str) -> list[str] | None:
@@ -57,7 +62,7 @@ def pairing_inputs(model: dict, cache_ram_mib: int, engine: str = "llama.cpp", *
     """What the protocol hashes into a run's pairing_fingerprint: equal for every run of a configuration
     and plan, whatever the arm; `changes` replace entries (e.g. threads=4) to make a run that may not be paired.
     Like the protocol's, they name the engine (its kind under "engine", its identity) and the model's sha256."""
-    return {"engine": engine_identity(engine, model, cache_ram_mib), "model_sha256": model["sha256"],
+    return {"engine": engine_identity(engine, model, cache_ram_mib), "model_sha256": model.get("sha256"),
             "server_args": ["-c", "4096", "-np", "1", "--cache-ram", str(cache_ram_mib), "--seed", "42"],
             "request": {"temperature": 0.0, "seed": 42, "n_probs": 2}, "threads": 2,
             "bfcl": {"version": "2026.3.23", "dataset_sha256": "bf" * 32},
@@ -111,7 +116,9 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
         "plan_data": {"name": plan, "cache_ram_mib": cache_ram_mib, "lifecycle": lifecycle},
         "prompt_variant": "python", "server_cmd": server_command(inputs, arm),
         "host": {"cpu": "Test CPU", "cpu_count": 2, "gpus": [], "os": "Linux-test", "python": "3.11"},
-        "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "x", **extra,
+        "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "x",
+        # weights pinned file by file (hf: sources) are recorded as the configuration's files, as real runs do
+        **({"config_data": {"model": model}} if model and "files" in model else {}), **extra,
     }.items() if v is not None})
     for eid, outputs in episodes.items():
         for i, toks in enumerate(outputs):
@@ -200,6 +207,15 @@ ON2 = {**ON1, "e3": [[9, 2, 3, 4, 5], [6, 7, 8]]}
 SERIES_RECIPE = "smollm2-135m-bfcl-agent"  # a recipe whose pinned levels make one series (F16, Q8_0, Q4_K_M, Q3_K_M)
 
 
+def paper_model(config: str, **over) -> dict:
+    """The [model] table of configs/paper/CONFIG.toml (the paper's weights, pinned file by file): runs with it are
+    that paper configuration by their weights' digests (`models.lineage.pinned_model`); `over` edits labels."""
+    from artifact.config import CONFIG_DIR, read_toml
+
+    # model.sha256 is "" for a source pinned file by file, as the protocol records it (artifact.config.Model)
+    return {"sha256": "", **read_toml(CONFIG_DIR / "paper" / f"{config}.toml")["model"], **over}
+
+
 def series_model(model: dict, quant: str, recipe: str = SERIES_RECIPE) -> dict:
     """`model` at level `quant` with weights whose lineage the checker knows (artifact.models.lineage): the recipe's
     product for that level, its pinned sha256. The display name and family stay `model`'s: they are only shown."""
@@ -216,7 +232,9 @@ def trend_runs(root: Path, ks: dict, n: int = 80, model: dict | None = None, eng
     name says."""
     runs = []
     for quant, k in ks.items():
-        m = series_model(model or MODEL, quant)
+        # a paper model's levels are its configurations' weights (configs/paper/<stem>-<level>.toml)
+        m = paper_model(f"{model['paper']}-{quant.lower()}") if model and "paper" in model else \
+            series_model(model or MODEL, quant)
         off = {f"e{i}": [[1, 2]] for i in range(n)}
         on = {e: ([[1, 3]] if i < k else [[1, 2]]) for i, e in enumerate(off)}
         cfg = f"t-{quant}"

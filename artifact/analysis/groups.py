@@ -145,6 +145,15 @@ def weights_lineage(run: Run) -> tuple[str | None, str]:
     return found, ""
 
 
+def pinned_model(run: Run) -> tuple[str, str] | None:
+    """(family, name) the checkout's configurations pin the run's weights as (`models.lineage.pinned_model`), only
+    for an engine that loaded those weights itself (see `weights_lineage`); None where the facts cannot decide."""
+    engine = engines.of_manifest(run.manifest)
+    if engine is None or not engine.capabilities.loads_weights:
+        return None
+    return lineage.pinned_model(weights_digests(run))
+
+
 def group_lineage(runs: list[Run]) -> tuple[str | None, str]:
     """`weights_lineage` of a configuration's runs: theirs where all agree, else None (and why)."""
     found = {weights_lineage(r) for r in runs}

@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from artifact import engines
-from artifact.analysis.groups import cache_condition, group_lineage
+from artifact.analysis.groups import cache_condition, group_lineage, pinned_model
 from artifact.analysis.compare import (
     Comparison, Exposure, Paired, cache_exposure, cache_problem, cache_unused, plan_pairs, record_problems,
 )
@@ -123,6 +123,9 @@ def run_meta(run: Run) -> dict:
         "engine": m.get("engine") or as_dict(cfg.get("engine")).get("kind") or "unknown",
         "engine_build": m.get("engine_build"),
         "model_family": model.get("family"), "model_name": model.get("name"), "quant": model.get("quant"),
+        # the model the checkout's configurations pin the run's weights as (family, name), or None: which of the
+        # paper's configurations a run is comes from this, never from the names above (`groups.pinned_model`)
+        "pinned_model": pinned_model(run),
         "lifecycle": m.get("lifecycle"), "cache_ram_mib": cache["settings"].get("cache_ram_mib"),
         "cache_condition": cache["description"],
         "workload": m.get("workload"), "prompt_variant": m.get("prompt_variant"),
@@ -404,7 +407,7 @@ def _series_key(meta: dict) -> str:
     return f"{model} / {meta['engine']}"
 
 
-def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str]]:
+def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str], dict[str, tuple | None]]:
     """ON-vs-OFF (run 1 vs run 1, plan main) per quantization level, one series per model and engine, and the
     configurations left out of every series (why, one line each). A series is the levels of one model
     (`groups.group_lineage`: the weights' digests against the artifact's pins) served by one engine, never a display
@@ -423,10 +426,12 @@ def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str]]:
         rows.append({"series": (found, g.meta["engine"]), "label": _series_key(g.meta), "engine": g.meta["engine"],
                      "model_family": g.meta["model_family"], "model_name": g.meta["model_name"], "config": g.config,
                      "quant": g.meta["quant"], "level": level.name if level else None,
-                     "rank": level.rank if level else None, "bpw": level.bpw if level else None, **_flat("div", s)})
+                     "rank": level.rank if level else None, "bpw": level.bpw if level else None, **_flat("div", s),
+                     "_pinned": g.meta.get("pinned_model")})
     labels: dict[tuple, str] = {}
     for r in sorted(rows, key=lambda r: (r["label"], r["config"])):
         labels.setdefault(r["series"], r["label"])
+
     shown = list(labels.values())
     for key, label in labels.items():
         if shown.count(label) > 1:
@@ -434,8 +439,13 @@ def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str]]:
     for r in rows:
         r["series"] = labels[r.pop("series")]
         del r["label"]
+    # per series: the model the checkout's configurations pin its weights as, where all its levels agree, else None
+    found_pins: dict[str, set] = {}
+    for r in rows:
+        found_pins.setdefault(r["series"], set()).add(r.pop("_pinned"))
+    pinned = {k: next(iter(v)) if len(v) == 1 else None for k, v in found_pins.items()}
     rows.sort(key=lambda r: (r["series"], r["rank"] if r["rank"] is not None else 99, r["config"]))
-    return rows, outside
+    return rows, outside, pinned
 
 
 def trend_rows(fig2: pd.DataFrame) -> list[dict]:
@@ -472,6 +482,8 @@ class Tables:
     warnings: dict[str, list[str]] = field(default_factory=dict)  # run label -> warnings (network isolation)
     # configurations of plan main in no quantization series: "config: why" (`series_rows`: lineage not known)
     outside_series: list[str] = field(default_factory=list)
+    # per fig2 series: (family, name) the checkout's configurations pin its weights as, or None (`groups.pinned_model`)
+    series_pinned: dict[str, tuple | None] = field(default_factory=dict)
     # runs against a server the artifact did not start (their engine loads no weights of its own): what happened on
     # that server besides the run's own requests is not observable (`user_server_runs`)
     user_server: list[str] = field(default_factory=list)
@@ -492,7 +504,7 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
     _EXPOSURES.clear()
     groups = group_runs(runs)
     refused = [why for g in groups for _, why in g.refused]
-    series, outside = series_rows(groups)
+    series, outside, pinned = series_rows(groups)
     fig2 = pd.DataFrame(series, columns=FIG2_COLUMNS)
     return Tables(
         groups=groups,
@@ -505,6 +517,7 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
         problems=[p for r in runs for p in run_problems(r)] + refused,
         warnings={r.label: [w] for r in runs if (w := isolation_warning(r)) is not None},
         outside_series=outside,
+        series_pinned=pinned,
         user_server=user_server_runs(runs),
     )
 

@@ -100,13 +100,18 @@ def model_matches(paper_model: str | None, family: str | None, name: str | None)
 
 
 def paper_configs_for(meta: dict, configs: list[dict], *, with_quant: bool = True) -> list[str]:
-    """Ids of the paper's [[config]] entries this run's engine, model (and quantization level) match."""
+    """Ids of the paper's [[config]] entries this run's engine, model (and quantization level) match. The model is
+    the one the checkout's configurations pin the run's weights as (`meta["pinned_model"]`: configs/paper/ pins the
+    paper's models file by file), never the name or family the run's manifest carries; weights no configuration pins
+    match no paper configuration. The level is held to the weights' pin at admission (`facts.model_problem`)."""
     out = []
     level = quant_level(meta.get("quant"))
+    pinned = meta.get("pinned_model")
+    family, name = pinned if isinstance(pinned, (tuple, list)) and len(pinned) == 2 else (None, None)
     for c in configs:
         if str(c["engine"]).lower() != str(meta.get("engine") or "").lower():
             continue
-        if not model_matches(c.get("model"), meta.get("model_family"), meta.get("model_name")):
+        if not model_matches(c.get("model"), family, name):
             continue
         if with_quant and (level is None or quant_level(c["quant"]) is not level):
             continue

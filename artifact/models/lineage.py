@@ -121,3 +121,27 @@ def level_of(digests: tuple[str, ...]) -> str | None:
     or two disagreeing pins, decide: a run's `model.quant` is held to it at admission (`check.facts.model_problem`),
     so RQ3's trend and the quantization analyses place a run by its weights, not by its label."""
     return _levels().get(digests) if digests else None
+
+
+@functools.lru_cache(maxsize=1)
+def _config_models() -> dict[tuple[str, ...], tuple[str, str] | None]:
+    """digests -> (family, name) of the configurations that pin them (None where two name different models)."""
+    out: dict[tuple[str, ...], tuple[str, str] | None] = {}
+    for path in sorted(CONFIG_DIR.rglob("*.toml")):
+        if path == PLANS_FILE:
+            continue
+        try:
+            model = config_tables(path).get("model")
+        except ArtifactError:
+            continue
+        if isinstance(model, dict) and (digests := _pinned(model)):
+            named = (str(model.get("family") or ""), str(model.get("name") or ""))
+            out[digests] = named if out.get(digests, named) == named else None
+    return out
+
+
+def pinned_model(digests: tuple[str, ...]) -> tuple[str, str] | None:
+    """(family, name) of the model this checkout's configurations pin these weights as (the paper's configurations:
+    configs/paper/), or None where none, or two that disagree, do: which of the paper's configurations a run is,
+    read from its weights, never from the name its manifest carries."""
+    return _config_models().get(digests) if digests else None

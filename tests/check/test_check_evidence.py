@@ -13,10 +13,10 @@ import pytest
 
 from artifact.check.claims import EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS
 from artifact.cli import main
-from synthetic_runs import MODEL, OFF, ON1, ON2, fingerprint_of, main_plan, pairing_inputs, write_bfcl_run
+from synthetic_runs import MODEL, OFF, ON1, ON2, fingerprint_of, main_plan, pairing_inputs, paper_model, write_bfcl_run
 
-QWEN7_Q4KM = {"family": "qwen2.5", "name": "Qwen2.5-7B-Instruct", "quant": "Q4_K_M", "sha256": "cd" * 32,
-              "source": "path:qwen.gguf"}
+QWEN7_Q4KM = paper_model("qwen2.5-7b-q4_k_m")  # the paper's weights: a paper configuration by their digests
+QWEN7_PAPER = {"paper": "qwen2.5-7b"}  # trend_runs: each level the paper's weights of that level (configs/paper/)
 
 
 def check(root, capsys=None):
@@ -316,7 +316,7 @@ def test_rq2b_without_default_reruns_is_not_run(tmp_path):
     assert claims["RQ2b"]["details"][0]["status"] == NOT_RUN and code == 3
 
 
-def trend(root, ks: dict, n: int, model=QWEN7_Q4KM):
+def trend(root, ks: dict, n: int, model=QWEN7_PAPER):
     from synthetic_runs import trend_runs
 
     return trend_runs(root, ks, n=n, model=model)

@@ -18,10 +18,9 @@ from artifact.check.expected import load_document
 from artifact.check.run import run_check, workload_tables
 from artifact.errors import ArtifactError
 from artifact.records.store import REQUESTS
-from synthetic_runs import OFF, ON1, ON2, SHA, main_plan, trend_runs, write_bfcl_run, write_raw_run
+from synthetic_runs import OFF, ON1, ON2, SHA, main_plan, paper_model, trend_runs, write_bfcl_run, write_raw_run
 
-QWEN7_Q4KM = {"family": "qwen2.5", "name": "Qwen2.5-7B-Instruct", "quant": "Q4_K_M", "sha256": "cd" * 32,
-              "source": "path:qwen.gguf"}
+QWEN7_Q4KM = paper_model("qwen2.5-7b-q4_k_m")  # the paper's weights: a paper configuration by their digests
 
 
 def check(root, capsys=None):
@@ -128,9 +127,28 @@ def test_model_matching_rule():
     assert not model_matches("Qwen2.5-7B", "qwen2.5", "Qwen2.5-Coder-7B-Instruct")
     assert not model_matches(None, "x", "Qwen2.5-7B")  # the paper's vLLM configurations name no model
     configs = load_document()["config"]
-    meta = {"engine": "llama.cpp", "model_family": "qwen2.5", "model_name": "Qwen2.5-7B-Instruct", "quant": "q4_k"}
+    meta = {"engine": "llama.cpp", "pinned_model": ("qwen2.5", "Qwen2.5-7B-Instruct"), "quant": "q4_k"}
     assert paper_configs_for(meta, configs) == ["qwen2.5-7b/llama.cpp/Q4_K_M"]
     assert paper_configs_for({**meta, "engine": "vllm"}, configs) == []
+    # the manifest's own name is never read: only the model the checkout's configurations pin the weights as
+    labelled = {"engine": "llama.cpp", "model_family": "qwen2.5", "model_name": "Qwen2.5-7B-Instruct", "quant": "q4_k"}
+    assert paper_configs_for(labelled, configs) == []
+    assert paper_configs_for({**labelled, "pinned_model": None}, configs) == []
+
+
+def test_a_paper_configuration_is_matched_by_its_weights_not_by_its_name(tmp_path):
+    """Runs of the agent model's weights relabelled "Qwen2.5-7B-Instruct" are compared with no paper value; runs of
+    the paper's Qwen2.5-7B Q4_K_M weights under another name are compared with its values."""
+    from synthetic_runs import series_model
+
+    fake = series_model({"family": "qwen2.5", "name": "Qwen2.5-7B-Instruct"}, "Q4_K_M")  # the agent model's weights
+    real = paper_model("qwen2.5-7b-q4_k_m", name="my-model", family="mine")
+    off = {f"e{i}": [[1, 2]] for i in range(80)}
+    on = {e: ([[1, 3]] if i < 60 else [[1, 2]]) for i, e in enumerate(off)}
+    main_plan(tmp_path / "fake", off, on, on, config="q", model=fake, cache_n="warm")
+    main_plan(tmp_path / "real", off, on, on, config="q", model=real, cache_n="warm")
+    assert "0/7 paper values compared" in check(tmp_path / "fake")[1]["RQ2"]["observed"]
+    assert "0/7 paper values compared" not in check(tmp_path / "real")[1]["RQ2"]["observed"]
 
 
 def paper_config_runs(root, k_onoff: int, k_onrerun: int, n: int = 80):
@@ -200,8 +218,7 @@ def test_rq3_trend(tmp_path):
 
 def test_rq3_asks_only_for_direction_where_the_papers_own_rates_are_not_significant(tmp_path):
     # Llama-3.1-8B at the paper's Tab. 2 rates (55.0/70.0/68.8% of 80): z = 1.82, p = 0.069
-    llama = {"family": "llama3.1", "name": "Llama-3.1-8B-Instruct", "quant": "Q8_0", "sha256": "cd" * 32,
-             "source": "path:l.gguf"}
+    llama = {"paper": "llama-3.1-8b"}  # each level the paper's weights of that level (configs/paper/)
     trend_runs(tmp_path / "llama", {"Q8_0": 44, "Q4_K_M": 56, "Q3_K_M": 55}, model=llama)
     trend_runs(tmp_path / "other", {"Q8_0": 44, "Q4_K_M": 56, "Q3_K_M": 55})  # a model the paper did not test
     trend_runs(tmp_path / "down", {"Q8_0": 56, "Q4_K_M": 50, "Q3_K_M": 44}, model=llama)

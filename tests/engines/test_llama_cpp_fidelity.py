@@ -377,3 +377,22 @@ def test_the_recorded_command_line_and_binary_are_held_against_the_identity(cfg)
                                                                                               "sha256": "cc" * 32}})
     assert "is not the digest of binary.files" in ENGINE.manifest_problem(
         {**m, "binary": {**m["binary"], "files": {**files, "libggml.so": "dd" * 32}}})
+
+
+def test_a_model_pinned_file_by_file_is_named_by_its_first_file_in_the_pairing_and_the_check():
+    """The paper's configurations (hf: sources, sha256 per file): the pairing placeholder names the first file's
+    sha256 (the file `-m` loads), and the records check holds the command line to it instead of refusing it."""
+    from artifact.config import read_config
+    from artifact.engines.llama_cpp.adapter import model_file_sha256
+    from artifact.engines.llama_cpp.records import manifest_problem
+
+    cfg = read_config("paper/qwen2.5-7b-q4_k_m")
+    first = cfg.model.files[0].sha256
+    assert cfg.model.sha256 == "" and model_file_sha256(cfg) == first
+    manifest = {"model": {"sha256": "", "files": [{"name": f.name, "sha256": f.sha256} for f in cfg.model.files]},
+                "pairing_inputs": {"engine": {"server_args": ["-m", f"<model sha256 {first}>", "--port", "<port>"]}},
+                "server_cmd": ["llama-server", "-m", "/w/qwen-00001-of-00002.gguf", "--port", "8080"]}
+    assert manifest_problem(manifest) is None
+    other = {**manifest, "pairing_inputs": {"engine": {"server_args": ["-m", f"<model sha256 {'0' * 64}>", "--port",
+                                                                       "<port>"]}}}
+    assert "names model sha256 000000000000" in manifest_problem(other)

@@ -38,8 +38,7 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
     paper_n = int(paper.meta["episodes"])
     for _, t in (trend.iterrows() if not trend.empty else []):
         rows = tables.fig2[tables.fig2["series"] == t["series"]]
-        meta = {"engine": rows["engine"].iloc[0], "model_family": rows["model_family"].iloc[0],
-                "model_name": rows["model_name"].iloc[0]}
+        meta = {"engine": rows["engine"].iloc[0], "pinned_model": tables.series_pinned.get(t["series"])}
         ids = paper_configs_for(meta, paper.configs, with_quant=False)
         expected = "z > 0, p < 0.05"
         direction_only = False  # the paper's own rates for this series are not significant: ask only for z > 0

@@ -62,6 +62,12 @@ REQUEST_FIELDS = {
 }
 
 
+
+def model_file_sha256(cfg: Config) -> str:
+    """The sha256 of the file llama-server's `-m` loads: model.sha256, or for a source pinned file by file (hf:)
+    the first file's (llama.cpp opens a split GGUF by its first part)."""
+    return cfg.model.sha256 or (cfg.model.files[0].sha256 if cfg.model.files else "")
+
 def binary_identity(binary: Path) -> dict:
     """sha256 of the server binary and of every shared library beside it (the kernels live in libggml-*.so):
     the build's identity, independent of the build_info string our build script sets itself."""
@@ -347,7 +353,8 @@ class LlamaCpp(Engine):
         ident = binary_identity(resolve_binary(cfg.engine.binary))
         return {
             "engine": KIND, "binary_sha256": ident["sha256"], "binary_files_sha256": ident["files_sha256"],
-            "server_args": server_args(cfg, settings, f"<model sha256 {cfg.model.sha256}>", "<port>"),
+            # the file `-m` names: the model's sha256, or (hf: sources, pinned file by file) its first file's
+            "server_args": server_args(cfg, settings, f"<model sha256 {model_file_sha256(cfg)}>", "<port>"),
             "request_fields": {**REQUEST_FIELDS, **cache_condition(settings)["request"]},
             "threads": resolved_threads(cfg),
         }

@@ -48,6 +48,18 @@ def command_settings(manifest: dict) -> dict:
     return out
 
 
+def _model_file_sha256(manifest: dict):
+    """The sha256 of the file `-m` loaded, as the manifest records it: model.sha256, or for weights pinned file by
+    file (hf:) the first file's (model.files, else config_data.model.files), as the adapter's placeholder names it."""
+    model = _table(manifest.get("model"))
+    if model.get("sha256"):
+        return model["sha256"]
+    for files in (model.get("files"), _table(_table(manifest.get("config_data")).get("model")).get("files")):
+        if isinstance(files, list) and files and isinstance(files[0], dict) and files[0].get("sha256"):
+            return files[0]["sha256"]
+    return model.get("sha256")
+
+
 def _sublist(short: list, long: list) -> bool:
     n = len(short)
     return any(long[i:i + n] == short for i in range(len(long) - n + 1))
@@ -63,7 +75,7 @@ def manifest_problem(manifest: dict) -> str | None:
         if len(got) != len(args):
             return (f"field 'server_cmd' has {len(got)} arguments, the server_args the runs were paired by "
                     f"(pairing_inputs.engine) {len(args)}: the server ran another command line")
-        model_sha = _table(manifest.get("model")).get("sha256")
+        model_sha = _model_file_sha256(manifest)
         for i, (a, want) in enumerate(zip(got, args)):
             m = MODEL.fullmatch(want) if isinstance(want, str) else None
             if want == PORT and a.isdigit():
