@@ -321,6 +321,13 @@ class Engine:
             if missing:
                 return (f"field 'pairing_inputs.engine' lacks {', '.join(missing)}, which every {self.kind} identity "
                         f"records (its keys: {', '.join(sorted(map(str, ident)))}): not a {self.kind} server's record")
+        if self.capabilities.loads_weights and not (isinstance(manifest.get("server_cmd"), list)
+                                                    and manifest["server_cmd"]):
+            # an engine that starts its own server records the command line it started: without one, nothing shows
+            # that this engine served the run (a server the artifact did not start, relabelled), so its facts
+            # (weights loaded, loopback address, server family) are not this engine's to read
+            return (f"field 'server_cmd' is missing: every {self.kind} run records the command line of the server "
+                    f"it started, so the manifest's engine {self.kind!r} is not shown by its records")
         return None
 
     def start_problem(self, manifest: dict, requests: list[dict]) -> str | None:

@@ -17,7 +17,7 @@ from artifact.check.claims import INCONCLUSIVE, INVALID, PASS
 from artifact.cli import main
 from artifact.config import REPO
 from artifact.provenance import fingerprint
-from synthetic_runs import MODEL, OFF, ON1, ON2, main_plan, pairing_inputs, write_bfcl_run
+from synthetic_runs import MODEL, OFF, ON1, ON2, main_plan, pairing_inputs, server_command, write_bfcl_run
 from test_tampered import check, edit_manifest, malformed, records, rewrite
 
 
@@ -209,7 +209,8 @@ def _bridge_run(root):
                       "engine": "llama.cpp", "model": MODEL, "data": "synthetic", "items_source": "synthetic",
                       "items_provenance": {"source": "synthetic", "synthetic": True, "data": "synthetic"},
                       "workload_settings": {"name": "gsm8k", "gsm8k_source": "synthetic"},
-                      "pairing_inputs": inputs, "pairing_fingerprint": fingerprint(inputs)})
+                      "pairing_inputs": inputs, "pairing_fingerprint": fingerprint(inputs),
+                      "server_cmd": server_command(inputs, "bridge")})
     for item in ("synthetic_0000", "synthetic_0001"):
         for i, (serving, cached) in enumerate(SERVINGS):
             cn = 49 if cached else 0

@@ -260,3 +260,18 @@ def test_runs_against_a_users_server_say_what_no_record_of_them_shows(tmp_path, 
         if n:
             assert "whether other clients used the server during the runs" in out and "Servers the artifact did " \
                 "not start</strong> (4 run(s))" in report
+
+
+def test_a_run_that_records_no_server_it_started_is_not_a_llama_cpp_run_whatever_its_engine_label(tmp_path):
+    """A run whose manifest says engine llama.cpp but records neither the command line nor the binary of a server
+    it started (a server the artifact did not start, relabelled): nothing shows llama.cpp's facts (weights it loaded,
+    a loopback server) are its, so check refuses the records in one line instead of reading them as llama.cpp's."""
+    from artifact.check.run import run_check
+    from artifact.errors import ArtifactError
+
+    main_plan(tmp_path, OFF, ON1, ON2)
+    run = find_runs(tmp_path)[0]
+    (run.path / "manifest.json").write_text(json.dumps({k: v for k, v in run.manifest.items()
+                                                         if k not in ("server_cmd", "binary")}))
+    with pytest.raises(ArtifactError, match=r"off-run1/manifest.json: field 'server_cmd' is missing: every llama.cpp"):
+        run_check(tmp_path, quiet=True)

@@ -64,7 +64,8 @@ def test_each_arm_serves_greedy_recorded_completions_and_reports_its_cache_use(c
     # the pairing identity holds the keys check holds every manifest of this engine to (Engine.manifest_problem)
     ident = engine.identity(cfg, plan)
     assert set(engine.identity_keys) <= set(ident) and ident["engine"] == cfg.engine.kind
-    assert Engine.manifest_problem(engine, {"pairing_inputs": {"engine": ident}}) is None
+    started = {"server_cmd": ["server"]} if engine.capabilities.loads_weights else {}  # it records what it started
+    assert Engine.manifest_problem(engine, {"pairing_inputs": {"engine": ident}, **started}) is None
     outputs = {}
     for arm in ("off", "on"):
         written: list = []

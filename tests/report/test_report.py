@@ -108,7 +108,8 @@ def write_bridge_run(root, data: str):
     w = RunWriter(d, {"config": "bridge-cfg", "plan": "bridge", "arm": "bridge", "run": 1, "session": "bridge",
                       "episodes": list(items), "workload": "gsm8k", "lifecycle": "shared", "engine": "llama.cpp",
                       "model": {"name": "TestLM", "quant": "Q8_0"}, "data": data,
-                      "items_provenance": {"synthetic": data == "synthetic"}})
+                      "items_provenance": {"synthetic": data == "synthetic"},
+                      "server_cmd": ["llama-server", "-m", "x.gguf"]})
     for item, (ref, cold, warm) in items.items():
         for index, (serving, (toks, text)) in enumerate((("cold1", cold), ("cold2", cold), ("warm1", warm),
                                                          ("warm2", warm))):
