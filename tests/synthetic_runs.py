@@ -16,11 +16,6 @@ ISOLATED = {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_f
 VLLM_FLAGS = {"on": "--enable-prefix-caching", "off": "--no-enable-prefix-caching"}
 
 
-
-def weights_sha256(model: dict) -> str:
-    """The model's sha256, or (weights pinned file by file, hf: sources) its files' joined."""
-    return model.get("sha256") or ",".join(f["sha256"] for f in model["files"])
-
 def engine_identity(engine: str, model: dict, cache_ram_mib: int) -> dict:
     """The engine's part of the pairing inputs, shaped as the adapters' `identity()`: llama.cpp's binary sha256 and
     server arguments (port and model as placeholders), vLLM's version and `serve` arguments (the arm's flag as a

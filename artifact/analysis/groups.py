@@ -124,6 +124,13 @@ def weights_digests(run: Run) -> tuple[str, ...]:
     return shas if shas and all(isinstance(s, str) and s for s in shas) else ()
 
 
+def _loaded_weights(run: Run) -> bool:
+    """Whether the run's engine loaded the configuration's weights itself (sha256-verified before its server
+    started: `Capabilities.loads_weights`), so that the digests it recorded are the weights that served it."""
+    engine = engines.of_manifest(run.manifest)
+    return engine is not None and engine.capabilities.loads_weights
+
+
 def weights_lineage(run: Run) -> tuple[str | None, str]:
     """(lineage, why none): which model the run's weights are a level of, derived from facts, never from
     the manifest's model name or family: only an engine that loads the configuration's weights itself (sha256-
@@ -131,8 +138,7 @@ def weights_lineage(run: Run) -> tuple[str | None, str]:
     the artifact's own pins (`models.lineage.of_digests`: a recipe's products, the configurations' pins). Where the
     facts cannot decide (a server the artifact did not start, no digest, a digest no pin knows) the lineage is None
     and `why` says why: such a run joins no quantization series."""
-    engine = engines.of_manifest(run.manifest)
-    if engine is None or not engine.capabilities.loads_weights:
+    if not _loaded_weights(run):
         return None, ("its weights are not known: the artifact did not load them (a server it did not start, or an "
                       "engine this version does not know)")
     digests = weights_digests(run)
@@ -148,10 +154,7 @@ def weights_lineage(run: Run) -> tuple[str | None, str]:
 def pinned_model(run: Run) -> tuple[str, str] | None:
     """(family, name) the checkout's configurations pin the run's weights as (`models.lineage.pinned_model`), only
     for an engine that loaded those weights itself (see `weights_lineage`); None where the facts cannot decide."""
-    engine = engines.of_manifest(run.manifest)
-    if engine is None or not engine.capabilities.loads_weights:
-        return None
-    return lineage.pinned_model(weights_digests(run))
+    return lineage.pinned_model(weights_digests(run)) if _loaded_weights(run) else None
 
 
 def group_lineage(runs: list[Run]) -> tuple[str | None, str]:

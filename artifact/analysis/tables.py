@@ -431,7 +431,6 @@ def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str], dict[st
     labels: dict[tuple, str] = {}
     for r in sorted(rows, key=lambda r: (r["label"], r["config"])):
         labels.setdefault(r["series"], r["label"])
-
     shown = list(labels.values())
     for key, label in labels.items():
         if shown.count(label) > 1:

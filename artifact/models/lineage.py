@@ -31,9 +31,9 @@ INTERMEDIATE = "base-"  # a recipe's products named so are its base's weights, n
 
 
 @functools.lru_cache(maxsize=1)
-def _recipes() -> dict[tuple[str, ...], str]:
-    """(digest,) -> "recipe <name>", for every level a recipe pins."""
-    out: dict[tuple[str, ...], str] = {}
+def _recipe_products() -> tuple[tuple[str, str, str], ...]:
+    """(recipe name, level, sha256) of every level a recipe pins (its base-* intermediates left out)."""
+    out = []
     for path in sorted(RECIPES.glob("*.json")):
         try:
             recipe = json.loads(path.read_text())
@@ -42,8 +42,8 @@ def _recipes() -> dict[tuple[str, ...], str]:
         products = recipe.get("products") if isinstance(recipe, dict) else None
         for level, sha in (products or {}).items():
             if isinstance(sha, str) and sha and not level.startswith(INTERMEDIATE):
-                out[(sha,)] = f"recipe {recipe.get('name') or path.stem}"
-    return out
+                out.append((str(recipe.get("name") or path.stem), level, sha))
+    return tuple(out)
 
 
 def _pinned(model: dict) -> tuple[str, ...]:
@@ -57,10 +57,9 @@ def _pinned(model: dict) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1)
-def _configs() -> dict[tuple[str, ...], str | None]:
-    """digests -> "config <family> / <name>" of the configurations that pin them (None where two name different
-    models)."""
-    out: dict[tuple[str, ...], str | None] = {}
+def _config_pins() -> tuple[tuple[tuple[str, ...], dict], ...]:
+    """(digests, [model] table) of every configuration under configs/ that pins its weights."""
+    out = []
     for path in sorted(CONFIG_DIR.rglob("*.toml")):
         if path == PLANS_FILE:
             continue
@@ -68,11 +67,30 @@ def _configs() -> dict[tuple[str, ...], str | None]:
             model = config_tables(path).get("model")
         except ArtifactError:
             continue
-        if not isinstance(model, dict) or not (digests := _pinned(model)):
-            continue
-        name = f"config {model.get('family')} / {model.get('name')}"
-        out[digests] = name if out.get(digests, name) == name else None
+        if isinstance(model, dict) and (digests := _pinned(model)):
+            out.append((digests, model))
+    return tuple(out)
+
+
+def _agreed(pairs) -> dict:
+    """key -> value over (key, value) pairs; None where two pairs give one key different values."""
+    out: dict = {}
+    for key, value in pairs:
+        out[key] = value if out.get(key, value) == value else None
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _recipes() -> dict[tuple[str, ...], str]:
+    """(digest,) -> "recipe <name>", for every level a recipe pins."""
+    return {(sha,): f"recipe {name}" for name, _, sha in _recipe_products()}
+
+
+@functools.lru_cache(maxsize=1)
+def _configs() -> dict[tuple[str, ...], str | None]:
+    """digests -> "config <family> / <name>" of the configurations that pin them (None where two name different
+    models)."""
+    return _agreed((d, f"config {m.get('family')} / {m.get('name')}") for d, m in _config_pins())
 
 
 def of_digests(digests: tuple[str, ...]) -> str | None:
@@ -89,31 +107,10 @@ def _level(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _levels() -> dict[tuple[str, ...], str | None]:
-    """digests -> the quantization level the artifact's pins give them (a recipe's product name, else the `quant` of
-    every configuration that pins them; None where two pins disagree)."""
-    out: dict[tuple[str, ...], str | None] = {}
-
-    def put(digests: tuple[str, ...], level: str) -> None:
-        out[digests] = level if out.get(digests, level) == level else None
-
-    for path in sorted(CONFIG_DIR.rglob("*.toml")):
-        if path == PLANS_FILE:
-            continue
-        try:
-            model = config_tables(path).get("model")
-        except ArtifactError:
-            continue
-        if isinstance(model, dict) and (digests := _pinned(model)) and isinstance(model.get("quant"), str):
-            put(digests, _level(model["quant"]))
-    for path in sorted(RECIPES.glob("*.json")):  # a recipe's pin decides over a configuration's label
-        try:
-            recipe = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        for level, sha in ((recipe.get("products") if isinstance(recipe, dict) else None) or {}).items():
-            if isinstance(sha, str) and sha and not level.startswith(INTERMEDIATE):
-                out[(sha,)] = _level(level)
-    return out
+    """digests -> the quantization level the artifact's pins give them: a recipe's product name (it decides over a
+    configuration's label), else the `quant` of every configuration that pins them (None where two disagree)."""
+    configs = _agreed((d, _level(m["quant"])) for d, m in _config_pins() if isinstance(m.get("quant"), str))
+    return {**configs, **{(sha,): _level(level) for _, level, sha in _recipe_products()}}
 
 
 def level_of(digests: tuple[str, ...]) -> str | None:
@@ -126,18 +123,7 @@ def level_of(digests: tuple[str, ...]) -> str | None:
 @functools.lru_cache(maxsize=1)
 def _config_models() -> dict[tuple[str, ...], tuple[str, str] | None]:
     """digests -> (family, name) of the configurations that pin them (None where two name different models)."""
-    out: dict[tuple[str, ...], tuple[str, str] | None] = {}
-    for path in sorted(CONFIG_DIR.rglob("*.toml")):
-        if path == PLANS_FILE:
-            continue
-        try:
-            model = config_tables(path).get("model")
-        except ArtifactError:
-            continue
-        if isinstance(model, dict) and (digests := _pinned(model)):
-            named = (str(model.get("family") or ""), str(model.get("name") or ""))
-            out[digests] = named if out.get(digests, named) == named else None
-    return out
+    return _agreed((d, (str(m.get("family") or ""), str(m.get("name") or ""))) for d, m in _config_pins())
 
 
 def pinned_model(digests: tuple[str, ...]) -> tuple[str, str] | None:

@@ -62,11 +62,11 @@ REQUEST_FIELDS = {
 }
 
 
-
 def model_file_sha256(cfg: Config) -> str:
     """The sha256 of the file llama-server's `-m` loads: model.sha256, or for a source pinned file by file (hf:)
     the first file's (llama.cpp opens a split GGUF by its first part)."""
     return cfg.model.sha256 or (cfg.model.files[0].sha256 if cfg.model.files else "")
+
 
 def binary_identity(binary: Path) -> dict:
     """sha256 of the server binary and of every shared library beside it (the kernels live in libggml-*.so):
