@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from artifact.check.run import run_check  # noqa: E402
+from artifact.check.run import TIMINGS, run_check  # noqa: E402
 from artifact.provenance import fingerprint  # noqa: E402
 from artifact.records import decoded  # noqa: E402
 from artifact.records.store import RunWriter  # noqa: E402
@@ -167,7 +167,8 @@ def breakdown(walls: list[dict[str, float]], cpus: list[dict[str, float]]) -> li
 def fresh_process(root: Path, cache: Path | None = None) -> tuple[float, float, float]:
     """Wall and CPU seconds (user + system) of `python -m artifact check DIR` (what `./run.sh check DIR` runs, less
     the shell's set-up check), imports (pandas, scipy, pyarrow, msgspec, matplotlib) included, its worker process
-    included; and the CPU seconds of the checking process alone (check.json's `cpu_s`). `cache`: the checker's
+    included; and the CPU seconds of the checking process alone (`cpu_s` in check/timings.json, where check keeps
+what differs on every check). `cache`: the checker's
     record cache directory (ARTIFACT_RECORD_CACHE; None: the cache off). Python keeps its compiled modules as it does
     by default (PYTHONDONTWRITEBYTECODE is dropped: `main` runs one untimed check first, so that no timed run
     compiles the artifact's modules)."""
@@ -181,7 +182,7 @@ def fresh_process(root: Path, cache: Path | None = None) -> tuple[float, float, 
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        own = json.loads((root / "check" / "check.json").read_text())["cpu_s"]["checking process"]
+        own = json.loads((root / "check" / TIMINGS).read_text())["cpu_s"]["checking process"]
     except (OSError, ValueError, KeyError):
         own = math.nan
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), own
