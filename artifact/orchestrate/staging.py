@@ -15,6 +15,7 @@ A received stage directory DEST:
 
     DEST/STAGE.json        the staging manifest (every file: group, bytes, sha256, source, parts)
     DEST/<group>/<name>    the joined files by group; group `pip` is pip's --find-links directory
+    DEST/weights/<dir>/<f>  weights files, for $ARTIFACT_WEIGHTS/<dir>/<f> (`place_weights` puts them there)
     DEST/.parts/           parts waiting for the rest of their file
 
 Other bundles (an engine's wheels, weights) reuse it: compose `Item`s (`pip_download` fetches pinned wheels for a
@@ -31,13 +32,14 @@ import argparse
 import hashlib
 import json
 import platform
+import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 FORMAT = 1
 MANIFEST = "STAGE.json"
@@ -333,6 +335,44 @@ def _join(dest: Path, f: dict, say) -> None:
     for p in parts:
         p.unlink()
     say(f"stage: {f['group']}/{f['name']} joined from {len(parts)} parts and verified")
+
+
+WEIGHTS = "weights"  # the group of a weights file: WEIGHTS/<its folder under $ARTIFACT_WEIGHTS>
+
+
+def weights_group(rel: str) -> str:
+    """The group a weights file is staged in, from its path relative to the weights directory."""
+    parent = PurePosixPath(rel).parent
+    if parent.is_absolute() or ".." in parent.parts:
+        raise StageError(f"weights file {rel!r}: not a path inside the weights directory")
+    return WEIGHTS if str(parent) == "." else f"{WEIGHTS}/{parent}"
+
+
+def place_weights(dest: Path, manifest: dict, root: Path) -> list[str]:
+    """The stage's weights files put where the weights directory `root` keeps them (hard-linked, else copied; a file
+    already there is left as it is: every server start verifies its sha256). Returns what was placed."""
+    placed = []
+    for f in manifest.get("files", []):
+        group = f["group"]
+        if group != WEIGHTS and not group.startswith(WEIGHTS + "/"):
+            continue
+        rel = PurePosixPath(group[len(WEIGHTS) + 1:], f["name"])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise StageError(f"stage file {group}/{f['name']}: not a path inside the weights directory")
+        dst = root / rel
+        if dst.is_file():
+            continue
+        src = dest / group / f["name"]
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(dst.name + ".staging")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        tmp.rename(dst)
+        placed.append(str(rel))
+    return placed
 
 
 def missing(dest: Path, manifest: dict) -> list[str]:

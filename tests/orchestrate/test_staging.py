@@ -168,3 +168,43 @@ def test_venv_without_ensurepip_fake_python_gets_pip_from_the_stage_or_says_what
     r = script("scripts/make-venv.sh", str(py2), str(tmp_path / "venv2"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "install python3-venv" in r.stderr
     assert not (tmp_path / "venv2").exists()
+
+
+def test_staged_weights_travel_in_parts_and_land_under_the_weights_directory(tmp_path):
+    """A weights file (a pypi-parts GGUF's place under $ARTIFACT_WEIGHTS) staged beside a wheel, split across calls,
+    received, then put where the weights directory keeps it: hard-linked, the same bytes; a second placement leaves
+    it; a file already there is left as it is; a group that climbs out of the weights directory is refused."""
+    rel = "pypi-parts/some-model/some-model.gguf"
+    src = tmp_path / "src" / "some-model.gguf"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(os.urandom(9 * MIB))
+    wheel = make_files(tmp_path / "src", {"a.whl": 1000})
+    items = wheel + [Item(src, staging.weights_group(rel), f"weights: $ARTIFACT_WEIGHTS/{rel}")]
+    m = staging.stage(items, tmp_path / "out", limit_bytes=10 * MIB, carried_bytes=4 * MIB,
+                      meta={"target": Target.here().record()})
+    assert len(m["calls"]) == 2 and staging.weights_group(rel) == "weights/pypi-parts/some-model"
+    dest = tmp_path / "stage"
+    staging.receive(dest, [tmp_path / "out"], say=lambda _: None)
+    root = tmp_path / "weights"
+    assert staging.place_weights(dest, staging.verify(dest), root) == [rel]
+    assert (root / rel).read_bytes() == src.read_bytes()
+    assert (root / rel).stat().st_ino == (dest / "weights" / "pypi-parts" / "some-model" / "some-model.gguf").stat().st_ino
+    assert staging.place_weights(dest, m, root) == []  # already there
+    with pytest.raises(StageError, match="not a path inside the weights directory"):
+        staging.weights_group("../elsewhere/x.gguf")
+    bad = {"files": [{"group": "weights/../../etc", "name": "x"}]}
+    with pytest.raises(StageError, match="not a path inside the weights directory"):
+        staging.place_weights(dest, bad, root)
+
+
+def test_stage_device_weights_refuses_a_model_not_fetched_in_one_line(tmp_path):
+    """--weights CONFIG needs the file here with its pinned sha256 first (./run.sh fetch CONFIG): without it the
+    command stops in one line before it downloads anything; a model with no files under the weights directory
+    (the embedded agent's are in a wheel) is refused too."""
+    env = {**os.environ, "ARTIFACT_WEIGHTS": str(tmp_path / "empty")}
+    for config, text in (("configs/h200/qwen-q4_k_m.toml", "run ./run.sh fetch configs/h200/qwen-q4_k_m.toml first"),
+                         ("configs/h200/agent-q4_k_m.toml", "no files under the weights directory")):
+        r = subprocess.run([sys.executable, "scripts/stage-device.py", "--weights", config, "--out",
+                            str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --weights"), r.stderr
+        assert text in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "out").exists(), r.stderr
