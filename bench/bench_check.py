@@ -168,8 +168,8 @@ def fresh_process(root: Path, cache: Path | None = None) -> tuple[float, float, 
     """Wall and CPU seconds (user + system) of `python -m artifact check DIR` (what `./run.sh check DIR` runs, less
     the shell's set-up check), imports (pandas, scipy, pyarrow, msgspec, matplotlib) included, its worker process
     included; and the CPU seconds of the checking process alone (`cpu_s` in check/timings.json, where check keeps
-what differs on every check). `cache`: the checker's
-    record cache directory (ARTIFACT_RECORD_CACHE; None: the cache off). Python keeps its compiled modules as it does
+    what differs on every check). `cache`: the checker's record cache directory (ARTIFACT_RECORD_CACHE; None: the
+    cache off). Python keeps its compiled modules as it does
     by default (PYTHONDONTWRITEBYTECODE is dropped: `main` runs one untimed check first, so that no timed run
     compiles the artifact's modules)."""
     shutil.rmtree(root / "check", ignore_errors=True)

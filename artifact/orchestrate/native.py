@@ -303,15 +303,18 @@ def planned_slots(args) -> tuple[list[Slot], str]:
 
 
 def place_staged_weights() -> None:
-    """The weights files the stage (--offline DIR) carries, put where the weights directory keeps them."""
-    d = Path(os.environ["ARTIFACT_OFFLINE"])
+    """The weights files the stage (--offline DIR) carries, put where the weights directory keeps them; nothing
+    without a stage."""
+    if not (d := os.environ.get("ARTIFACT_OFFLINE")):
+        return
+    root = weights_root()
     try:
-        placed = place_weights(d, load_manifest(d / MANIFEST), weights_root())
+        placed = place_weights(Path(d), load_manifest(Path(d) / MANIFEST), root)
     except (OSError, StageError) as exc:
-        raise ArtifactError(f"--offline {d}: cannot put its weights files under {weights_root()} ({exc}); set "
+        raise ArtifactError(f"--offline {d}: cannot put its weights files under {root} ({exc}); set "
                             "ARTIFACT_WEIGHTS to a writable directory") from None
     if placed:
-        say(f"offline: {len(placed)} weights file(s) from the stage put under {weights_root()}: {', '.join(placed)}")
+        say(f"offline: {len(placed)} weights file(s) from the stage put under {root}: {', '.join(placed)}")
 
 
 def offline_words() -> str | None:
@@ -372,8 +375,7 @@ def cmd_native(jobs: list[Job], args) -> int:
     runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "native", gpu=not args.cpu))
     results = Path(args.results).resolve()
     results.mkdir(parents=True, exist_ok=True)
-    if offline:
-        place_staged_weights()
+    place_staged_weights()
     prepare_models(runnable, fetch=not (args.no_fetch or offline))
     sharing = start_sharing(sharing, results / "logs" / "mps") if runnable else sharing
     try:

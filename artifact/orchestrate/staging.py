@@ -31,8 +31,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
 import os
+import platform
 import shutil
 import subprocess
 import sys

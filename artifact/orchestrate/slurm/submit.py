@@ -120,8 +120,7 @@ def prepare(runnable: list[Job], args, mode: str) -> dict:
     out = {}
     if mode == "native":
         out["expect_build"] = engines.ensure_native_builds(args)  # engine kind -> label
-    if native.offline_words():
-        native.place_staged_weights()  # the stage's weights files, where fetch and the tasks look for them
+    native.place_staged_weights()  # an offline stage's weights files, where fetch and the tasks look for them
     if not args.no_fetch:
         fetch([j.cfg for j in runnable])
     if mode != "docker":
