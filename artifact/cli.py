@@ -173,6 +173,8 @@ def forwards(argv: list[str]) -> int:
 
 
 def cmd_demo(args) -> int:
+    import time
+
     from artifact.report.summary import render_results  # lazy: each command imports only what it runs
     from artifact.check.run import run_check
     from artifact.records.store import load_run
@@ -180,14 +182,51 @@ def cmd_demo(args) -> int:
     results = Path(args.results)
     counts = {"episodes": args.episodes, "items": args.items}
     run_dirs = []
+    steps = setup_steps()
     variant = next((v for v in demo_variants() if getattr(args, v, False)), None)  # e.g. RQ4 on this machine
     for entry in demo_entries(variant or "demo"):
+        t = time.monotonic()
         run_dirs += execute(entry["config"], entry["plan"], counts.get(entry["count"]), results)
+        steps.append((f"run {entry['config']}/{entry['plan']}", time.monotonic() - t))
     print(render_results([load_run(d) for d in run_dirs]))
+    t = time.monotonic()
     code = run_check(results)
+    steps.append(("check", time.monotonic() - t))
     if variant is None:
+        t = time.monotonic()
         recheck_evidence(results)
+        steps.append(("the committed evidence re-checked", time.monotonic() - t))
+    print("\n" + time_table(steps))
     return code
+
+
+# What run.sh's set-up took before this process started (llama.cpp compiles while the packages install: its row is
+# the wait after them): ARTIFACT_SETUP_TIMES holds its clock at the start and after
+# each of its steps (seconds since the epoch), in this order.
+SETUP_STEPS = ("set-up: Python environment and packages", "set-up: llama-server build (beyond the packages' time)",
+               "set-up: the agent model")
+
+
+def setup_steps() -> list[tuple[str, float]]:
+    """(step, seconds) of run.sh's set-up (ARTIFACT_SETUP_TIMES; none when it is not set or not numbers)."""
+    import os
+
+    try:  # bash writes its clock with the locale's decimal mark
+        clock = [float(x.replace(",", ".")) for x in os.environ.get("ARTIFACT_SETUP_TIMES", "").split()]
+    except ValueError:
+        return []
+    return [(name, b - a) for name, a, b in zip(SETUP_STEPS, clock, clock[1:])]
+
+
+def time_table(steps: list[tuple[str, float]]) -> str:
+    """The demo's time per step and in all (set-up steps are ~0 s once they have run on a machine)."""
+    import os
+
+    rows = steps + [("total", sum(s for _, s in steps))]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"time on this machine ({os.cpu_count()} CPU cores):"]
+    lines += [f"  {name:<{width}}  {seconds:8.1f} s" for name, seconds in rows]
+    return "\n".join(lines)
 
 
 def recheck_evidence(results: Path) -> None:

