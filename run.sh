@@ -121,35 +121,13 @@ setup_python() {
 # The clock at the start of the set-up and after each of its steps (the demo prints what each took).
 clock() { echo "${EPOCHREALTIME:-$(date +%s)}"; }
 
-# A background job and its children (the llama.cpp build), stopped when the set-up is interrupted.
-kill_tree() {
-  local child
-  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
-  kill "$1" 2>/dev/null || true
-}
-
 setup() {
-  local times build_pid="" build_log=""
+  local times
   times=$(clock)
-  # ARTIFACT_LLAMA=off: no llama-server (the vLLM image, Dockerfile.vllm)
-  if [ "${ARTIFACT_LLAMA:-}" != off ]; then
-    # llama.cpp compiles (CPU) in an environment of its own while pip installs the packages (mostly downloads)
-    use_offline
-    [ -x "$py" ] || scripts/make-venv.sh "$(find_python)" "$venv" "$offline" || exit 2
-    build_log=$(mktemp)
-    scripts/build-llama-server.sh "$py" --wheel-only >"$build_log" 2>&1 &
-    build_pid=$!
-    trap 'kill_tree '"$build_pid"'; exit 130' INT TERM
-  fi
   setup_python
   times+=" $(clock)"
-  if [ -n "$build_pid" ]; then
-    if kill -0 "$build_pid" 2>/dev/null && grep -q '^llama-server: building' "$build_log"; then
-      echo "llama-server: compiling llama.cpp since the set-up began (first time only; ~5 min on 2 cores)"
-    fi
-    wait "$build_pid" || { cat "$build_log" >&2; rm -f "$build_log"; exit 2; }
-    trap - INT TERM
-    rm -f "$build_log"
+  # ARTIFACT_LLAMA=off: no llama-server (the vLLM image, Dockerfile.vllm)
+  if [ "${ARTIFACT_LLAMA:-}" != off ]; then
     scripts/build-llama-server.sh "$py"
     times+=" $(clock)"
     # The embedded agent model: the committed LoRA merged into SmolLM2 and quantized by llama.cpp's own tools, every

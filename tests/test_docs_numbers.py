@@ -316,3 +316,47 @@ def test_no_reference_is_defined_twice():
     for doc in DOCS:
         names = [name.lower() for name in re.findall(r"^\[([^\]\n]+)\]: ", doc.read_text(encoding="utf-8"), re.M)]
         assert sorted({n for n in names if names.count(n) > 1}) == [], doc.name
+
+
+FIRST_CONTACT = REPO / "bench" / "first-contact.json"  # bench/first_contact.py: a fresh demo's and CI's times
+
+
+def first_contact_mismatches(doc: Path, text: str) -> list[str]:
+    """Each time quoted from bench/first-contact.json (a link to it titled with a key) that it does not hold."""
+    refs = {ref.lower(): (target, key) for ref, target, key in REF_DEF.findall(text)}
+    links = INLINE.findall(text) + [(shown, *refs[ref.lower()]) for shown, ref in REF_USE.findall(text)
+                                    if ref.lower() in refs]
+    measured = json.loads(FIRST_CONTACT.read_text())
+    bad = []
+    for shown, target, key in links:
+        if (doc.parent / target.split("#")[0]).resolve() != FIRST_CONTACT:
+            continue
+        try:
+            value = evidence.lookup(measured, key)
+        except (KeyError, IndexError, ValueError):
+            bad.append(f"{doc.name}: [{shown}] names {FIRST_CONTACT.name}'s key {key!r}, which it lacks")
+            continue
+        if shown.strip("`* ") != shown_value(value):
+            bad.append(f"{doc.name}: [{shown}] but {FIRST_CONTACT.name} {key} is {shown_value(value)!r}")
+    return bad
+
+
+def test_first_contact_times_in_the_docs_are_the_measured_ones():
+    """README's time column quotes the fresh demo and the fresh CI run as bench/first_contact.py recorded them."""
+    bad = [m for doc in DOCS for m in first_contact_mismatches(doc, doc.read_text(encoding="utf-8"))]
+    assert not bad, "\n".join(bad)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert '"demo/wall_min"' in readme and '"ci/wall_min"' in readme, "README quotes both wall times"
+
+
+def test_first_contact_reads_the_demos_own_step_names():
+    import importlib.util
+
+    from artifact import cli
+
+    spec = importlib.util.spec_from_file_location("first_contact", REPO / "bench" / "first_contact.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.BUILD_STEP in cli.SETUP_STEPS
+    assert module.demo_steps("x\n" + cli.time_table([(module.BUILD_STEP, 300.04), ("check", 1.0)]))[
+        module.BUILD_STEP] == 300.0
