@@ -148,9 +148,10 @@ def write_bfcl_run(root: Path, arm: str, run: int, episodes: dict, *, config: st
 def write_tenants(run_dir: Path, load: dict, units: list[str]) -> None:
     """The run's tenants.jsonl as artifact/protocol/tenants.py writes it, made to agree with the manifest's `tenants`
     (`load`: its spec's count of tenants, `sent` requests and failures, `measured` requests and how many a tenant
-    request overlapped): the first tenant request spans the overlapped measured requests, the others come after
-    every measured one."""
+    request overlapped, `units`: each unit's tenant prompts): the first tenant request spans the overlapped measured
+    requests, the others come after every measured one."""
     count = load["spec"]["count"]
+    pools = {u["unit"]: u["prompts_sha256"] for u in load.get("units", [])}
     sent, meas = load.get("sent", {}), load.get("measured", {})
     n_meas, overlapped = meas.get("requests", len(units)), meas.get("overlapped", 0)
     n_sent, failed = sent.get("requests", count), sent.get("failed", 0)
@@ -158,8 +159,10 @@ def write_tenants(run_dir: Path, load: dict, units: list[str]) -> None:
     for k in range(n_sent if count else 0):
         start, end = ((0.5, 10.0 * (overlapped - 1) + 1.0) if k == 0 and overlapped else
                       (10.0 * (n_meas + k), 10.0 * (n_meas + k) + 1.0))
-        rows.append({"kind": "tenant", "tenant": k % count, "unit": units[0] if units else "e0", "request": k,
-                     "prompt": k % 4, "prompt_sha256": hashlib.sha256(f"tenant/{k}".encode()).hexdigest(),
+        unit = units[0] if units else "e0"
+        rows.append({"kind": "tenant", "tenant": k % count, "unit": unit, "request": k, "prompt": k % 4,
+                     "prompt_sha256": pools[unit][k % 4] if unit in pools else
+                     hashlib.sha256(f"tenant/{k}".encode()).hexdigest(),
                      "t_start": start, "t_end": end, "error": "HTTP 500" if k >= n_sent - failed else None,
                      "slot": 1, "prompt_tokens": 100, "cache_n": 90, "prompt_n": 10, "predicted_n": 32,
                      "prompt_ms": 5.0, "predicted_ms": 50.0})

@@ -205,6 +205,27 @@ def tenants_problem(run: Run) -> str | None:
              "measured requests during which a tenant request was in flight")):
         if k in table and table[k] != value:
             return f"{mf}: field '{where}' is {table[k]!r}, {TENANTS} holds {value} {what}"
+    return tenant_prompts_problem(rec, rows, mf, path)
+
+
+def tenant_prompts_problem(rec: dict, rows: list[dict], mf: Path, path: Path) -> str | None:
+    """Each tenant request's prompt (tenants.jsonl: unit, prompt, prompt_sha256) against the prompts the manifest
+    records for that unit (tenants.units: prompts_sha256), which decide whether the load shared the measured prefix
+    (analysis.tenants.prefix_of). A manifest without the units record (no tenant prompts) asks nothing here."""
+    units = rec.get("units")
+    if not isinstance(units, list) or not units:
+        return None
+    pools = {u.get("unit"): u.get("prompts_sha256") for u in units if isinstance(u, dict)}
+    for i, r in enumerate(rows, 1):
+        if r.get("kind") != "tenant":
+            continue
+        pool, k = pools.get(r["unit"]), r["prompt"]
+        if not isinstance(pool, list):
+            return f"{path}:{i}: a tenant request during unit {r['unit']!r}, for which {mf} records no tenant prompts"
+        if k >= len(pool) or pool[k] != r["prompt_sha256"]:
+            return (f"{path}:{i}: field 'prompt_sha256' is {r['prompt_sha256']!r}, but {mf} records "
+                    f"{pool[k] if k < len(pool) else 'no such prompt'!r} for prompt {k} of unit {r['unit']!r} "
+                    "(tenants.units)")
     return None
 
 

@@ -19,11 +19,16 @@ is read as records now (a `requests.decoded.msgpack` there is ignored), the prot
 check writes entries here, only after validating the run. ARTIFACT_RECORD_COPIES=0 turns the cache off (nothing read
 or written: every reader decodes requests.jsonl); check.json's `record_cache` says what a check read and wrote.
 
+Its size is bounded (`prune`): when a process first writes an entry, the least recently used entries (a read renews
+an entry's time) go until the cache holds at most $ARTIFACT_RECORD_CACHE_MIB MiB (default 2048, about twenty
+paper-scale result sets); what one check writes may exceed the bound until the next check writes.
+
 No import of the records' store here (it imports this module): the store passes in what it reads and builds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -36,6 +41,8 @@ import msgspec
 LEGACY_NAME = "requests.decoded.msgpack"  # what earlier versions wrote beside requests.jsonl: never read
 ENV = "ARTIFACT_RECORD_COPIES"  # "0": no cache (nothing read or written; requests.jsonl decoded every time)
 DIR_ENV = "ARTIFACT_RECORD_CACHE"  # the cache's directory (default: ${XDG_CACHE_HOME:-~/.cache}/artifact/records)
+MAX_ENV = "ARTIFACT_RECORD_CACHE_MIB"  # the cache's size bound in MiB (`prune`)
+DEFAULT_MAX_MIB = 2048
 FORMAT = 1
 _TOP = "top_logprobs"
 _SOURCES = ("decoded.py", "schema.py", "store.py")  # this package's: the reader and its rules
@@ -103,7 +110,11 @@ def lookup(data: bytes, sha256: str, complete: bool, make_record) -> tuple[list,
         blob = path.read_bytes()
     except OSError:
         return None
-    return decode(blob, data, complete, make_record, sha256)
+    found = decode(blob, data, complete, make_record, sha256)
+    if found is not None:
+        with contextlib.suppress(OSError):  # used now: the last entry `prune` removes
+            os.utime(path)
+    return found
 
 
 def store(data: bytes, sha256: str, complete: bool, records: list, top2: tuple) -> bool:
@@ -127,7 +138,53 @@ def store(data: bytes, sha256: str, complete: bool, records: list, top2: tuple) 
             raise
     except OSError:
         return False
+    global _pruned
+    if not _pruned:
+        _pruned = True
+        prune(keep=path)
     return True
+
+
+_pruned = False  # whether this process has bounded the cache yet (once, at its first write)
+
+
+def bound() -> int:
+    """The cache's size bound in bytes: MAX_ENV MiB (a number >= 0), else DEFAULT_MAX_MIB."""
+    try:
+        mib = float(os.environ.get(MAX_ENV, "").strip() or DEFAULT_MAX_MIB)
+    except ValueError:
+        mib = DEFAULT_MAX_MIB
+    return int(max(mib, 0) * (1 << 20))
+
+
+def prune(keep: Path | None = None) -> int:
+    """Remove the least recently used entries (of any reader: older readers' are never read again) until the cache
+    holds at most `bound()` bytes; `keep` (the entry just written) stays. Returns how many it removed; never
+    raises (the cache is only ever a shortcut)."""
+    entries = []
+    try:
+        for sub in os.scandir(directory()):
+            if not sub.is_dir(follow_symlinks=False):
+                continue
+            for e in os.scandir(sub.path):
+                if e.name.endswith(".msgpack") and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    entries.append((st.st_mtime_ns, st.st_size, e.path))
+    except OSError:
+        return 0
+    total, limit, removed = sum(size for _, size, _ in entries), bound(), 0
+    for _, size, path in sorted(entries):
+        if total <= limit:
+            break
+        if keep is not None and path == str(keep):
+            continue
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= size
+        removed += 1
+    return removed
 
 
 @cache

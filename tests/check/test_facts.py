@@ -96,6 +96,7 @@ def test_a_tenant_count_without_its_tenants_jsonl_is_corruption(tmp_path, capsys
     ("row", "tenants.jsonl:1: field 't_end' (0.0) is before t_start (0.5)"),
     ("unlabelled", "the run holds background tenants' records, but its manifest records no tenants"),
     ("count", "holds the requests of 1 tenant(s), the manifest's tenants count is 2"),
+    ("prompt", "tenants.jsonl:1: field 'prompt_sha256' is 'bbbb"),
 ])
 def test_tenants_jsonl_is_validated_and_the_manifests_load_is_held_against_it(tmp_path, capsys, damage, why):
     from test_tenants_analysis import SPEC, load_record, loaded_plan
@@ -112,6 +113,10 @@ def test_tenants_jsonl_is_validated_and_the_manifests_load_is_held_against_it(tm
     elif damage == "row":
         rows = records(path)
         rows[0]["t_end"] = 0.0
+        rewrite(path, rows)
+    elif damage == "prompt":  # a tenant prompt the manifest's tenants.units does not hold for its unit
+        rows = records(path)
+        rows[0]["prompt_sha256"] = "bb" * 32
         rewrite(path, rows)
     elif damage == "unlabelled":
         shutil.copy(path, tmp_path / "cfg" / "main" / "off-run1" / "tenants.jsonl")

@@ -236,3 +236,34 @@ def test_a_reader_without_a_library_s_distribution_reads_the_file(tmp_path, monk
         assert not read._validated and len(read.requests) == 5
     finally:
         decoded.reader_key.cache_clear()
+
+
+def test_the_cache_keeps_to_its_bound_and_drops_the_least_recently_used_entry(tmp_path, monkeypatch):
+    """When a process first writes, entries go, least recently used first (a read renews one), until the cache
+    holds at most ARTIFACT_RECORD_CACHE_MIB; the entry just written stays; the runs read the same either way."""
+    import os
+
+    runs = [write_bfcl_run(tmp_path / f"results{i}", "off", 1, {"e0": [[i + 1, 2, 3]], "e1": [[4 + i]]})
+            for i in range(4)]
+    for i, run in enumerate(runs[:3]):
+        monkeypatch.setattr(decoded, "_pruned", False)
+        assert check_load(run.path, run.manifest)[3] == "written"
+        for entry in _entries(tmp_path):  # an hour apart, oldest first: run 0, 1, 2
+            if entry.stat().st_mtime_ns > 10**9 * 10**9:
+                os.utime(entry, (1_000_000 + 3600 * i, 1_000_000 + 3600 * i))
+    assert check_load(runs[0].path, runs[0].manifest)[3] == "read"  # run 0 used again: now the newest
+    size = max(e.stat().st_size for e in _entries(tmp_path))
+    monkeypatch.setenv(decoded.MAX_ENV, str(3.5 * size / (1 << 20)))
+    monkeypatch.setattr(decoded, "_pruned", False)
+    assert check_load(runs[3].path, runs[3].manifest)[3] == "written"
+    left = {e.name.split("-")[0] for e in _entries(tmp_path)}
+    digests = [decoded.digest((r.path / REQUESTS).read_bytes()) for r in runs]
+    assert left == {digests[0], digests[2], digests[3]}  # run 1, the least recently used, went
+    assert check_load(runs[1].path, runs[1].manifest)[3] == "written"  # and is read from its file again
+
+
+def test_a_bad_bound_is_the_default_and_pruning_never_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv(decoded.MAX_ENV, "lots")
+    assert decoded.bound() == decoded.DEFAULT_MAX_MIB << 20
+    monkeypatch.setenv(decoded.DIR_ENV, str(tmp_path / "not-there"))
+    assert decoded.prune() == 0
