@@ -29,6 +29,7 @@ import itertools
 import json
 import operator
 from collections import defaultdict
+from pathlib import Path
 
 from artifact import engines, workloads
 from artifact.analysis.tenants import tenant_counts
