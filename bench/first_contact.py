@@ -83,8 +83,10 @@ def measure_demo() -> dict:
 
 
 def ci_phases(log: str) -> dict[str, float]:
-    """`.ci/run`'s own lines `ci: <phase> took|in <N> s`: phase -> seconds."""
-    return {m.group(1): float(m.group(2)) for line in log.splitlines() if (m := CI_LINE.match(line))}
+    """`.ci/run`'s own lines `ci: <phase> took|in <N> s`: phase -> seconds (`./run.sh test` named `run.sh test`:
+    the docs quote a key by its path, whose parts are separated by "/")."""
+    return {m.group(1).replace("./", ""): float(m.group(2)) for line in log.splitlines()
+            if (m := CI_LINE.match(line))}
 
 
 def with_minutes(record: dict) -> dict:

@@ -364,8 +364,8 @@ def test_a_model_the_servers_do_not_serve_is_refused_before_any_request(llama_ur
 # other vLLM server tests (float32, eager: tests/budget.py) both passed in 168 s (docs/own-server.md). They run
 # when asked: CI's run is 44 of its 45 minutes without them.
 VLLM_ENDPOINT = pytest.mark.skipif(os.environ.get("ARTIFACT_ENDPOINT_VLLM_TEST") != "1",
-                                   reason="NOT RUN unless ARTIFACT_ENDPOINT_VLLM_TEST=1: the endpoint protocol on a "
-                                          "user-started vLLM CPU server (168 s here; outside CI's 45-minute budget)")
+                                   reason="NOT RUN unless ARTIFACT_ENDPOINT_VLLM_TEST=1 (.ci/run sets it): the "
+                                          "endpoint protocol on a user-started vLLM CPU server (~3 min on 2 cores)")
 
 
 @pytest.fixture(scope="module")
