@@ -408,6 +408,13 @@ def test_vllm_without_its_metrics_reports_no_cache_use_on_a_miss_so_rq1_is_incon
     assert all(q["cache_n"] is None for (arm, _), r in runs.items() if arm == "off" for q in r.requests)
     assert claims["RQ1"]["status"] == "INCONCLUSIVE", claims["RQ1"]
     assert "the server reports no cache use" in reasons(claims["RQ1"])
-    # the hits are reported (usage.prompt_tokens_details): RQ2 is judged on them, not refused for missing reports
-    assert all(q["cache_n"] for (arm, _), r in runs.items() if arm == "on" for q in r.requests)
-    assert claims["RQ2"]["status"] in ("PASS", "INCONCLUSIVE") and "reports no cache use" not in reasons(claims["RQ2"])
+    # the hits are reported (usage.prompt_tokens_details): ON run 2 repeats run 1's prompts and is told its hits, and
+    # RQ2 reads them; ON run 1 may meet the cache cold (the salted OFF requests left nothing it can hit), a miss is
+    # reported as nothing, and then RQ2 says that run is not shown to be cached rather than guessing
+    on = {k: r for (arm, k), r in runs.items() if arm == "on"}
+    assert all(q["cache_n"] for q in on[2].requests)
+    assert all(q["cache_n"] is None or q["cache_n"] > 0 for q in on[1].requests)
+    assert claims["RQ2"]["status"] in ("PASS", "INCONCLUSIVE")
+    assert "on-run2 reports no cache use" not in reasons(claims["RQ2"])
+    cold = not all(q["cache_n"] for q in on[1].requests)
+    assert ("on-run1 reports no cache use" in reasons(claims["RQ2"])) == cold
