@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("what", choices=("demo", "ci"))
     ap.add_argument("log", nargs="?", type=Path, help="ci: the .ci/run log")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--commit", help="ci: the commit the log is of")
     args = ap.parse_args(argv)
     record = _load(args.out)
     if args.what == "demo":
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         phases = ci_phases(args.log.read_text(errors="replace"))
         if "total" not in phases:
             raise SystemExit(f"error: {args.log} has no 'ci: total took N s' line (a complete .ci/run log?)")
-        record["ci"] = {"wall_s": phases["total"], "phases_s": phases, "target_s": CI_TARGET_S,
+        record["ci"] = {"commit": args.commit, "wall_s": phases["total"], "phases_s": phases, "target_s": CI_TARGET_S,
                         "met": phases["total"] <= CI_TARGET_S}
     args.out.write_text(json.dumps(with_minutes(record), indent=2) + "\n")
     print(json.dumps(record[args.what], indent=2))
