@@ -39,17 +39,28 @@ def evidence_folder(doc: Path, target: str) -> Path | None:
     return EVIDENCE / rel.parts[0] if rel.parts else None
 
 
+def links(text: str) -> list[tuple[str, str, str]]:
+    """(what the text says, target, key) for every titled link of a document, inline or through a reference."""
+    refs = {ref.lower(): (target, key) for ref, target, key in REF_DEF.findall(text)}
+    return INLINE.findall(text) + [(shown, *refs[ref.lower()]) for shown, ref in REF_USE.findall(text)
+                                   if ref.lower() in refs]
+
+
 def quoted(doc: Path, text: str) -> list[tuple[str, Path, str]]:
     """(what the text says, evidence folder, key) for every quoted evidence number of a document."""
-    out = []
-    for shown, target, key in INLINE.findall(text):
-        if (folder := evidence_folder(doc, target)) is not None:
-            out.append((shown, folder, key))
-    refs = {ref.lower(): (target, key) for ref, target, key in REF_DEF.findall(text)}
-    for shown, ref in REF_USE.findall(text):
-        if ref.lower() in refs and (folder := evidence_folder(doc, refs[ref.lower()][0])) is not None:
-            out.append((shown, folder, refs[ref.lower()][1]))
-    return out
+    return [(shown, folder, key) for shown, target, key in links(text)
+            if (folder := evidence_folder(doc, target)) is not None]
+
+
+def value_problem(doc: Path, shown: str, data: dict, name: str, key: str) -> str | None:
+    """What is wrong with quoting `shown` for `key` of `data` (a summary or record named `name`), or None."""
+    try:
+        value = evidence.lookup(data, key)
+    except (KeyError, IndexError, ValueError):
+        return f"{doc.name}: [{shown}] names {name}'s key {key!r}, which it lacks"
+    if shown.strip("`* ") != shown_value(value):
+        return f"{doc.name}: [{shown}] but {name} {key} is {shown_value(value)!r}"
+    return None
 
 
 def shown_value(value) -> str:
@@ -64,13 +75,9 @@ def mismatches(doc: Path, text: str) -> list[str]:
         if not summary_path.exists():
             bad.append(f"{doc.name}: [{shown}] quotes {folder.name}, which has no {evidence.SUMMARY_JSON}")
             continue
-        try:
-            value = evidence.lookup(json.loads(summary_path.read_text(encoding="utf-8")), key)
-        except (KeyError, IndexError, ValueError):
-            bad.append(f"{doc.name}: [{shown}] names {folder.name}'s key {key!r}, which its summary lacks")
-            continue
-        if shown.strip("`* ") != shown_value(value):
-            bad.append(f"{doc.name}: [{shown}] but {folder.name} {key} is {shown_value(value)!r}")
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        if (why := value_problem(doc, shown, summary, folder.name, key)) is not None:
+            bad.append(why)
     return bad
 
 
@@ -323,22 +330,10 @@ FIRST_CONTACT = REPO / "bench" / "first-contact.json"  # bench/first_contact.py:
 
 def first_contact_mismatches(doc: Path, text: str) -> list[str]:
     """Each time quoted from bench/first-contact.json (a link to it titled with a key) that it does not hold."""
-    refs = {ref.lower(): (target, key) for ref, target, key in REF_DEF.findall(text)}
-    links = INLINE.findall(text) + [(shown, *refs[ref.lower()]) for shown, ref in REF_USE.findall(text)
-                                    if ref.lower() in refs]
     measured = json.loads(FIRST_CONTACT.read_text())
-    bad = []
-    for shown, target, key in links:
-        if (doc.parent / target.split("#")[0]).resolve() != FIRST_CONTACT:
-            continue
-        try:
-            value = evidence.lookup(measured, key)
-        except (KeyError, IndexError, ValueError):
-            bad.append(f"{doc.name}: [{shown}] names {FIRST_CONTACT.name}'s key {key!r}, which it lacks")
-            continue
-        if shown.strip("`* ") != shown_value(value):
-            bad.append(f"{doc.name}: [{shown}] but {FIRST_CONTACT.name} {key} is {shown_value(value)!r}")
-    return bad
+    return [why for shown, target, key in links(text)
+            if (doc.parent / target.split("#")[0]).resolve() == FIRST_CONTACT
+            and (why := value_problem(doc, shown, measured, FIRST_CONTACT.name, key)) is not None]
 
 
 def test_first_contact_times_in_the_docs_are_the_measured_ones():
