@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 from pathlib import Path
@@ -291,22 +290,8 @@ def cmd_check(args) -> int:
     archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
     if archives and not any(results.rglob("manifest.json")):
         with evidence_results(results) as runs_dir:
-            code = run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
-            divergences(runs_dir, Path(args.out or results / "check"))
-            return code
-    code = run_check(results, args.out)
-    divergences(results, Path(args.out) if args.out else results / "check")
-    return code
-
-
-def divergences(results: Path, out: Path) -> None:
-    """Where check wrote every admitted pair's first divergences (report.divergences), and how many."""
-    path = out / "first-divergence.json"
-    if not path.is_file():
-        return
-    entries = json.loads(path.read_text(encoding="utf-8"))
-    n = sum(len(e["episodes"]) for e in entries)
-    print(f"first divergences: {n} episode(s) in {len(entries)} comparison(s): {out / 'first-divergence.txt'}")
+            return run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
+    return run_check(results, args.out)
 
 
 def evidence_label(folder: Path) -> str:

@@ -15,10 +15,12 @@ the numbers).
 
 It also times `python -m artifact check DIR` in fresh interpreters (what `./run.sh check DIR` costs, imports and its
 worker process included: artifact.check.worker): the median is the number the target is about; beside it, the CPU
-seconds of all its processes and of the checking process alone. Two fresh-process lines: the first time
-check sees the results (the checker's own record cache, artifact.records.decoded, empty: every requests.jsonl decoded
-and validated, then cached; target TARGET_S), and with that cache warm (WARM_TARGET_S). Both are also printed as a
-ratio to the floor measured in the same run: a fresh interpreter that only decodes every record file (manifests,
+seconds of all its processes and of the checking process alone. Three fresh-process lines: the first time
+check sees the results (the checker's own cache empty: every requests.jsonl decoded and validated, then cached,
+artifact.records.decoded, and the check kept, artifact.check.replay; target TARGET_S); with that cache warm (the
+same results and checker: the check replayed; WARM_TARGET_S); and with the cache warm but replays off (the check run
+on the cached records: no target, what a check of results that changed in part comes near). Each is also printed
+as a ratio to the floor measured in the same run: a fresh interpreter that only decodes every record file (manifests,
 requests.jsonl, episodes.jsonl) with msgspec's JSON decoder (`floor_process`). The bench's cache is a folder of its
 own (ARTIFACT_RECORD_CACHE), never the user's. bench/README.md keeps the current figures.
 """
@@ -45,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from artifact.check import replay  # noqa: E402
 from artifact.check.run import TIMINGS, run_check  # noqa: E402
 from artifact.provenance import fingerprint  # noqa: E402
 from artifact.records import decoded  # noqa: E402
@@ -52,7 +55,7 @@ from artifact.records.store import RunWriter  # noqa: E402
 
 EPISODES = 80
 TARGET_S = 2.5  # a fresh `check` process at paper scale, imports included, the first time it sees the results
-WARM_TARGET_S = 1.5  # the same with the checker's own record cache warm
+WARM_TARGET_S = 1.5  # the same with the checker's own cache warm (the check replayed)
 # (config, engine, family, model name, quant, ON-vs-OFF rate, ON-rerun rate): rates near the paper's Tab. 2 values
 CONFIGS = (
     ("qwen2.5-7b-f16", "llama.cpp", "qwen2.5", "Qwen2.5-7B-Instruct", "F16", 0.362, 0.200),
@@ -164,17 +167,20 @@ def breakdown(walls: list[dict[str, float]], cpus: list[dict[str, float]]) -> li
     return [(name, _median([w[name] for w in walls]), _median([c[name] for c in cpus])) for name in walls[0]]
 
 
-def fresh_process(root: Path, cache: Path | None = None) -> tuple[float, float, float]:
+def fresh_process(root: Path, cache: Path | None = None, replays: bool = True) -> tuple[float, float, float]:
     """Wall and CPU seconds (user + system) of `python -m artifact check DIR` (what `./run.sh check DIR` runs, less
     the shell's set-up check), imports (pandas, scipy, pyarrow, msgspec, matplotlib) included, its worker process
     included; and the CPU seconds of the checking process alone (`cpu_s` in check/timings.json, where check keeps
     what differs on every check). `cache`: the checker's record cache directory (ARTIFACT_RECORD_CACHE; None: the
-    cache off). Python keeps its compiled modules as it does
+    cache off); `replays`: whether a check the cache holds is replayed (artifact.check.replay; ARTIFACT_CHECK_REPLAY).
+    Python keeps its compiled modules as it does
     by default (PYTHONDONTWRITEBYTECODE is dropped: `main` runs one untimed check first, so that no timed run
     compiles the artifact's modules)."""
     shutil.rmtree(root / "check", ignore_errors=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", decoded.ENV, decoded.DIR_ENV)}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", decoded.ENV, decoded.DIR_ENV, replay.ENV)}
     env.update({decoded.DIR_ENV: str(cache)} if cache is not None else {decoded.ENV: "0"})
+    env.update({} if replays else {replay.ENV: "0"})
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "artifact", "check", str(root)], cwd=REPO, check=False,
@@ -248,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(tempfile.mkdtemp(prefix="bench-record-cache-"))  # the checker's record cache: the bench's own
     os.environ[decoded.DIR_ENV] = str(cache)
     os.environ.pop(decoded.ENV, None)
+    os.environ[replay.ENV] = "0"  # the in-process runs check the same results again: each is to run the check
     try:
         t = time.perf_counter()
         if not any(root.rglob("manifest.json")):
@@ -283,22 +290,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_check: best {min(totals):.2f} s, mean {sum(totals) / len(totals):.2f} s over {len(totals)} runs "
               "(in process)")
         fresh_process(root)  # untimed: Python compiles and keeps the modules a fresh check imports
-        floors, fresh, warm = [], [], []
+        floors, fresh, warm, records = [], [], [], []
         for _ in range(args.repeat):  # interleaved: the machine's speed drifts
             floors.append(floor_process(root))
             shutil.rmtree(cache, ignore_errors=True)
             fresh.append(fresh_process(root, cache))  # the first time: nothing cached
-            warm.append(fresh_process(root, cache))  # the cache the run before wrote
+            warm.append(fresh_process(root, cache))  # the cache the run before wrote: the check replayed
+            records.append(fresh_process(root, cache, replays=False))  # the same, the check run on cached records
         floor = _median(floors)
         print(f"floor (a fresh interpreter decoding every record file with msgspec, nothing else): median {floor:.2f} "
               f"s wall (runs: {', '.join(f'{f:.2f}' for f in floors)})")
         for name, got, target in (("first time (checker's cache empty)", fresh, TARGET_S),
-                                  ("checker's cache warm", warm, WARM_TARGET_S)):
+                                  ("checker's cache warm (the check replayed)", warm, WARM_TARGET_S),
+                                  ("checker's cache warm, replays off (the check run on cached records)", records,
+                                   None)):
             wall, cpu, own = (_median([f[i] for f in got]) for i in range(3))
             print(f"fresh process, {name}: median {wall:.2f} s wall = {wall / floor:.1f} x the floor, {cpu:.2f} s "
                   f"CPU, of which the checking process {own:.2f} s and its worker {cpu - own:.2f} s (runs: "
-                  f"{', '.join(f'{f[0]:.2f}' for f in got)}); target <= {target} s: "
-                  f"{'met' if wall <= target else 'NOT met'}; load average {os.getloadavg()[0]:.2f}")
+                  f"{', '.join(f'{f[0]:.2f}' for f in got)}); "
+                  + (f"target <= {target} s: {'met' if wall <= target else 'NOT met'}; " if target else "")
+                  + f"load average {os.getloadavg()[0]:.2f}")
         cold = _median([f[0] for f in fresh])
         if args.profile:
             shutil.rmtree(root / "check", ignore_errors=True)

@@ -19,13 +19,17 @@ def make_run(tmp_path):
 
 def pytest_configure(config):
     """The checker's record cache (artifact.records.decoded) of the tests' runs goes into a folder of the session's
-    own, never the user's cache (tests that look at it choose their own: ARTIFACT_RECORD_CACHE).
+    own, never the user's cache (tests that look at it choose their own: ARTIFACT_RECORD_CACHE); a check is replayed
+    only where a test asks (ARTIFACT_CHECK_REPLAY).
 
     CI (.ci/run) sets up Docker, Slurm and Chromium in the background while `./run.sh test` compiles llama.cpp:
     wait here, before any test is collected (the Docker and Slurm tests ask at collection whether they can run),
     until that set-up has finished (ARTIFACT_CI_SERVICES_DONE names the file it writes last), at most 30 minutes."""
     if not os.environ.get("ARTIFACT_RECORD_CACHE"):
         config._record_cache = os.environ["ARTIFACT_RECORD_CACHE"] = tempfile.mkdtemp(prefix="artifact-record-cache-")
+    # a test that checks the same results twice means to check them twice: replays (artifact.check.replay) only
+    # where a test asks for them (tests/check/test_replay.py)
+    os.environ.setdefault("ARTIFACT_CHECK_REPLAY", "0")
     done = os.environ.get("ARTIFACT_CI_SERVICES_DONE")
     if not done:
         return

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from artifact import engines
 from artifact.errors import ArtifactError
-from artifact.records.store import Run
+from artifact.records.store import Run, outputs
 
 
 @dataclass(frozen=True)
@@ -81,27 +81,10 @@ def first_difference(x: list, y: list) -> int | None:
     return None if len(x) == len(y) else min(len(x), len(y))
 
 
-_TOKENS = operator.itemgetter("output_tokens")
-_PROMPT = operator.itemgetter("prompt_sha256")
-
-
-def outputs(reqs: list[dict]) -> tuple[list, list, list, list]:
-    """(output_tokens, prompt_sha256, error, number of output tokens) of each request, as four lists (dict.get: never
-    decodes lazy fields)."""
-    tokens = list(map(_TOKENS, reqs))
-    return (tokens, list(map(_PROMPT, reqs)), list(map(dict.get, reqs, itertools.repeat("error"))),
-            list(map(len, tokens)))
-
-
 def episode_outputs(run: Run) -> dict[str, tuple[list, list, list, list]]:
-    """episode id -> `outputs` of its requests in request_index order (`Run.requests_by_episode`), made once per run
-    and kept on it (each run is compared with several others, and walked by the analyses: `groups.same_prompt`);
-    do not change the lists."""
-    cached = run.__dict__.get("_episode_outputs")
-    if cached is None:
-        cached = run.__dict__["_episode_outputs"] = {eid: outputs(reqs)
-                                                     for eid, reqs in run.requests_by_episode().items()}
-    return cached
+    """episode id -> `outputs` of its requests in request_index order (`Run.episode_outputs`: made once per run, as
+    check loads it); do not change the lists."""
+    return run.episode_outputs()
 
 
 def first_unequal(x: list, y: list) -> int | None:

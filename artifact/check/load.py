@@ -31,7 +31,8 @@ def check_records(run: Run) -> None:
 
 def load_run(path: Path, manifest: dict, data: bytes | None = None, sha256: str | None = None) -> tuple:
     """One run's records, read and validated (`check_records`): (requests, episodes, the parsed top-2 arrays, what
-    the checker's cache did: "read", "written" or "none"), what a `Run` memoises (a job of check's worker process,
+    the checker's cache did: "read", "written" or "none", requests.jsonl's sha256 where it was computed, each episode's
+    requests and what the comparisons read of them: `Run.requests_by_episode`, `Run.episode_outputs`), what a `Run` memoises (a job of check's worker process,
     artifact.check.worker: the three travel together, so that the records the arrays name stay the request
     records). Once every rule holds the records are kept in the checker's cache (`store.cache_validated`), never
     before. `data`, `sha256`: requests.jsonl's bytes and their sha256, where the caller has read them."""
@@ -39,4 +40,5 @@ def load_run(path: Path, manifest: dict, data: bytes | None = None, sha256: str 
     check_records(run)
     cache = cache_validated(run)
     run._data = None
-    return run.requests, run.episodes, run.top2_arrays(), cache
+    return (run.requests, run.episodes, run.top2_arrays(), cache, run._sha256, run.requests_by_episode(),
+            run.episode_outputs())

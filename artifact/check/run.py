@@ -23,13 +23,13 @@ import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from artifact import workloads
+from artifact.check import replay
 from artifact.check.load import check_records, load_run  # noqa: F401 (check_records: one of this module's names)
 from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
@@ -116,13 +116,16 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
         if not job.in_worker:
             job.run_here()
     # this process's share of the others, with a worker: from the back, up to a run the worker has begun
-    for job in reversed([job for job in jobs if job.in_worker] if worker.enabled else []):
+    theirs = [job for job in jobs if job.in_worker] if worker.enabled else []
+    for job in reversed(theirs):
         if not job.cancel():
             break
         job.run_here()
     seen: dict[tuple, Run] = {}
     for run, job in zip(runs, jobs):
-        run._requests, run._episodes, run._top2_arrays, run.cache = job.result()[0]
+        (run._requests, run._episodes, run._top2_arrays, run.cache, sha256, run._by_episode,
+         run._episode_outputs) = job.result()[0]
+        run._sha256 = run._sha256 or sha256
         m = run.manifest
         key = (m["config"], m["plan"], m["arm"], m["run"])
         if key in seen:
@@ -354,9 +357,10 @@ FIGURE_MODULES = ("matplotlib.backends.backend_agg", "matplotlib.figure", "artif
 
 
 def _import_analyses() -> None:
-    """pandas and the analyses, imported on their own (a step of check's timings). scipy.stats (~0.3 s more) is
-    imported once the paper's figures are asked for (`_import_tests`): the paper's tables do not need it, so the
-    worker can draw those figures while this process imports it and runs the analyses beyond the paper."""
+    """pandas and the analyses, imported on their own (a step of check's timings); scipy.stats (~0.2 s) right after
+    (`_import_tests`). Both while the worker loads runs: the runs it loads meanwhile are runs this process does not
+    load, so the loading shares the import's time between the two processes, where an import after the loading
+    would be this process's alone."""
     import artifact.analysis.tables  # noqa: F401, PLC0415 -- lazy: pandas after the worker has started
     import artifact.check.beyond  # noqa: F401, PLC0415
     import artifact.check.facts  # noqa: F401, PLC0415
@@ -366,7 +370,7 @@ def _import_analyses() -> None:
 
 def _import_tests() -> None:
     """scipy.stats: the tests of the analyses beyond the paper (imported on its own: a step of check's timings)."""
-    import scipy.stats  # noqa: F401, PLC0415 -- lazy: not before the paper's figures are asked for
+    import scipy.stats  # noqa: F401, PLC0415 -- lazy: after the worker has started
 
 
 def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
@@ -375,6 +379,11 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     timings = lap.wall
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root / CHECK_DIR
+    # the same results judged by the same checker before: its outputs again (artifact.check.replay); an evidence
+    # folder's records (`label`) lie in a new temporary directory every time
+    previous, pending = replay.lookup(root, out, expected_path) if label is None else (None, None)
+    if previous is not None:
+        return _replay(previous, out, quiet, lap)
     runs = find_results(root)
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
@@ -385,7 +394,8 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     worker = Worker(want_worker(records_bytes(runs)), modules=FIGURE_MODULES if copies else WORKER_MODULES)
     new = None
     try:
-        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, analyses")),
+        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, analyses"),
+                                                          _import_tests(), lap("imports: scipy.stats")),
                          then=() if copies else (preload, *FIGURE_MODULES), cached=cached)
         lap("load+validate")
         # lazy: pandas and scipy after the worker has started
@@ -425,7 +435,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
         # every admitted pair's first divergences beside the verdicts (first-divergence.json and .txt)
         from artifact.report import divergences  # noqa: PLC0415 -- lazy: only a check that got this far writes them
-        divergences.write(evidence, new)
+        _, diverged = divergences.write(evidence, new)
         publish(new, out)
     except OSError as exc:
         if new is None:
@@ -443,9 +453,44 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     # read by bench/bench_check.py
     run_check.last_timings, run_check.last_cpu, run_check.last_figures = dict(lap.wall), dict(lap.cpu), \
         dict(lap.figures)
+    printed = _summary(Path(label) if label else root, out, runs, tables, claims, code, diverged)
     if not quiet:
-        _print_summary(Path(label) if label else root, out, runs, tables, claims, code)
+        print(printed, flush=True)
+    # kept for a later check of the same results (artifact.check.replay), where everything check read lies under
+    # them (a run's server log lies in its plan directory: above a run directory checked on its own)
+    if pending is not None and all(run.path.parent.resolve().is_relative_to(root.resolve()) for run in runs):
+        replay.keep(pending, code, printed, out, {str((run.path / REQUESTS).resolve().relative_to(root.resolve())):
+                                                  run._sha256 for run in runs if run._sha256})
     return code
+
+
+def _replay(entry, out: Path, quiet: bool, lap: Laps) -> int:
+    """Write a kept check's outputs into `out` (as a check writes them: `publish`), print its summary and say it
+    was replayed; its exit code (artifact.check.replay)."""
+    new = staging(out)
+    try:
+        for name, blob in entry.outputs.items():
+            if name != Path(name).name or name not in output_names() | {"first-divergence.json",
+                                                                         "first-divergence.txt"}:
+                raise ArtifactError(f"the checker's cache entry {replay.entry_name(entry)} names an output "
+                                    f"{name!r} a check does not write; remove the entry")
+            (new / name).write_bytes(blob)
+        lap("replay")
+        volatile = {replay.REPLAYED: replay.entry_name(entry), "timings_s": {k: round(v, 3) for k, v in lap.wall.items()},
+                    "cpu_s": {"checking process": round(time.process_time(), 3)}}
+        (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
+        publish(new, out)
+    except OSError as exc:
+        kept = f"the previous outputs in {out} are left as they were" if out.exists() else f"{out} was not created"
+        raise ArtifactError(f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); "
+                            f"{kept}") from None
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+    if not quiet:
+        print(entry.printed)
+        print(f"(replayed: these results and this checker are byte for byte those of a check made before; its outputs "
+              f"come from the checker's cache. {replay.ENV}=0 checks them again)", flush=True)
+    return entry.exit_code
 
 
 def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], tables: Tables, wtables: dict,
@@ -461,8 +506,6 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], 
     files = write_csvs(out, tables, wtables, claims)
     lap("csv")
     draw_figures(tables, out, drawing)
-    _import_tests()
-    lap("imports: scipy.stats")
     # results beyond the paper (they never change the exit code); waits for every figure asked for
     beyond = write_beyond(evidence, out, lap, drawing,
                           meanwhile=lambda: (compile_templates(), lap("report: templates")))
@@ -487,36 +530,44 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], 
     }
 
 
-def _print_summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int) -> None:
+def _summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int,
+             diverged: list[dict]) -> str:
+    """What check prints: the verdicts, the invalid and unisolated runs, where the outputs are, and how many
+    episodes first diverged where (first-divergence.txt)."""
     # lazy: pandas and scipy after the worker has started
     from artifact.check.claims import EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT  # noqa: PLC0415
+
+    lines: list[str] = []
+    say = lines.append
 
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
     names = ", ".join(workloads.by_workload(runs))
-    print(f"check: {len(runs)} runs ({len(tables.groups)} configuration-plan(s) with paired ON/OFF runs; "
-          f"workloads: {names or 'none known'}) under {root}")
-    print(verdict_table(claims))
+    say(f"check: {len(runs)} runs ({len(tables.groups)} configuration-plan(s) with paired ON/OFF runs; "
+        f"workloads: {names or 'none known'}) under {root}")
+    say(verdict_table(claims))
     for c in claims:
         for d in c.details:
             if d.status in (FAIL, OUT, INCONCLUSIVE, INVALID):
                 why = f" ({_clip(d.evidence[0], 160)})" if d.evidence and d.status != OUT else ""
-                print(f"  {d.status} {d.claim} {d.scope}: {_clip(d.observed, 160)}{why}")
+                say(f"  {d.status} {d.claim} {d.scope}: {_clip(d.observed, 160)}{why}")
     for p in problems:
-        print(f"INVALID: {p}")
+        say(f"INVALID: {p}")
     for label in tables.unisolated_runs:
         for w in tables.warnings[label]:
-            print(f"WARNING (not network-isolated): {w}")
+            say(f"WARNING (not network-isolated): {w}")
     if tables.user_server:
         from artifact.analysis.tables import USER_SERVER_UNOBSERVED  # noqa: PLC0415 -- lazy: loaded with the tables
-        print(f"NOTE: {len(tables.user_server)} run(s) against a server the artifact did not start; not observable: "
-              f"{USER_SERVER_UNOBSERVED}")
+        say(f"NOTE: {len(tables.user_server)} run(s) against a server the artifact did not start; not observable: "
+            f"{USER_SERVER_UNOBSERVED}")
     if hard_fail:
-        print(f"hard claim(s) failed: {', '.join(hard_fail)}")
-    print(f"exit code {code}: {EXIT_CODES[code]}")
-    print(f"report: {out / 'report.html'}")
-    print(f"verdicts: {out / 'check.json'}")
-    sys.stdout.flush()
+        say(f"hard claim(s) failed: {', '.join(hard_fail)}")
+    say(f"exit code {code}: {EXIT_CODES[code]}")
+    say(f"report: {out / 'report.html'}")
+    say(f"verdicts: {out / 'check.json'}")
+    n = sum(len(e["episodes"]) for e in diverged)
+    say(f"first divergences: {n} episode(s) in {len(diverged)} comparison(s): {out / 'first-divergence.txt'}")
+    return "\n".join(lines)
 
 
 run_check.last_timings, run_check.last_cpu, run_check.last_figures = {}, {}, {}

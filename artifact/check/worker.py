@@ -18,11 +18,15 @@ core, ARTIFACT_CHECK_WORKER=0) every job runs here, in the order asked for.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import multiprocessing
 import os
+import pickle
+import shutil
 import signal
+import tempfile
 import time
 from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -48,6 +52,38 @@ def _timed(fn, args) -> tuple:
     start = time.perf_counter(), time.process_time()
     out = fn(*args)
     return out, time.perf_counter() - start[0], time.process_time() - start[1]
+
+
+SPILL_BYTES = 1 << 20  # a job's result from this size on comes back through a file, not the pipe
+
+
+class Spilled:
+    """A worker job's result left in a file (`_timed_spilling`): a paper-scale run's records are ~4 MB pickled,
+    which the pipe would carry 64 KiB at a time, each piece read by the caller's result thread while the caller
+    loads its own share of the runs (the two contend for one interpreter lock); one read of a file costs ~1 ms."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def load(self):
+        try:
+            with open(self.path, "rb") as fh:
+                return pickle.load(fh)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+
+def _timed_spilling(fn, args, spill_dir: str) -> tuple:
+    """`_timed`, in the worker: a result of SPILL_BYTES or more pickled into a file in `spill_dir` (`Spilled`)."""
+    out, wall, cpu = _timed(fn, args)
+    blob = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(blob) < SPILL_BYTES:
+        return out, wall, cpu
+    fd, path = tempfile.mkstemp(dir=spill_dir, suffix=".pickle")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(blob)
+    return Spilled(path), wall, cpu
 
 
 def _start(modules: tuple[str, ...]) -> None:
@@ -98,8 +134,9 @@ class Job:
         """(what fn returned, wall seconds, CPU seconds); raises what fn raised."""
         if self._outcome is None and self._future is not None:
             try:
-                self._outcome = ("ok", self._future.result(timeout=TIMEOUT_S))
-            except (BrokenProcessPool, CancelledError):  # the worker died: this process runs what it had not returned
+                value, wall, cpu = self._future.result(timeout=TIMEOUT_S)
+                self._outcome = ("ok", (value.load() if isinstance(value, Spilled) else value, wall, cpu))
+            except (BrokenProcessPool, CancelledError, OSError):  # OSError: a spilled result could not be read  # the worker died: this process runs what it had not returned
                 self._future = None
             except FutureTimeout:
                 self._worker.close(kill=True)
@@ -122,8 +159,10 @@ class Worker:
 
     def __init__(self, enabled: bool = False, modules: tuple[str, ...] = ()):
         self._pool: ProcessPoolExecutor | None = None
+        self._spill: str | None = None  # where the worker leaves its large results (`Spilled`)
         if enabled:
             try:
+                self._spill = tempfile.mkdtemp(prefix="artifact-check-worker-")
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_start, initargs=(tuple(modules),))
                 self._pool.submit(int)  # starts the worker now
@@ -138,7 +177,7 @@ class Worker:
         future = None
         if self._pool is not None:
             try:
-                future = self._pool.submit(_timed, fn, args)
+                future = self._pool.submit(_timed_spilling, fn, args, self._spill)
             except (BrokenProcessPool, RuntimeError):  # the worker died: the rest run here
                 future = None
         return Job(self, fn, args, future)
@@ -147,13 +186,18 @@ class Worker:
         """End the worker (at once, dropping the jobs not done yet, when `kill`: the caller is leaving on an
         error)."""
         pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        if kill:
-            # concurrent.futures has no public way to stop a busy worker before Python 3.14's terminate_workers()
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
+        spill, self._spill = self._spill, None
+        try:
+            if pool is None:
+                return
+            if kill:
+                # concurrent.futures has no public way to stop a busy worker before Python 3.14's terminate_workers()
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.kill()
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            if spill is not None:  # after the worker: nothing writes there any more
+                shutil.rmtree(spill, ignore_errors=True)
 
 
 class Drawing:

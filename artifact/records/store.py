@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import os
 import stat
 import sys
@@ -129,6 +130,19 @@ def _unique_keys(pairs: list) -> dict:
 
 
 loads = json.JSONDecoder(object_pairs_hook=_unique_keys).decode  # json.loads, refusing duplicate keys
+
+
+def _loads_lists(raw: bytes):
+    """`loads(raw.decode())`, the same value: a text that holds no JSON object (no '{': no key to be written twice)
+    is decoded by msgspec (~3x faster on a record's top-2 lists), which gives what `loads` gives or refuses the text
+    (NaN, numbers beyond a float's range, lone surrogates); what it refuses, and every text with an object, is left
+    to `loads`, which decides (and words any error)."""
+    if b"{" not in raw:
+        try:
+            return msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            pass
+    return loads(raw.decode())
 
 
 def _why(exc: Exception, complete: bool) -> str:
@@ -282,7 +296,7 @@ class LazyRecord(dict):
     __slots__ = ("_raw",)
 
     def _decode(self):
-        value = loads(self._raw.decode())
+        value = _loads_lists(self._raw)
         dict.__setitem__(self, _TOP, value)
         return value
 
@@ -475,6 +489,7 @@ class Run:
     _top2: dict | None = field(default=None, repr=False)
     _top2_arrays: tuple | None = field(default=None, repr=False)
     _by_episode: dict | None = field(default=None, repr=False)
+    _episode_outputs: dict | None = field(default=None, repr=False)
     # the request records and their top-2 arrays came from the checker's cache (`decoded`): check validated them
     # when it cached them, from the same bytes (`validate_records` checks only the episodes then)
     _validated: bool = field(default=False, repr=False)
@@ -582,12 +597,32 @@ class Run:
             self._by_episode = out
         return self._by_episode
 
+    def episode_outputs(self) -> dict[str, tuple[list, list, list, list]]:
+        """episode id -> `outputs` of its requests in request_index order (`requests_by_episode`; memoised: each run
+        is compared with several others and walked by the analyses; check's loading makes it, in the worker too);
+        do not change the lists."""
+        if self._episode_outputs is None:
+            self._episode_outputs = {eid: outputs(reqs) for eid, reqs in self.requests_by_episode().items()}
+        return self._episode_outputs
+
     def integrity_problems(self) -> list[str]:
         """Why a run marked complete is not whole (memoised; empty for a whole run and for an incomplete one,
         which is invalid for being incomplete): see `integrity_problems`."""
         if self._integrity is None:
             self._integrity = integrity_problems(self) if self.complete else []
         return self._integrity
+
+
+_TOKENS = operator.itemgetter("output_tokens")
+_PROMPT = operator.itemgetter("prompt_sha256")
+
+
+def outputs(reqs: list[dict]) -> tuple[list, list, list, list]:
+    """(output_tokens, prompt_sha256, error, number of output tokens) of each request, as four lists (dict.get: never
+    decodes lazy fields): what comparing two runs reads of them (analysis.compare)."""
+    tokens = list(map(_TOKENS, reqs))
+    return (tokens, list(map(_PROMPT, reqs)), list(map(dict.get, reqs, itertools.repeat("error"))),
+            list(map(len, tokens)))
 
 
 def validate_records(run: Run) -> None:

@@ -7,7 +7,10 @@ cached prompt tokens of that request. The report shows one such episode (report.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import msgspec
 
 from artifact.analysis.tables import group_runs
 from artifact.records.store import Run
@@ -17,11 +20,33 @@ JSON_NAME, TEXT_NAME = "first-divergence.json", "first-divergence.txt"
 SHOWN = 160  # characters of each reply shown from where the texts part
 
 
-def _side(req: dict | None, token: int | None) -> dict:
+# a log-probability written as an integer (`-1]`): json reads it as an int, the parsed arrays as a float
+_INT_LOGPROB = re.compile(rb"[ ,\[]-?[0-9]+\]")
+
+
+def _margin_at(run: Run, req: dict, token: int | None) -> dict | None:
+    """`top2_margin(req["top_logprobs"], token)`, the same dict, from the run's parsed top-2 arrays
+    (`Run.top2_arrays`) where they hold the request and its text writes every log-probability as a float (else,
+    from the decoded list): at paper scale ~3,000 requests' texts are not decoded for one position each."""
+    rows = run.top2_table()[1].get(id(req))
+    raw = getattr(req, "_raw", None)
+    if token is None or rows is None or raw is None or _INT_LOGPROB.search(raw):
+        return top2_margin(req.get("top_logprobs") or [], token)
+    start, n = rows
+    if token >= n:
+        return None
+    _, _, ids, lps = run.top2_arrays()
+    (t1, t2), (l1, l2) = ids[start + token].tolist(), lps[start + token].tolist()
+    if l1 < l2:  # best first, as top2_margin sorts them (never so in records that passed the schema)
+        (t1, l1), (t2, l2) = (t2, l2), (t1, l1)
+    return {"top1_id": t1, "top1_logprob": l1, "top2_id": t2, "top2_logprob": l2, "margin": l1 - l2}
+
+
+def _side(run: Run, req: dict | None, token: int | None) -> dict:
     if req is None:
         return {"present": False}
     tokens = req.get("output_tokens") or []
-    margin = top2_margin(req.get("top_logprobs") or [], token)
+    margin = _margin_at(run, req, token)
     return {"present": True, "text": req.get("output_text") or "",
             "token_id": tokens[token] if token is not None and token < len(tokens) else None,
             "top2_margin": None if margin is None else round(margin["margin"], 6), "top2": margin,
@@ -43,7 +68,7 @@ def first_divergences(runs: list[Run]) -> list[dict]:
                 qa, qb = by_a.get(d.episode_id, []), by_b.get(d.episode_id, [])
                 ra = qa[i] if i is not None and i < len(qa) else None
                 rb = qb[i] if i is not None and i < len(qb) else None
-                a, b = _side(ra, t), _side(rb, t)
+                a, b = _side(pair.a, ra, t), _side(pair.b, rb, t)
                 if a["present"] and b["present"]:
                     common, a["from_split"], b["from_split"] = _text_split(a["text"], b["text"])
                     a["common_chars"] = b["common_chars"] = len(common)
@@ -80,12 +105,22 @@ def render(entries: list[dict]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def indented(entries: list[dict]) -> str:
+    """json.dumps(entries, indent=1, ensure_ascii=False), the same text: the standard library's compact encoder
+    (in C; its indenting encoder is Python, ~3x slower on a paper-scale check's 3 MB) laid out by msgspec's
+    formatter, which copies every number and string as written. Text that UTF-8 cannot encode (a lone surrogate
+    in model text) is left to json.dumps."""
+    try:
+        return msgspec.json.format(json.dumps(entries, ensure_ascii=False, separators=(",", ":")), indent=1)
+    except UnicodeEncodeError:
+        return json.dumps(entries, indent=1, ensure_ascii=False)
+
+
 def write(runs: list[Run], out: Path) -> tuple[Path, list[dict]]:
     """first-divergence.json and .txt under `out`; returns the text file's path and the entries."""
     entries = first_divergences(runs)
     out.mkdir(parents=True, exist_ok=True)
     # model text is untrusted: a lone surrogate in it is written escaped, as check.json does, never an error
-    (out / JSON_NAME).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n", encoding="utf-8",
-                                 errors="backslashreplace")
+    (out / JSON_NAME).write_text(indented(entries) + "\n", encoding="utf-8", errors="backslashreplace")
     (out / TEXT_NAME).write_text(render(entries), encoding="utf-8", errors="backslashreplace")
     return out / TEXT_NAME, entries
