@@ -8,9 +8,11 @@ the caller's one-line error handling applies). A job not started yet may be take
 here (`Job.run_here()`): check loads the runs from both ends of their list this way. A worker runs exactly the code
 this process would run on the same data: the outputs do not depend on where a job ran.
 
-Robust by construction: the worker is a fresh interpreter (multiprocessing's spawn: nothing inherited from this
-process's threads or state), started before check imports pandas and the analyses, so that its own start-up
-overlaps them; it imports only what its jobs need, and ignores ^C (the caller stops it). A worker that cannot be
+Robust by construction: the worker is started before check imports pandas and the analyses, so that its own
+start-up overlaps them. On Linux, in a process that runs no other thread and has not imported numpy or pyarrow yet
+(a `check` command's), it is forked then (`start_method`): the worker inherits no lock and no state but the records'
+reader, and skips an interpreter's start (~0.1 s); anywhere else it is a fresh interpreter (spawn: fork is not safe
+on macOS, nor beside threads). It imports only what its jobs need, and ignores ^C (the caller stops it). A worker that cannot be
 started or that dies (killed, out of memory) is replaced by this process: every job it had not returned runs here.
 A job that returns nothing for TIMEOUT_S is an ArtifactError, never a hang. Without a worker (small results, one
 core, ARTIFACT_CHECK_WORKER=0) every job runs here, in the order asked for.
@@ -26,7 +28,9 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -36,6 +40,15 @@ from artifact.errors import ArtifactError
 
 WORKER_ENV = "ARTIFACT_CHECK_WORKER"  # "1": always a worker, "0": never; unset: by size (`want_worker`)
 WORKER_MIN_BYTES = 16 << 20  # request records from which a worker pays for its start (~1 CPU s of imports)
+_THREADED = ("numpy", "pyarrow")  # libraries that may start threads of their own (a BLAS, Arrow's pools)
+
+
+def start_method() -> str:
+    """"fork" where forking is safe (see the module's docstring), else "spawn"."""
+    safe = sys.platform == "linux" and threading.active_count() == 1 and not any(m in sys.modules for m in _THREADED)
+    return "fork" if safe else "spawn"
+
+
 TIMEOUT_S = 1800.0  # the most one job may take in the worker (a guard against a hang: a job takes about a second)
 
 
@@ -163,7 +176,7 @@ class Worker:
         if enabled:
             try:
                 self._spill = tempfile.mkdtemp(prefix="artifact-check-worker-")
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method()),
                                                  initializer=_start, initargs=(tuple(modules),))
                 self._pool.submit(int)  # starts the worker now
             except (OSError, ImportError, NotImplementedError, RuntimeError):  # no processes here: all in process

@@ -45,6 +45,7 @@ MAX_ENV = "ARTIFACT_RECORD_CACHE_MIB"  # the cache's size bound in MiB (`prune`)
 DEFAULT_MAX_MIB = 2048
 FORMAT = 1
 _TOP = "top_logprobs"
+_KEY = b'"top_logprobs": '  # as the protocol's writer writes the key before its text
 _SOURCES = ("decoded.py", "schema.py", "store.py")  # this package's: the reader and its rules
 _LIBRARIES = ("msgspec", "numpy", "pyarrow")  # what decoded the records and parsed the top-2 texts
 
@@ -220,7 +221,11 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple, sha256: str 
         if raw is None:
             raws.append(None)
             continue
-        at = data.find(raw, pos)  # the records are in the file's order; any place with the same bytes would do
+        # the records are in the file's order; any place with the same bytes would do. The key written before the
+        # text is found first (a short pattern: a search for the whole text costs ~5 us a record at paper scale)
+        at = data.find(_KEY, pos) + len(_KEY)
+        if at < len(_KEY) or data[at:at + len(raw)] != raw:
+            at = data.find(raw, pos)
         if at < 0:
             return None
         raws.append((at, len(raw)))

@@ -115,3 +115,24 @@ def test_a_dead_worker_s_jobs_run_here_and_errors_come_back_as_raised():
         assert worker.submit(_in_worker).result()[0] is True
     finally:
         worker.close()
+
+
+def test_a_check_command_forks_its_worker_and_writes_what_a_spawned_one_writes(tmp_path, monkeypatch):
+    """`python -m artifact check` (no thread, no numpy yet: `start_method` forks) against a check in this process
+    (numpy imported: it spawns)."""
+    import subprocess
+    import sys
+
+    from artifact.check.worker import start_method
+
+    assert start_method() == "spawn"
+    root = _results(tmp_path / "results")
+    monkeypatch.setenv(WORKER_ENV, "1")
+    run_check(root, tmp_path / "spawned", quiet=True)
+    env = {**os.environ, WORKER_ENV: "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    probe = "import artifact.check.run as r, artifact.check.worker as w; print(w.start_method())"
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == ("fork" if sys.platform == "linux" else "spawn")
+    subprocess.run([sys.executable, "-m", "artifact", "check", str(root), "--out", str(tmp_path / "forked")],
+                   env=env, check=True, capture_output=True)
+    assert _outputs(tmp_path / "forked") == _outputs(tmp_path / "spawned")
