@@ -6,6 +6,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
+# the commands started from here run set up (and a protocol run isolated): the console script hands those over to
+# this script unless this is set (artifact/cli.py); `python -m artifact` finds the package in this directory
+export ARTIFACT_SET_UP=1
 # --offline DIR (any command, or ARTIFACT_OFFLINE=DIR): set up from a stage (scripts/stage-device.py, received and
 # verified into DIR on a host without internet) instead of the package index.
 offline=${ARTIFACT_OFFLINE:-}
@@ -95,7 +98,7 @@ use_offline() {
   [ -d "$offline" ] || { echo "error: --offline $offline: no such directory" >&2; exit 2; }
   offline=$(cd "$offline" && pwd)
   if [ -x "$py" ]; then base=$py; else base=$(find_python); fi
-  PYTHONPATH=$here "$base" -m artifact.orchestrate.staging verify "$offline" --repo "$here" || exit 2
+  "$base" -m artifact.orchestrate.staging verify "$offline" --repo "$here" || exit 2
   export ARTIFACT_OFFLINE=$offline PIP_NO_INDEX=1 PIP_FIND_LINKS=$offline/pip PIP_CONFIG_FILE=/dev/null \
     PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1
   offline_ready=1
@@ -116,6 +119,18 @@ setup_python() {
     "$py" -m pip install -q --disable-pip-version-check --no-deps "${no_deps[@]}"
     echo "$want" >"$stamp"
   fi
+  # the package itself, editable (it reads configs/, expected/ and models/ beside it): the console script
+  # prefix-cache-artifact; setuptools from the environment where it has one, else from the index (or the stage)
+  want=$(sha256sum pyproject.toml | cut -c1-16)
+  stamp=$venv/.artifact-package
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    local isolation=()
+    "$py" -c 'import setuptools as s, sys; sys.exit(tuple(map(int, s.__version__.split(".")[:2])) < (70, 1))' \
+      2>/dev/null && isolation=(--no-build-isolation)  # builds an editable wheel without the wheel package
+    "$py" -m pip install -q --disable-pip-version-check --no-deps ${isolation[@]+"${isolation[@]}"} -e "$here" >/dev/null \
+      && echo "$want" >"$stamp" \
+      || echo "warning: could not install the package into $venv (pip install -e .): ./run.sh works without it; the console script prefix-cache-artifact is missing" >&2
+  fi
 }
 
 # The clock at the start of the set-up and after each of its steps (the demo prints what each took).
@@ -132,7 +147,7 @@ setup() {
     times+=" $(clock)"
     # The embedded agent model: the committed LoRA merged into SmolLM2 and quantized by llama.cpp's own tools, every
     # step sha256-checked (artifact/models/derive.py; seconds once, then reused).
-    PYTHONPATH=$here "$py" -m artifact.models derive Q4_K_M >/dev/null || exit 2
+    "$py" -m artifact.models derive Q4_K_M >/dev/null || exit 2
     times+=" $(clock)"
   fi
   export ARTIFACT_SETUP_TIMES=$times
@@ -152,7 +167,7 @@ setup_vllm() {
 ENV_ALLOW=(PATH HOME LANG LC_ALL TERM TZ TMPDIR CI LD_LIBRARY_PATH CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES
            CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY HF_HOME HF_HUB_OFFLINE HF_HUB_CACHE XDG_CACHE_HOME DOCKER_HOST)
 clean_exec() {
-  local keep=(PYTHONPATH="$here" PYTHONUNBUFFERED=1) name
+  local keep=(PYTHONUNBUFFERED=1) name
   for name in "${ENV_ALLOW[@]}"; do
     [ -n "${!name+x}" ] && keep+=("$name=${!name}")
   done
@@ -202,17 +217,17 @@ case "$cmd" in
     # A run against servers the user started reaches exactly their loopback ports through the isolation (the engine's
     # loopback_servers; scripts/isolate.sh ARTIFACT_FORWARD); an engine that starts its own server inside it names none.
     if [ "$cmd" = run ]; then
-      ARTIFACT_FORWARD=$(PYTHONPATH=$here "$py" -m artifact forwards "${@:2}") || exit 2
+      ARTIFACT_FORWARD=$("$py" -m artifact forwards "${@:2}") || exit 2
       export ARTIFACT_FORWARD
     fi
     clean_exec "$py" -m artifact "$@" ;;
   bench)
     shift
     setup
-    PYTHONPATH=$here exec "$py" bench/bench_check.py "$@" ;;
+    exec "$py" bench/bench_check.py "$@" ;;
   compare|summary|check|fetch|evidence-summary)
     setup_python  # these read records or fetch weights: no engine build needed
-    PYTHONPATH=$here exec "$py" -m artifact "$@" ;;
+    exec "$py" -m artifact "$@" ;;
   all)
     shift
     # Internal: one job the way `all --native` and the Slurm tasks run it: no set-up (done before the fan-out), an
@@ -234,7 +249,7 @@ case "$cmd" in
     else
       setup_python  # GPU images build their own llama-server
     fi
-    PYTHONPATH=$here exec "$py" -m artifact all "$@" ;;
+    exec "$py" -m artifact all "$@" ;;
   *)
     echo "error: unknown command '$cmd' (see ./run.sh --help)" >&2
     exit 2 ;;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 from pathlib import Path
@@ -13,6 +14,12 @@ from artifact.errors import ArtifactError
 
 DEMO_FILE = REPO / "configs" / "demo.toml"  # what the demo runs: configurations, plans, which option counts them
 DEFAULT_RESULTS = REPO / "results"
+# Set by run.sh (and the images) for the commands they start: the environment is set up and, for a protocol run, its
+# own (an empty environment plus an allowlist, loopback only: scripts/isolate.sh). Invoked otherwise (the console
+# script `prefix-cache-artifact`), the commands that set up, build or run the protocol hand over to run.sh, which
+# sets up and isolates; those that only read records run here.
+SET_UP_ENV = "ARTIFACT_SET_UP"
+HANDED_TO_RUN_SH = ("setup", "test", "bench", "demo", "run", "all")
 # The committed GPU evidence the demo re-checks beside its own run (80 episodes per run; the demo's 2 cannot make
 # RQ2 significant).
 DEMO_EVIDENCE = REPO / "evidence" / "h200-agent"
@@ -416,8 +423,23 @@ def cmd_all(args) -> int:
     return cmd_all(args)
 
 
+def prog() -> str:
+    """How the user called the command line: ./run.sh, or the console script."""
+    return "./run.sh" if os.environ.get(SET_UP_ENV) else "prefix-cache-artifact"
+
+
+def hand_over(argv: list[str]) -> int:
+    """Run `run.sh ARGV` in this process's place (set-up, isolation); returns only where it cannot be started."""
+    try:
+        os.execv(str(REPO / "run.sh"), [str(REPO / "run.sh"), *argv])
+    except OSError as exc:
+        print(f"error: cannot start {REPO / 'run.sh'} ({exc.strerror}): run ./run.sh {' '.join(argv)} from the "
+              "checkout", file=sys.stderr)
+    return 2
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="./run.sh", description="Prefix caching and serving reproducibility: "
+    p = argparse.ArgumentParser(prog=prog(), description="Prefix caching and serving reproducibility: "
                                 "the paper's paired cache ON/OFF protocol on BFCL multi_turn_base.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -493,6 +515,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")
     sp.set_defaults(func=cmd_fetch)
 
+    for name, help_text in (("setup", "create .venv, install the pinned packages, build llama-server, derive the "
+                                      "agent model (run.sh setup; idempotent)"),
+                            ("test", "set up, then run the test suite (run.sh test; arguments go to pytest)"),
+                            ("bench", "benchmarks (run.sh bench: check on synthetic paper-scale results)")):
+        sp = sub.add_parser(name, help=help_text)
+        sp.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        sp.set_defaults(func=lambda args: hand_over([args.command, *args.rest]))
+
     from artifact.orchestrate.arguments import add_parser  # lazy: each command imports only what it runs
 
     add_parser(sub)
@@ -508,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["forwards"]:
         return forwards(argv[1:])
+    if argv[:1] and argv[0] in HANDED_TO_RUN_SH and not os.environ.get(SET_UP_ENV):
+        return hand_over(argv)
     args = parser().parse_args(argv)
     # Ctrl-C and `kill` alike unwind through the protocol's cleanup (the server is stopped, the run stays
     # 'incomplete'), even when the shell that started us ignored SIGINT (background jobs).

@@ -30,6 +30,8 @@ def pytest_configure(config):
     # a test that checks the same results twice means to check them twice: replays (artifact.check.replay) only
     # where a test asks for them (tests/check/test_replay.py)
     os.environ.setdefault("ARTIFACT_CHECK_REPLAY", "0")
+    # the suite runs commands in this process, set up by run.sh: none hands over to run.sh (artifact.cli.hand_over)
+    os.environ.setdefault("ARTIFACT_SET_UP", "1")
     done = os.environ.get("ARTIFACT_CI_SERVICES_DONE")
     if not done:
         return
