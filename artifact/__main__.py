@@ -7,7 +7,7 @@ if sys.argv[1:2] == ["check"]:
     # imports of pandas, scipy and the analyses take ~10 % less without it, and it leaves by os._exit below
     gc.disable()
 
-from artifact.cli import main  # noqa: E402
+from artifact.cli import main
 
 code = main()
 if sys.argv[1:2] == ["check"] and isinstance(code, int):

@@ -23,11 +23,15 @@ def _plugin_problems(cfg: Config):
         except ArtifactError as exc:
             yield str(exc)
     if cfg.engine.kind not in engines.REGISTRY:
-        yield (f"engine.kind = {cfg.engine.kind!r} is not implemented in this version of the artifact "
-               f"(implemented: {', '.join(engines.REGISTRY)})")
+        yield (
+            f"engine.kind = {cfg.engine.kind!r} is not implemented in this version of the artifact "
+            f"(implemented: {', '.join(engines.REGISTRY)})"
+        )
     if cfg.workload.name not in workloads.REGISTRY:
-        yield (f"workload.name = {cfg.workload.name!r} is not implemented in this version of the artifact "
-               f"(implemented: {', '.join(workloads.REGISTRY)})")
+        yield (
+            f"workload.name = {cfg.workload.name!r} is not implemented in this version of the artifact "
+            f"(implemented: {', '.join(workloads.REGISTRY)})"
+        )
 
 
 def load_config(name_or_path: str, engine_settings: dict | None = None) -> Config:

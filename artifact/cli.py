@@ -89,8 +89,14 @@ def budgeted(cfg, args):
     return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, **engine)) if engine else cfg
 
 
-def execute(config: str, plan_name: str | None, episodes: int | None, results: Path,
-            settings: list[str] | None = None, args=None) -> list[Path]:
+def execute(
+    config: str,
+    plan_name: str | None,
+    episodes: int | None,
+    results: Path,
+    settings: list[str] | None = None,
+    args=None,
+) -> list[Path]:
     """Run (or resume) one configuration's protocol under a plan (default: its workload's); `args`: run's budget
     options (`budgeted`)."""
     from artifact import workloads  # lazy: each command imports only what it runs
@@ -123,16 +129,20 @@ def demo_variants() -> dict:
         variants = read_toml(DEMO_FILE).get("variants") or {}
     except ArtifactError:
         return {}  # the demo command reports it (demo_entries)
-    return {name: str(v.get("help", f"instead: [[{name}]] of configs/demo.toml, then check"))
-            for name, v in variants.items() if isinstance(v, dict)}
+    return {
+        name: str(v.get("help", f"instead: [[{name}]] of configs/demo.toml, then check"))
+        for name, v in variants.items()
+        if isinstance(v, dict)
+    }
 
 
 def demo_entries(kind: str) -> list[dict]:
     from artifact.config import read_toml  # lazy: each command imports only what it runs
 
     entries = read_toml(DEMO_FILE).get(kind)
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and {"config", "plan", "count"} <= set(e)
-                                                 for e in entries):
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and {"config", "plan", "count"} <= set(e) for e in entries
+    ):
         raise ArtifactError(f"{DEMO_FILE}: [[{kind}]] must list tables with config, plan and count")
     return entries
 
@@ -163,8 +173,16 @@ def forwards(argv: list[str]) -> int:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("config", nargs="?")
     p.add_argument("--engine-setting", action="append", default=[])
-    for option in ("--plan", "--episodes", "--results", "--turns", "--steps", "--n-predict", "--startup-timeout",
-                   "--request-timeout"):  # run's options with a value, so that no value is the config
+    for option in (
+        "--plan",
+        "--episodes",
+        "--results",
+        "--turns",
+        "--steps",
+        "--n-predict",
+        "--startup-timeout",
+        "--request-timeout",
+    ):  # run's options with a value, so that no value is the config
         p.add_argument(option)
     args, _ = p.parse_known_args(argv)
     if args.config is None or {"-h", "--help"} & set(argv):
@@ -249,7 +267,9 @@ def recheck_evidence(results: Path) -> None:
     live = json.loads((results / "check" / "check.json").read_text())
     ev = json.loads((out / "check.json").read_text())
     ev_status = {c["id"]: c for c in ev["claims"]}
-    rows = [("claim", "this machine: the demo's live run", f"committed H200 records ({DEMO_EVIDENCE.name}, re-checked)")]
+    rows = [
+        ("claim", "this machine: the demo's live run", f"committed H200 records ({DEMO_EVIDENCE.name}, re-checked)")
+    ]
     rows += [(c["id"], c["status"], ev_status.get(c["id"], {}).get("status", "-")) for c in live["claims"]]
     w0, w1 = (max(len(r[i]) for r in rows) for i in (0, 1))
     print("\n" + "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows))
@@ -270,8 +290,11 @@ def unpack_evidence(archive: Path, dest: str, only=None) -> None:
             if hasattr(tarfile, "data_filter"):
                 tar.extractall(dest, members=members, filter="data")  # no absolute paths, escapes, device files
             else:  # Python < 3.10.12 / 3.11.4: the same rule by hand
-                bad = [m.name for m in members if not (m.isfile() or m.isdir()) or m.name.startswith("/")
-                       or ".." in Path(m.name).parts]
+                bad = [
+                    m.name
+                    for m in members
+                    if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in Path(m.name).parts
+                ]
                 if bad:
                     raise ArtifactError(f"{archive}: refusing to unpack unsafe member {bad[0]!r}")
                 tar.extractall(dest, members=members)
@@ -281,9 +304,11 @@ def unpack_evidence(archive: Path, dest: str, only=None) -> None:
 
 def server_log_member(tops: set[str]):
     """Members of a logs archive that are server-session logs of the unpacked records (<top>/.../logs/server-*)."""
+
     def pick(name: str) -> bool:
         parts = Path(name).parts
         return len(parts) > 2 and parts[0] in tops and parts[-2] == "logs" and parts[-1].startswith("server-")
+
     return pick
 
 
@@ -376,8 +401,10 @@ def cmd_compare(args) -> int:
         print(render_comparison(compare_runs(a, b)))
         for run in (a, b):
             exp = cache_exposure(run)
-            print(f"  {run.label}: {exp.cached_tokens}/{exp.prompt_tokens} prompt tokens from cache "
-                  f"({100 * exp.share:.1f}%), {exp.requests_with_cache}/{exp.requests} requests with cache hits")
+            print(
+                f"  {run.label}: {exp.cached_tokens}/{exp.prompt_tokens} prompt tokens from cache "
+                f"({100 * exp.share:.1f}%), {exp.requests_with_cache}/{exp.requests} requests with cache hits"
+            )
         pairs = [(a, b, reproduce.compare_records(a, b))]
         print("field by field:")
         print(reproduce.render([pairs[0][2]], [], []))
@@ -410,8 +437,11 @@ def cmd_fetch(args) -> int:
 def cmd_evidence_summary(args) -> int:
     from artifact import evidence  # lazy: each command imports only what it runs
 
-    folders = args.folders or [str(p.parent.relative_to(REPO)) for p in sorted(REPO.glob("evidence/*/records*.tar.xz"))
-                               if p.name == min(q.name for q in p.parent.glob("records*.tar.xz"))]
+    folders = args.folders or [
+        str(p.parent.relative_to(REPO))
+        for p in sorted(REPO.glob("evidence/*/records*.tar.xz"))
+        if p.name == min(q.name for q in p.parent.glob("records*.tar.xz"))
+    ]
     return evidence.main(folders, check_only=args.check)
 
 
@@ -433,21 +463,32 @@ def hand_over(argv: list[str]) -> int:
     try:
         os.execv(str(REPO / "run.sh"), [str(REPO / "run.sh"), *argv])
     except OSError as exc:
-        print(f"error: cannot start {REPO / 'run.sh'} ({exc.strerror}): run ./run.sh {' '.join(argv)} from the "
-              "checkout", file=sys.stderr)
+        print(
+            f"error: cannot start {REPO / 'run.sh'} ({exc.strerror}): run ./run.sh {' '.join(argv)} from the checkout",
+            file=sys.stderr,
+        )
     return 2
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog(), description="Prefix caching and serving reproducibility: "
-                                "the paper's paired cache ON/OFF protocol on BFCL multi_turn_base.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=prog(),
+        description="Prefix caching and serving reproducibility: "
+        "the paper's paired cache ON/OFF protocol on BFCL multi_turn_base.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def engine_setting_arg(sp):
-        sp.add_argument("--engine-setting", action="append", default=[], metavar="KEY=VALUE",
-                        help="one of the engine's settings over the configuration's [engine.settings] (repeatable; "
-                        "VALUE is read as TOML: true, 8, \"text\"; else as text), e.g. url_on=http://127.0.0.1:8080")
+        sp.add_argument(
+            "--engine-setting",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="one of the engine's settings over the configuration's [engine.settings] (repeatable; "
+            'VALUE is read as TOML: true, 8, "text"; else as text), e.g. url_on=http://127.0.0.1:8080',
+        )
 
     def results_arg(sp):
         sp.add_argument("--results", default=str(DEFAULT_RESULTS), help="results directory (default: results/)")
@@ -463,28 +504,44 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("run", help="one configuration's protocol")
     sp.add_argument("config", help="a configs/*.toml name or a path")
-    sp.add_argument("--plan", default=None,
-                    help="a plan from configs/plans.toml (default: main; bridge for a GSM8K configuration)")
+    sp.add_argument(
+        "--plan", default=None, help="a plan from configs/plans.toml (default: main; bridge for a GSM8K configuration)"
+    )
     sp.add_argument("--episodes", type=int, default=None, help="episodes per run (default: the config's)")
     sp.add_argument("--turns", type=int, default=None, help="turns per episode at most (BFCL max_turns)")
     sp.add_argument("--steps", type=int, default=None, help="requests per turn at most (BFCL max_steps_per_turn)")
     sp.add_argument("--n-predict", type=int, default=None, help="tokens per reply at most (workload n_predict)")
-    sp.add_argument("--startup-timeout", type=float, default=None, metavar="S",
-                    help="seconds a loading server is waited for (engine.startup_timeout_s; not in the resume "
-                    "fingerprint)")
-    sp.add_argument("--request-timeout", type=float, default=None, metavar="S",
-                    help="seconds one request may take (engine.request_timeout_s; not in the resume fingerprint)")
-    sp.add_argument("--dry-run", action="store_true",
-                    help="run nothing: what the engine can say before a run (servers you run yourself: which "
-                    "claims they can decide, and about how long the budget takes, from one timed request)")
+    sp.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a loading server is waited for (engine.startup_timeout_s; not in the resume fingerprint)",
+    )
+    sp.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds one request may take (engine.request_timeout_s; not in the resume fingerprint)",
+    )
+    sp.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run nothing: what the engine can say before a run (servers you run yourself: which "
+        "claims they can decide, and about how long the budget takes, from one timed request)",
+    )
     engine_setting_arg(sp)
     results_arg(sp)
     sp.set_defaults(func=cmd_run)
 
-    sp = sub.add_parser("compare", help="compare two runs, or two results directories, field by field",
-                        description=COMPARE_HELP.split("\n\nexit codes:")[0],
-                        epilog="exit codes:" + COMPARE_HELP.split("\n\nexit codes:")[1],
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp = sub.add_parser(
+        "compare",
+        help="compare two runs, or two results directories, field by field",
+        description=COMPARE_HELP.split("\n\nexit codes:")[0],
+        epilog="exit codes:" + COMPARE_HELP.split("\n\nexit codes:")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sp.add_argument("run_a")
     sp.add_argument("run_b")
     sp.set_defaults(func=cmd_compare)
@@ -495,18 +552,25 @@ def parser() -> argparse.ArgumentParser:
 
     from artifact.check.exit_codes import exit_codes_help  # lazy: each command imports only what it runs
 
-    sp = sub.add_parser("check", help="verdicts per paper claim, tables, figures and report.html",
-                        description="Judge the runs under RESULTS against the paper's claims: one verdict per claim "
-                        "(PASS, FAIL, OUT-OF-BAND, INCONCLUSIVE, INVALID, NOT-RUN; docs/claims.md), tables, "
-                        "figures, check.json and a self-contained report.html.",
-                        epilog=exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp = sub.add_parser(
+        "check",
+        help="verdicts per paper claim, tables, figures and report.html",
+        description="Judge the runs under RESULTS against the paper's claims: one verdict per claim "
+        "(PASS, FAIL, OUT-OF-BAND, INCONCLUSIVE, INVALID, NOT-RUN; docs/claims.md), tables, "
+        "figures, check.json and a self-contained report.html.",
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sp.add_argument("results", nargs="?", default=str(DEFAULT_RESULTS))
     sp.add_argument("--out", default=None, help="output directory (default: RESULTS/check)")
     sp.set_defaults(func=cmd_check)
 
-    sp = sub.add_parser("evidence-summary", help="write each evidence folder's summary.json and summary.md",
-                        description="Summarize evidence folders from their records and check outputs "
-                        "(artifact/evidence.py): what the documentation quotes of the committed evidence.")
+    sp = sub.add_parser(
+        "evidence-summary",
+        help="write each evidence folder's summary.json and summary.md",
+        description="Summarize evidence folders from their records and check outputs "
+        "(artifact/evidence.py): what the documentation quotes of the committed evidence.",
+    )
     sp.add_argument("folders", nargs="*", help="evidence folders (default: every evidence/*/ with records)")
     sp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a summary is out of date")
     sp.set_defaults(func=cmd_evidence_summary)
@@ -515,10 +579,15 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")
     sp.set_defaults(func=cmd_fetch)
 
-    for name, help_text in (("setup", "create .venv, install the pinned packages, build llama-server, derive the "
-                                      "agent model (run.sh setup; idempotent)"),
-                            ("test", "set up, then run the test suite (run.sh test; arguments go to pytest)"),
-                            ("bench", "benchmarks (run.sh bench: check on synthetic paper-scale results)")):
+    for name, help_text in (
+        (
+            "setup",
+            "create .venv, install the pinned packages, build llama-server, derive the "
+            "agent model (run.sh setup; idempotent)",
+        ),
+        ("test", "set up, then run the test suite (run.sh test; arguments go to pytest)"),
+        ("bench", "benchmarks (run.sh bench: check on synthetic paper-scale results)"),
+    ):
         sp = sub.add_parser(name, help=help_text)
         sp.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
         sp.set_defaults(func=lambda args: hand_over([args.command, *args.rest]))
@@ -551,10 +620,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # e.g. a full disk or an unwritable results directory: one line, never a traceback
-        print(f"error: {exc.strerror or exc}: {exc.filename or ''} (a run in progress stays incomplete and is "
-              "re-run on the next invocation)", file=sys.stderr)
+        print(
+            f"error: {exc.strerror or exc}: {exc.filename or ''} (a run in progress stays incomplete and is "
+            "re-run on the next invocation)",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
-        print("interrupted: the current run stays 'incomplete'; the next invocation re-runs its session"
-              if getattr(args, "command", None) in ("run", "demo", "all") else "interrupted", file=sys.stderr)
+        print(
+            "interrupted: the current run stays 'incomplete'; the next invocation re-runs its session"
+            if getattr(args, "command", None) in ("run", "demo", "all")
+            else "interrupted",
+            file=sys.stderr,
+        )
         return 130

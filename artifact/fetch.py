@@ -104,11 +104,15 @@ def explain(exc: BaseException, model: Model, name: str) -> ArtifactError:
     what = f"{weights.lock_key(model)}/{name}"
     # LocalEntryNotFoundError subclasses EntryNotFoundError: test it first
     if isinstance(exc, (e.LocalEntryNotFoundError, e.OfflineModeIsEnabled)) or _is_connection_error(exc):
-        return ArtifactError(f"cannot reach the Hugging Face Hub for {what} (offline?): connect to the network "
-                             f"(HF_HUB_OFFLINE unset), or copy the pinned files into {weights.model_dir(model)}/")
+        return ArtifactError(
+            f"cannot reach the Hugging Face Hub for {what} (offline?): connect to the network "
+            f"(HF_HUB_OFFLINE unset), or copy the pinned files into {weights.model_dir(model)}/"
+        )
     if isinstance(exc, e.GatedRepoError):
-        return ArtifactError(f"{weights.repo_id(model)} is gated: accept its licence on huggingface.co, then set "
-                             "HF_TOKEN=<your token> and run ./run.sh fetch again")
+        return ArtifactError(
+            f"{weights.repo_id(model)} is gated: accept its licence on huggingface.co, then set "
+            "HF_TOKEN=<your token> and run ./run.sh fetch again"
+        )
     if isinstance(exc, e.RevisionNotFoundError):
         return ArtifactError(f"revision {model.revision} of {weights.repo_id(model)} is not on the Hub")
     if isinstance(exc, e.EntryNotFoundError):
@@ -116,8 +120,10 @@ def explain(exc: BaseException, model: Model, name: str) -> ArtifactError:
     if isinstance(exc, e.RepositoryNotFoundError):
         return ArtifactError(f"{weights.repo_id(model)} not found on the Hub (or private: set HF_TOKEN)")
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return ArtifactError(f"disk full while downloading {what}: free space (the partial file is kept and "
-                             "resumed) or set ARTIFACT_WEIGHTS to a larger disk")
+        return ArtifactError(
+            f"disk full while downloading {what}: free space (the partial file is kept and "
+            "resumed) or set ARTIFACT_WEIGHTS to a larger disk"
+        )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ArtifactError(f"fetching {what} failed: {first}")
 
@@ -146,8 +152,10 @@ def check_disk(todo: list[Todo], root: Path) -> int:
     root.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(root).free
     if need + DISK_MARGIN > free:
-        raise ArtifactError(f"not enough disk for the weights: {gib(need)} to download (+1 GiB margin), {gib(free)} "
-                            f"free under {root}: free space or set ARTIFACT_WEIGHTS=/a/larger/disk")
+        raise ArtifactError(
+            f"not enough disk for the weights: {gib(need)} to download (+1 GiB margin), {gib(free)} "
+            f"free under {root}: free space or set ARTIFACT_WEIGHTS=/a/larger/disk"
+        )
     return need
 
 
@@ -155,8 +163,14 @@ def download(t: Todo, root: Path) -> Path:
     from huggingface_hub import hf_hub_download
 
     try:
-        return Path(hf_hub_download(weights.repo_id(t.model), t.pin.name, revision=t.model.revision,
-                                    local_dir=weights.model_dir(t.model, root)))
+        return Path(
+            hf_hub_download(
+                weights.repo_id(t.model),
+                t.pin.name,
+                revision=t.model.revision,
+                local_dir=weights.model_dir(t.model, root),
+            )
+        )
     except Exception as exc:
         raise explain(exc, t.model, t.pin.name) from None
 
@@ -168,18 +182,25 @@ def verify_or_record(t: Todo, path: Path, lock: dict, hub_sha: str) -> None:
         problem = weights.check_file(path, t.pin)
         if problem:
             bad = quarantine(path)
-            raise ArtifactError(f"{problem}: the download is corrupt or not the pinned file (moved to {bad.name}); "
-                                "run ./run.sh fetch again")
+            raise ArtifactError(
+                f"{problem}: the download is corrupt or not the pinned file (moved to {bad.name}); "
+                "run ./run.sh fetch again"
+            )
         return
     digest = weights.sha256_file(path)
     if hub_sha and digest != hub_sha:
         bad = quarantine(path)
-        raise ArtifactError(f"{path} has sha256 {digest[:16]}…, the Hub's LFS id is {hub_sha[:16]}… (moved to "
-                            f"{bad.name}); run ./run.sh fetch again")
+        raise ArtifactError(
+            f"{path} has sha256 {digest[:16]}…, the Hub's LFS id is {hub_sha[:16]}… (moved to "
+            f"{bad.name}); run ./run.sh fetch again"
+        )
     entry = lock.setdefault(weights.lock_key(t.model), {})
-    entry[t.pin.name] = {"sha256": digest, "size": path.stat().st_size,
-                         "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
-                         "hub_lfs_sha256_matched": bool(hub_sha)}
+    entry[t.pin.name] = {
+        "sha256": digest,
+        "size": path.stat().st_size,
+        "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
+        "hub_lfs_sha256_matched": bool(hub_sha),
+    }
     say(f"fetch: recorded {weights.lock_key(t.model)}/{t.pin.name} sha256 {digest[:16]}… in the lock file")
 
 
@@ -207,8 +228,10 @@ def fetch(configs: list[Config], root: Path | None = None, lock_path: Path | Non
             t.pin = weights.Pin(t.pin.name, t.pin.size or size, t.pin.sha256, t.pin.origin)
             t.hub_sha = sha
     need = check_disk(todo, root)
-    say(f"fetch: {len(models)} Hugging Face model(s), {gib(present)} present and verified, {len(todo)} file(s) / "
-        f"{gib(need)} to download into {root}")
+    say(
+        f"fetch: {len(models)} Hugging Face model(s), {gib(present)} present and verified, {len(todo)} file(s) / "
+        f"{gib(need)} to download into {root}"
+    )
     for t in todo:
         path = t.path if t.path.is_file() and not t.pin.sha256 else download(t, root)
         verify_or_record(t, path, lock, t.hub_sha)

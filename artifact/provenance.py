@@ -56,8 +56,13 @@ def _nvidia_smi_query(fields: str) -> list[list[str]] | None:
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (subprocess.SubprocessError, OSError):
         return []
     return [[v.strip() for v in line.split(",")] for line in out.strip().splitlines() if line.strip()]
@@ -77,8 +82,11 @@ def machine_ids(rows: list[list[str]] | None) -> dict:
     bakes it in), this boot's id (new at every boot), and the UUID of every GPU nvidia-smi lists (the physical
     GPU), in its order; None where there is none."""
     uuids = [digest_id(r[4]) if len(r) > 4 and r[4] else None for r in rows] if rows else []
-    return {"machine_id_sha256": _read_id(*MACHINE_ID_FILES), "boot_id_sha256": _read_id(BOOT_ID_FILE),
-            "gpu_uuid_sha256": uuids}
+    return {
+        "machine_id_sha256": _read_id(*MACHINE_ID_FILES),
+        "boot_id_sha256": _read_id(BOOT_ID_FILE),
+        "gpu_uuid_sha256": uuids,
+    }
 
 
 def gpu_sharing() -> dict | None:
@@ -132,8 +140,14 @@ def _mps_ask(command: str, pipe: Path) -> list[int] | None:
     if not exe:
         return None
     try:
-        r = subprocess.run([exe], input=command + "\n", capture_output=True, text=True, timeout=10,
-                           env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe)})
+        r = subprocess.run(
+            [exe],
+            input=command + "\n",
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env={**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe)},
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if r.returncode != 0:
@@ -166,8 +180,13 @@ def mps_served(pids: list[int], pipe: Path | None = None) -> dict:
         return {"served": False, "daemon": True, "why": f"the control daemon could not be asked ({MPS_CONTROL})"}
     clients = sorted({c for s in servers for c in (_mps_ask(f"get_client_list {s}", pipe) or [])})
     ours = sorted(set(clients) & set(pids))
-    return {"served": bool(ours), "daemon": True, "servers": servers, "clients": ours,
-            **({} if ours else {"why": "the control daemon lists none of the server's processes as a client"})}
+    return {
+        "served": bool(ours),
+        "daemon": True,
+        "servers": servers,
+        "clients": ours,
+        **({} if ours else {"why": "the control daemon lists none of the server's processes as a client"}),
+    }
 
 
 def cuda_mps() -> bool:
@@ -197,8 +216,9 @@ def host() -> dict:
 def packages(own: tuple[str, ...] = ()) -> dict:
     """Every installed distribution's version, with the key ones first: `own` (the distributions of the run's engine
     and workload, which they declare), then ours, so a run can be re-created exactly."""
-    installed = {d.metadata["Name"].lower().replace("_", "-"): d.version
-                 for d in metadata.distributions() if d.metadata["Name"]}
+    installed = {
+        d.metadata["Name"].lower().replace("_", "-"): d.version for d in metadata.distributions() if d.metadata["Name"]
+    }
     key = {p: installed.get(p) for p in dict.fromkeys(tuple(own) + BASE_PACKAGES)}
     return {"key": key, "all": dict(sorted(installed.items()))}
 

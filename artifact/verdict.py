@@ -45,14 +45,24 @@ class Verdict:
     band: str = ""
 
     @classmethod
-    def of_claim(cls, claim: str, scope: str, kind: str, status: str, observed: str, expected: str, band: str,
-                 evidence: list[str] | None = None) -> "Verdict":
+    def of_claim(
+        cls,
+        claim: str,
+        scope: str,
+        kind: str,
+        status: str,
+        observed: str,
+        expected: str,
+        band: str,
+        evidence: list[str] | None = None,
+    ) -> "Verdict":
         """A paper claim's row."""
         return cls(claim, scope, status, observed, list(evidence or []), kind=kind, expected=expected, band=band)
 
     @classmethod
-    def beyond(cls, id: str, statement: str, scope: str, status: str, observed: str,
-               evidence: list[str] | None = None) -> "Verdict":
+    def beyond(
+        cls, id: str, statement: str, scope: str, status: str, observed: str, evidence: list[str] | None = None
+    ) -> "Verdict":
         """A verdict beyond the paper."""
         return cls(id, scope, status, observed, list(evidence or []), statement=statement)
 
@@ -63,8 +73,21 @@ class Verdict:
 
     def as_dict(self) -> dict:
         if self.kind:  # check.json claims[].details[]
-            return {"claim": self.id, "scope": self.scope, "kind": self.kind, "status": self.status,
-                    "observed": self.observed, "expected": self.expected, "band": self.band,
-                    "evidence": list(self.evidence)}
-        return {"id": self.id, "claim": self.statement, "scope": self.scope, "status": self.status,  # beyond.verdicts
-                "observed": self.observed, "evidence": list(self.evidence)}
+            return {
+                "claim": self.id,
+                "scope": self.scope,
+                "kind": self.kind,
+                "status": self.status,
+                "observed": self.observed,
+                "expected": self.expected,
+                "band": self.band,
+                "evidence": list(self.evidence),
+            }
+        return {
+            "id": self.id,
+            "claim": self.statement,
+            "scope": self.scope,
+            "status": self.status,  # beyond.verdicts
+            "observed": self.observed,
+            "evidence": list(self.evidence),
+        }

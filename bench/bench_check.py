@@ -47,11 +47,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from artifact.check import replay  # noqa: E402
-from artifact.check.run import TIMINGS, run_check  # noqa: E402
-from artifact.provenance import fingerprint  # noqa: E402
-from artifact.records import decoded  # noqa: E402
-from artifact.records.store import RunWriter  # noqa: E402
+from artifact.check import replay  # noqa: E402 -- after sys.path
+from artifact.check.run import TIMINGS, run_check  # noqa: E402 -- after sys.path
+from artifact.provenance import fingerprint  # noqa: E402 -- after sys.path
+from artifact.records import decoded  # noqa: E402 -- after sys.path
+from artifact.records.store import RunWriter  # noqa: E402 -- after sys.path
 
 EPISODES = 80
 TARGET_S = 2.5  # a fresh `check` process at paper scale, imports included, the first time it sees the results
@@ -87,8 +87,10 @@ def _diverge(rng: random.Random, ep: list[list[int]]) -> list[list[int]]:
     """The same episode up to a random request and token, then different tokens (and later requests)."""
     i = min(rng.choice((0, 0, 1, 1, 2, 3, 4)), len(ep) - 1)
     t = rng.randrange(min(len(ep[i]), 20))
-    head = ep[:i] + [ep[i][:t] + [ep[i][t] + 1] + ep[i][t + 1:]]
-    return head + [[rng.randrange(32000) for _ in range(rng.randint(10, 80))] for _ in range(rng.randint(7, 13) - i - 1)]
+    head = ep[:i] + [ep[i][:t] + [ep[i][t] + 1] + ep[i][t + 1 :]]
+    return head + [
+        [rng.randrange(32000) for _ in range(rng.randint(10, 80))] for _ in range(rng.randint(7, 13) - i - 1)
+    ]
 
 
 def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list[list[int]]], rng: random.Random):
@@ -98,49 +100,118 @@ def write_run(root: Path, cfg: tuple, arm: str, k: int, episodes: dict[str, list
     sha = hashlib.sha256(name.encode()).hexdigest()
     # equal for every run of a configuration (the checker pairs only runs with equal fingerprints, and recomputes it)
     # the engine part shaped as the adapters' identity() (what the checker holds a manifest's engine label against)
-    ident = {"engine": engine, "vllm": "0.11.0", "server_args": ["serve", "<model dir>", "--port", "<port>",
-                                                                  "<arm: --enable-prefix-caching | "
-                                                                  "--no-enable-prefix-caching>"]} if vllm else \
-        {"engine": engine, "binary_sha256": "ee" * 32,
-         "server_args": ["-m", f"<model sha256 {sha}>", "-c", "32768", "-np", "1", "--cache-ram", "8192"]}
+    ident = (
+        {
+            "engine": engine,
+            "vllm": "0.11.0",
+            "server_args": [
+                "serve",
+                "<model dir>",
+                "--port",
+                "<port>",
+                "<arm: --enable-prefix-caching | --no-enable-prefix-caching>",
+            ],
+        }
+        if vllm
+        else {
+            "engine": engine,
+            "binary_sha256": "ee" * 32,
+            "server_args": ["-m", f"<model sha256 {sha}>", "-c", "32768", "-np", "1", "--cache-ram", "8192"],
+        }
+    )
     inputs = {"model_sha256": sha, "engine": ident, "units": list(episodes)}
-    cmd = (["vllm", "serve", f"/models/{name}", "--port", "8000",
-            "--enable-prefix-caching" if arm == "on" else "--no-enable-prefix-caching"] if vllm else
-           ["llama-server", "-m", f"models/{name}.gguf", "-c", "32768", "-np", "1", "--cache-ram", "8192"])
-    w = RunWriter(d, {
-        "config": name, "plan": "main", "arm": arm, "run": k, "session": arm, "lifecycle": "shared",
-        "engine": engine, "engine_build": "vllm 0.11.0" if vllm else "b10435-9e40df63",
-        "model": {"family": family, "name": model, "quant": quant, "sha256": sha, "source": f"path:models/{name}.gguf"},
-        "plan_data": {"name": "main", "arms": ["off", "on"], "runs": 2, "lifecycle": "shared", "cache_ram_mib": 8192},
-        "workload": "bfcl_multi_turn_base", "prompt_variant": "default", "episodes": list(episodes),
-        "server_cmd": cmd,
-        "host": {"cpu": "synthetic", "cpu_count": 16, "gpus": [{"name": "NVIDIA RTX 4090", "driver": "560"}]},
-        "packages": {"key": {"numpy": "2.2.6"}}, "fingerprint": "bench",
-        "pairing_inputs": inputs, "pairing_fingerprint": fingerprint(inputs),
-        "isolation": {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_from_env": []},
-    })
+    cmd = (
+        [
+            "vllm",
+            "serve",
+            f"/models/{name}",
+            "--port",
+            "8000",
+            "--enable-prefix-caching" if arm == "on" else "--no-enable-prefix-caching",
+        ]
+        if vllm
+        else ["llama-server", "-m", f"models/{name}.gguf", "-c", "32768", "-np", "1", "--cache-ram", "8192"]
+    )
+    w = RunWriter(
+        d,
+        {
+            "config": name,
+            "plan": "main",
+            "arm": arm,
+            "run": k,
+            "session": arm,
+            "lifecycle": "shared",
+            "engine": engine,
+            "engine_build": "vllm 0.11.0" if vllm else "b10435-9e40df63",
+            "model": {
+                "family": family,
+                "name": model,
+                "quant": quant,
+                "sha256": sha,
+                "source": f"path:models/{name}.gguf",
+            },
+            "plan_data": {
+                "name": "main",
+                "arms": ["off", "on"],
+                "runs": 2,
+                "lifecycle": "shared",
+                "cache_ram_mib": 8192,
+            },
+            "workload": "bfcl_multi_turn_base",
+            "prompt_variant": "default",
+            "episodes": list(episodes),
+            "server_cmd": cmd,
+            "host": {"cpu": "synthetic", "cpu_count": 16, "gpus": [{"name": "NVIDIA RTX 4090", "driver": "560"}]},
+            "packages": {"key": {"numpy": "2.2.6"}},
+            "fingerprint": "bench",
+            "pairing_inputs": inputs,
+            "pairing_fingerprint": fingerprint(inputs),
+            "isolation": {"network": "loopback-only", "interfaces": ["lo"], "secrets_removed_from_env": []},
+        },
+    )
     for eid, reqs in episodes.items():
         prompt = 3000
         prompt_sha = hashlib.sha256(eid.encode()).hexdigest()  # an episode's first prompt is its own, in every run
         for i, toks in enumerate(reqs):
             cached = 0 if arm == "off" else (prompt - 50 if i else 2500)
-            w.request({
-                "episode_id": eid, "turn": i // 3, "step": i % 3, "request_index": i,
-                "prompt_sha256": prompt_sha,
-                "prompt_tokens": prompt, "output_tokens": toks, "output_text": " ".join(f"t{t}" for t in toks),
-                "top_logprobs": [_top2(t, ((7 * t + i) % 13 - 6) / 1000 if arm == "on" else 0.0) for t in toks],
-                # a real server's timings differ on every request and run (identical ones mark a copied run)
-                "cache_n": cached, "prompt_n": prompt - cached, "prompt_ms": round(rng.uniform(80.0, 120.0), 3),
-                "predicted_ms": round(20.0 * len(toks) * rng.uniform(0.9, 1.1), 3), "stop_type": "eos", "error": None,
-                **({"engine_extra": {"usage_cached_tokens": cached, "metrics_prefix_cache_hits": cached}}
-                   if vllm else {}),
-            })
+            w.request(
+                {
+                    "episode_id": eid,
+                    "turn": i // 3,
+                    "step": i % 3,
+                    "request_index": i,
+                    "prompt_sha256": prompt_sha,
+                    "prompt_tokens": prompt,
+                    "output_tokens": toks,
+                    "output_text": " ".join(f"t{t}" for t in toks),
+                    "top_logprobs": [_top2(t, ((7 * t + i) % 13 - 6) / 1000 if arm == "on" else 0.0) for t in toks],
+                    # a real server's timings differ on every request and run (identical ones mark a copied run)
+                    "cache_n": cached,
+                    "prompt_n": prompt - cached,
+                    "prompt_ms": round(rng.uniform(80.0, 120.0), 3),
+                    "predicted_ms": round(20.0 * len(toks) * rng.uniform(0.9, 1.1), 3),
+                    "stop_type": "eos",
+                    "error": None,
+                    **(
+                        {"engine_extra": {"usage_cached_tokens": cached, "metrics_prefix_cache_hits": cached}}
+                        if vllm
+                        else {}
+                    ),
+                }
+            )
             prompt += len(toks) + 120
             # the next prompt: the one before and what came back
             prompt_sha = hashlib.sha256(f"{prompt_sha}/{toks}".encode()).hexdigest()
         valid = rng.random() < 0.1  # BFCL's verdict, and `valid` saying the same (the checker holds them together)
-        w.episode({"episode_id": eid, "verdict": "valid" if valid else "state_mismatch",
-                   "valid": valid, "n_requests": len(reqs), "error": None})
+        w.episode(
+            {
+                "episode_id": eid,
+                "verdict": "valid" if valid else "state_mismatch",
+                "valid": valid,
+                "n_requests": len(reqs),
+                "error": None,
+            }
+        )
     w.finish(wall_s=600.0)
 
 
@@ -177,14 +248,22 @@ def fresh_process(root: Path, cache: Path | None = None, replays: bool = True) -
     by default (PYTHONDONTWRITEBYTECODE is dropped: `main` runs one untimed check first, so that no timed run
     compiles the artifact's modules)."""
     shutil.rmtree(root / "check", ignore_errors=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONDONTWRITEBYTECODE", decoded.ENV, decoded.DIR_ENV, replay.ENV)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONDONTWRITEBYTECODE", decoded.ENV, decoded.DIR_ENV, replay.ENV)
+    }
     env.update({decoded.DIR_ENV: str(cache)} if cache is not None else {decoded.ENV: "0"})
     env.update({} if replays else {replay.ENV: "0"})
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "artifact", "check", str(root)], cwd=REPO, check=False,
-                   env={**env, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "artifact", "check", str(root)],
+        cwd=REPO,
+        check=False,
+        env={**env, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
@@ -236,8 +315,9 @@ def save_figure(steps: list[tuple[str, float, float]], cold: float, path: Path) 
     ax.axvline(TARGET_S, color="red", linestyle="--", label=f"target {TARGET_S} s (fresh process)")
     ax.set_yticks([0, 1], ["fresh process\n(imports included)", f"run_check\n(in process) {left:.2f} s"])
     ax.set_xlabel("seconds")
-    ax.set_title(f"check on synthetic paper-scale results ({len(CONFIGS)} configs x 4 runs x {EPISODES} episodes)",
-                 fontsize=9)
+    ax.set_title(
+        f"check on synthetic paper-scale results ({len(CONFIGS)} configs x 4 runs x {EPISODES} episodes)", fontsize=9
+    )
     ax.legend(fontsize=5, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.savefig(path, format="png")
 
@@ -259,11 +339,15 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         if not any(root.rglob("manifest.json")):
             n = write_results(root)
-            print(f"wrote {len(CONFIGS)} configurations x 4 runs x {EPISODES} episodes, {n} requests, "
-                  f"{sum(f.stat().st_size for f in root.rglob('*.jsonl')) / 2**20:.0f} MiB in "
-                  f"{time.perf_counter() - t:.1f} s ({root})")
-        print(f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}, load average "
-              f"{os.getloadavg()[0]:.2f} (1 min)")
+            print(
+                f"wrote {len(CONFIGS)} configurations x 4 runs x {EPISODES} episodes, {n} requests, "
+                f"{sum(f.stat().st_size for f in root.rglob('*.jsonl')) / 2**20:.0f} MiB in "
+                f"{time.perf_counter() - t:.1f} s ({root})"
+            )
+        print(
+            f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}, load average "
+            f"{os.getloadavg()[0]:.2f} (1 min)"
+        )
         totals, walls, cpus, figures = [], [], [], []
         for i in range(args.repeat):
             shutil.rmtree(root / "check", ignore_errors=True)
@@ -275,20 +359,28 @@ def main(argv: list[str] | None = None) -> int:
             figures.append(dict(run_check.last_figures))
             print(f"run {i + 1}: {totals[-1]:.2f} s wall, {sum(cpus[-1].values()):.2f} s CPU (exit code {code})")
         steps = breakdown(walls, cpus)
-        print(f"run_check in process, per step (median of {len(totals)} runs; the first run of a process also "
-              "pays matplotlib's one-time set-up):")
+        print(
+            f"run_check in process, per step (median of {len(totals)} runs; the first run of a process also "
+            "pays matplotlib's one-time set-up):"
+        )
         print(f"  {'step':<34} {'wall s':>7} {'CPU s':>7}")
         for name, wall, cpu in steps:
             print(f"  {name:<34} {wall:7.3f} {cpu:7.3f}")
         print(f"  {'total':<34} {sum(s[1] for s in steps):7.3f} {sum(s[2] for s in steps):7.3f}")
         if figures[-1]:
-            print("figures, each drawn while the steps go on (in the worker process at this scale; the step "
-                  "'figures' is the wait for them):")
+            print(
+                "figures, each drawn while the steps go on (in the worker process at this scale; the step "
+                "'figures' is the wait for them):"
+            )
             for name in figures[-1]:
-                print(f"  {name:<34} {_median([f[name][0] for f in figures]):7.3f} "
-                      f"{_median([f[name][1] for f in figures]):7.3f}")
-        print(f"run_check: best {min(totals):.2f} s, mean {sum(totals) / len(totals):.2f} s over {len(totals)} runs "
-              "(in process)")
+                print(
+                    f"  {name:<34} {_median([f[name][0] for f in figures]):7.3f} "
+                    f"{_median([f[name][1] for f in figures]):7.3f}"
+                )
+        print(
+            f"run_check: best {min(totals):.2f} s, mean {sum(totals) / len(totals):.2f} s over {len(totals)} runs "
+            "(in process)"
+        )
         fresh_process(root)  # untimed: Python compiles and keeps the modules a fresh check imports
         floors, fresh, warm, records = [], [], [], []
         for _ in range(args.repeat):  # interleaved: the machine's speed drifts
@@ -298,18 +390,23 @@ def main(argv: list[str] | None = None) -> int:
             warm.append(fresh_process(root, cache))  # the cache the run before wrote: the check replayed
             records.append(fresh_process(root, cache, replays=False))  # the same, the check run on cached records
         floor = _median(floors)
-        print(f"floor (a fresh interpreter decoding every record file with msgspec, nothing else): median {floor:.2f} "
-              f"s wall (runs: {', '.join(f'{f:.2f}' for f in floors)})")
-        for name, got, target in (("first time (checker's cache empty)", fresh, TARGET_S),
-                                  ("checker's cache warm (the check replayed)", warm, WARM_TARGET_S),
-                                  ("checker's cache warm, replays off (the check run on cached records)", records,
-                                   None)):
+        print(
+            f"floor (a fresh interpreter decoding every record file with msgspec, nothing else): median {floor:.2f} "
+            f"s wall (runs: {', '.join(f'{f:.2f}' for f in floors)})"
+        )
+        for name, got, target in (
+            ("first time (checker's cache empty)", fresh, TARGET_S),
+            ("checker's cache warm (the check replayed)", warm, WARM_TARGET_S),
+            ("checker's cache warm, replays off (the check run on cached records)", records, None),
+        ):
             wall, cpu, own = (_median([f[i] for f in got]) for i in range(3))
-            print(f"fresh process, {name}: median {wall:.2f} s wall = {wall / floor:.1f} x the floor, {cpu:.2f} s "
-                  f"CPU, of which the checking process {own:.2f} s and its worker {cpu - own:.2f} s (runs: "
-                  f"{', '.join(f'{f[0]:.2f}' for f in got)}); "
-                  + (f"target <= {target} s: {'met' if wall <= target else 'NOT met'}; " if target else "")
-                  + f"load average {os.getloadavg()[0]:.2f}")
+            print(
+                f"fresh process, {name}: median {wall:.2f} s wall = {wall / floor:.1f} x the floor, {cpu:.2f} s "
+                f"CPU, of which the checking process {own:.2f} s and its worker {cpu - own:.2f} s (runs: "
+                f"{', '.join(f'{f[0]:.2f}' for f in got)}); "
+                + (f"target <= {target} s: {'met' if wall <= target else 'NOT met'}; " if target else "")
+                + f"load average {os.getloadavg()[0]:.2f}"
+            )
         cold = _median([f[0] for f in fresh])
         if args.profile:
             shutil.rmtree(root / "check", ignore_errors=True)

@@ -69,6 +69,7 @@ def main() -> int:
             finally:
                 if inside[0]:
                     client_ms.append(1000 * (time.perf_counter() - t0))
+
         return wrapper
 
     httpx.Response.json, llama_server.parse_completion = timed(real_json), timed(real_parse)
@@ -85,16 +86,21 @@ def main() -> int:
     http = sum(t["complete_rt_ms"] - t["server_ms"] for t in timings)
     python = wall_ms - server - http
     out = {
-        "config": cfg.name, "plan": args.plan, "runs": len(runs), "requests": n, "wall_s": wall_ms / 1000,
-        "server_compute_s": server / 1000, "per_request_ms": {
+        "config": cfg.name,
+        "plan": args.plan,
+        "runs": len(runs),
+        "requests": n,
+        "wall_s": wall_ms / 1000,
+        "server_compute_s": server / 1000,
+        "per_request_ms": {
             "server_compute": server / n,
             "completion_round_trip_minus_server_compute": http / n,
-            "of_which_client_json_and_parse": sum(client_ms) / n, "harness_python": python / n,
+            "of_which_client_json_and_parse": sum(client_ms) / n,
+            "harness_python": python / n,
             "overhead_total": (wall_ms - server) / n,
         },
         "overhead_share_of_wall": (wall_ms - server) / wall_ms,
-        "median_round_trip_minus_server_ms": statistics.median(t["complete_rt_ms"] - t["server_ms"]
-                                                              for t in timings),
+        "median_round_trip_minus_server_ms": statistics.median(t["complete_rt_ms"] - t["server_ms"] for t in timings),
         "total_s_incl_server_starts": total_s,
     }
     print(json.dumps(out, indent=2))

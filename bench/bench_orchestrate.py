@@ -57,7 +57,7 @@ def main() -> int:
     client = docker_client()
     ca = Path(args.ca_bundle) if Path(args.ca_bundle).is_file() else None
     spec = llamacpp_spec(cpu=True, base=args.base_image)
-    quiet = lambda m: None  # noqa: E731
+    quiet = lambda m: None  # noqa: E731 -- a one-line helper
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -69,35 +69,61 @@ def main() -> int:
 
         def container() -> None:
             name = f"bench-orchestrate-{os.getpid()}"
-            c = start_container(client, image.id, ["--help"], name=name, user=f"{os.getuid()}:{os.getgid()}",
-                                volumes={str(tmp): {"bind": "/results", "mode": "rw"}}, device_ids=[],
-                                environment={"ARTIFACT_IMAGE_ID": image.id}, labels={})
+            c = start_container(
+                client,
+                image.id,
+                ["--help"],
+                name=name,
+                user=f"{os.getuid()}:{os.getgid()}",
+                volumes={str(tmp): {"bind": "/results", "mode": "rw"}},
+                device_ids=[],
+                environment={"ARTIFACT_IMAGE_ID": image.id},
+                labels={},
+            )
             for _ in c.logs(stream=True, follow=True):
                 pass
             c.wait()
             remove_quietly(client, name)
 
         def native() -> None:
-            subprocess.run([sys.executable, "-m", "artifact", "--help"], cwd=REPO, env=env, capture_output=True,
-                           check=True)
+            subprocess.run(
+                [sys.executable, "-m", "artifact", "--help"], cwd=REPO, env=env, capture_output=True, check=True
+            )
 
         t_container, t_native = median_time(container, args.repeat), median_time(native, args.repeat)
         protocol = args.protocol_seconds
         if protocol is None:
             t0 = time.monotonic()
-            subprocess.run([sys.executable, "-m", "artifact", "run", "configs/ci/docker-smoke.toml", "--results",
-                            str(tmp / "native")], cwd=REPO, env=env, capture_output=True, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "artifact",
+                    "run",
+                    "configs/ci/docker-smoke.toml",
+                    "--results",
+                    str(tmp / "native"),
+                ],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                check=True,
+            )
             protocol = time.monotonic() - t0
     fixed = t_ping + t_image + t_fetch
     per_job = t_container - t_native
     paper = min(j.hours for j in load_jobs()) * 3600
-    print(f"fixed per `./run.sh all`: {fixed:.2f} s (Docker ping {t_ping:.2f} s, image reuse check {t_image:.2f} s, "
-          f"weights check {t_fetch:.2f} s)")
+    print(
+        f"fixed per `./run.sh all`: {fixed:.2f} s (Docker ping {t_ping:.2f} s, image reuse check {t_image:.2f} s, "
+        f"weights check {t_fetch:.2f} s)"
+    )
     print(f"per job: container life {t_container:.2f} s - native CLI {t_native:.2f} s = {per_job:.2f} s")
     print(f"protocol's own time: {protocol:.1f} s (smoke configuration, native `run`)")
-    print(f"overhead, one job: {fixed + per_job:.2f} s = {100 * (fixed + per_job) / protocol:.2f} % of the smoke "
-          f"protocol; {100 * (fixed + per_job) / paper:.4f} % of the shortest paper job ({paper / 3600:.1f} h, "
-          "estimate)  (target < 1 %)")
+    print(
+        f"overhead, one job: {fixed + per_job:.2f} s = {100 * (fixed + per_job) / protocol:.2f} % of the smoke "
+        f"protocol; {100 * (fixed + per_job) / paper:.4f} % of the shortest paper job ({paper / 3600:.1f} h, "
+        "estimate)  (target < 1 %)"
+    )
     return 0
 
 

@@ -22,5 +22,7 @@ for dt in (torch.float32, torch.bfloat16, torch.float16):
         torch.nn.functional.linear(x, w)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / 5
-    print(f"{str(dt):15} {cpu * 1e3:7.1f} CPU ms per GEMM = {2 * 1024 * 576 * 1536 / cpu / 1e9:5.1f} GFLOP/s per core "
-          f"(wall {(time.time() - t0) / 5 * 1e3:.1f} ms)")
+    print(
+        f"{str(dt):15} {cpu * 1e3:7.1f} CPU ms per GEMM = {2 * 1024 * 576 * 1536 / cpu / 1e9:5.1f} GFLOP/s per core "
+        f"(wall {(time.time() - t0) / 5 * 1e3:.1f} ms)"
+    )

@@ -53,7 +53,7 @@ def demo_steps(output: str) -> dict[str, float]:
     except ValueError:
         return {}
     steps = {}
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         m = STEP_LINE.match(line)
         if not m:
             break
@@ -62,14 +62,18 @@ def demo_steps(output: str) -> dict[str, float]:
 
 
 def measure_demo() -> dict:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="first-contact-") as tmp:
         clone, home = Path(tmp) / "clone", Path(tmp) / "home"
         home.mkdir()
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("ARTIFACT_", "PIP_", "XDG_", "VIRTUAL_ENV", "PYTHONPATH"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ARTIFACT_", "PIP_", "XDG_", "VIRTUAL_ENV", "PYTHONPATH"))
+        }
         env.update(HOME=str(home), PYTHON=env.get("PYTHON", shutil.which("python3") or sys.executable))
         machine = _machine()
         t = time.monotonic()
@@ -78,15 +82,20 @@ def measure_demo() -> dict:
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"error: ./run.sh demo exited {proc.returncode} (output above)")
-    return {"commit": commit, "wall_s": round(wall, 1), "steps_s": demo_steps(proc.stdout),
-            "target_s": DEMO_TARGET_S, "met": wall <= DEMO_TARGET_S, **machine}
+    return {
+        "commit": commit,
+        "wall_s": round(wall, 1),
+        "steps_s": demo_steps(proc.stdout),
+        "target_s": DEMO_TARGET_S,
+        "met": wall <= DEMO_TARGET_S,
+        **machine,
+    }
 
 
 def ci_phases(log: str) -> dict[str, float]:
     """`.ci/run`'s own lines `ci: <phase> took|in <N> s`: phase -> seconds (`./run.sh test` named `run.sh test`:
     the docs quote a key by its path, whose parts are separated by "/")."""
-    return {m.group(1).replace("./", ""): float(m.group(2)) for line in log.splitlines()
-            if (m := CI_LINE.match(line))}
+    return {m.group(1).replace("./", ""): float(m.group(2)) for line in log.splitlines() if (m := CI_LINE.match(line))}
 
 
 def with_minutes(record: dict) -> dict:
@@ -115,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         phases = ci_phases(args.log.read_text(errors="replace"))
         if "total" not in phases:
             raise SystemExit(f"error: {args.log} has no 'ci: total took N s' line (a complete .ci/run log?)")
-        record["ci"] = {"commit": args.commit, "wall_s": phases["total"], "phases_s": phases, "target_s": CI_TARGET_S,
-                        "met": phases["total"] <= CI_TARGET_S}
+        record["ci"] = {
+            "commit": args.commit,
+            "wall_s": phases["total"],
+            "phases_s": phases,
+            "target_s": CI_TARGET_S,
+            "met": phases["total"] <= CI_TARGET_S,
+        }
     args.out.write_text(json.dumps(with_minutes(record), indent=2) + "\n")
     print(json.dumps(record[args.what], indent=2))
     return 0

@@ -29,8 +29,19 @@ SETS = (
     ("+ pandas", ("numpy", "pyarrow.csv", "msgspec", "pandas")),
     ("+ scipy.stats", ("numpy", "pyarrow.csv", "msgspec", "pandas", "scipy.stats")),
     ("+ jinja2", ("numpy", "pyarrow.csv", "msgspec", "pandas", "scipy.stats", "jinja2")),
-    ("+ matplotlib (Figure, Agg)", ("numpy", "pyarrow.csv", "msgspec", "pandas", "scipy.stats", "jinja2",
-                                     "matplotlib.figure", "matplotlib.backends.backend_agg")),
+    (
+        "+ matplotlib (Figure, Agg)",
+        (
+            "numpy",
+            "pyarrow.csv",
+            "msgspec",
+            "pandas",
+            "scipy.stats",
+            "jinja2",
+            "matplotlib.figure",
+            "matplotlib.backends.backend_agg",
+        ),
+    ),
     ("matplotlib alone (Figure, Agg)", ("matplotlib.figure", "matplotlib.backends.backend_agg")),
     ("scipy.stats alone", ("scipy.stats",)),
     ("pandas alone", ("pandas",)),
@@ -50,8 +61,9 @@ def _code(modules: tuple[str, ...]) -> str:
 def measure(modules: tuple[str, ...]) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", _code(modules)], cwd=REPO, check=True,
-                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    subprocess.run(
+        [sys.executable, "-c", _code(modules)], cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -61,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
-    print(f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}, load average "
-          f"{os.getloadavg()[0]:.2f} (1 min); median of {args.repeat} fresh interpreters")
+    print(
+        f"machine: {os.cpu_count()} CPU cores, Python {sys.version.split()[0]}, load average "
+        f"{os.getloadavg()[0]:.2f} (1 min); median of {args.repeat} fresh interpreters"
+    )
     print(f"  {'imports':<72} {'wall s':>7} {'CPU s':>7}")
     for label, modules in SETS:
         measure(modules)  # warm the page cache and the .pyc files

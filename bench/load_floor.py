@@ -25,8 +25,8 @@ import pyarrow.json as pj
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from artifact.check.run import find_results, load_run  # noqa: E402
-from artifact.records import decoded  # noqa: E402
+from artifact.check.run import find_results, load_run
+from artifact.records import decoded
 
 
 def _off(data: bytes, run) -> tuple:
@@ -62,7 +62,9 @@ def _measure(args) -> int:
     readers = {
         "one pass over the bytes (bytes.count)": lambda d, r: d.count(b"\n"),
         "msgspec, every field left raw (a JSON-validity pass)": lambda d, r: raw.decode_lines(d),
-        "pyarrow.json read_json into typed columns": lambda d, r: pj.read_json(pa.py_buffer(d), read_options=one_thread),
+        "pyarrow.json read_json into typed columns": lambda d, r: pj.read_json(
+            pa.py_buffer(d), read_options=one_thread
+        ),
         "msgspec untyped decode_lines (Python objects)": lambda d, r: anything.decode_lines(d),
         "stdlib json.loads per line": lambda d, r: [json.loads(line) for line in d.splitlines()],
         "the artifact's loader (load_run: decode, schema rules, top-2 arrays; cache off)": _off,

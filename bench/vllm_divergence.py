@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from artifact.errors import ArtifactError  # noqa: E402
-from artifact.records.store import find_runs  # noqa: E402
+from artifact.errors import ArtifactError
+from artifact.records.store import find_runs
 
 
 def margin(top) -> float:
@@ -79,10 +79,14 @@ def report(dirs: list[Path], turns: list[int], episodes: list[int] | None) -> No
         on, off = g["on"], g["off"]
         shown += 1
         wl = on.manifest.get("workload_settings") or {}
-        print(f"== {cfg} / {plan}: ON run 1 vs OFF run 1; model {on.manifest.get('model', {}).get('name')} "
-              f"({on.manifest.get('model', {}).get('quant')}), n_predict {wl.get('n_predict')}, "
-              f"runs {on.manifest['status']} / {off.manifest['status']}")
-        print(f"{'episode':20} req turn/step prompt cached  gen ON/OFF  max|d top1| top-2 same  OFF m<0.1 m<0.5  first  m ON  m OFF")
+        print(
+            f"== {cfg} / {plan}: ON run 1 vs OFF run 1; model {on.manifest.get('model', {}).get('name')} "
+            f"({on.manifest.get('model', {}).get('quant')}), n_predict {wl.get('n_predict')}, "
+            f"runs {on.manifest['status']} / {off.manifest['status']}"
+        )
+        print(
+            f"{'episode':20} req turn/step prompt cached  gen ON/OFF  max|d top1| top-2 same  OFF m<0.1 m<0.5  first  m ON  m OFF"
+        )
         per_episode = pairs(on, off)
         for eid, rows in per_episode.items():
             for i, (qa, qb, first) in enumerate(rows):
@@ -95,9 +99,11 @@ def report(dirs: list[Path], turns: list[int], episodes: list[int] | None) -> No
                 fa = fb = ""
                 if first is not None and first < min(len(ta), len(tb)):
                     fa, fb = f"{margin(la[first]):.3f}", f"{margin(lb[first]):.3f}"
-                print(f"{eid:20} {i + 1:3} {qa['turn'] + 1:4}/{qa['step']:<4} {qa['prompt_tokens']:6} "
-                      f"{qa['cache_n']:6} {len(ta):5}/{len(tb):<5} {d1:11.4f} {same:>10} {sum(m < 0.1 for m in mb):9} "
-                      f"{sum(m < 0.5 for m in mb):5}  {'-' if first is None else first:>5} {fa:>5} {fb:>6}")
+                print(
+                    f"{eid:20} {i + 1:3} {qa['turn'] + 1:4}/{qa['step']:<4} {qa['prompt_tokens']:6} "
+                    f"{qa['cache_n']:6} {len(ta):5}/{len(tb):<5} {d1:11.4f} {same:>10} {sum(m < 0.1 for m in mb):9} "
+                    f"{sum(m < 0.5 for m in mb):5}  {'-' if first is None else first:>5} {fa:>5} {fb:>6}"
+                )
         # the budget table: a budget of E episodes x T turns is the first E episodes' requests of turns < T
         order = [e for e in on.manifest["episodes"] if per_episode.get(e)]  # episodes both runs reached
         eps = episodes or list(range(1, len(order) + 1))
@@ -131,8 +137,11 @@ def main(argv=None) -> int:
     ap.add_argument("--episodes", default=None, help="episode budgets to tabulate (default: 1..all)")
     a = ap.parse_args(argv)
     try:
-        report(a.results, [int(x) for x in a.turns.split(",")],
-               [int(x) for x in a.episodes.split(",")] if a.episodes else None)
+        report(
+            a.results,
+            [int(x) for x in a.turns.split(",")],
+            [int(x) for x in a.episodes.split(",")] if a.episodes else None,
+        )
     except (ArtifactError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -23,8 +23,9 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "eager"
 cfg = vllm_test_config()
 args = [a for a in cfg.server.extra_args if a != "--enforce-eager"] + (["--enforce-eager"] if mode == "eager" else [])
 cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, extra_args=tuple(args)))
-session = get(cfg.engine.kind).open_session(cfg, load_plan("main"), "off", verified_weights(cfg.model),
-                                            Path(tempfile.mkdtemp()) / "server.log")
+session = get(cfg.engine.kind).open_session(
+    cfg, load_plan("main"), "off", verified_weights(cfg.model), Path(tempfile.mkdtemp()) / "server.log"
+)
 t0 = time.time()
 session.start()
 t1 = time.time()
@@ -34,5 +35,7 @@ t2 = time.time()
 second = session.complete(prompt, 12, cache_prompt=False)
 t3 = time.time()
 session.stop()
-print(f"{mode}: start {t1 - t0:.1f} s, first request {t2 - t1:.1f} s, second {t3 - t2:.1f} s; tokens {first.tokens} "
-      f"(second the same: {first.tokens == second.tokens}); top-2 at 0: {first.top_logprobs[0][:2]}")
+print(
+    f"{mode}: start {t1 - t0:.1f} s, first request {t2 - t1:.1f} s, second {t3 - t2:.1f} s; tokens {first.tokens} "
+    f"(second the same: {first.tokens == second.tokens}); top-2 at 0: {first.top_logprobs[0][:2]}"
+)

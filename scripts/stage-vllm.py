@@ -39,12 +39,26 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WHEELS = REPO / "scripts" / "vllm-device-wheels.txt"
 PLATFORM = ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:"] + [
-    a for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
-                  "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_12_x86_64",
-                  "manylinux2010_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64", "manylinux_2_31_x86_64",
-                  "manylinux_2_34_x86_64", "any") for a in ("--platform", tag)]
+    a
+    for tag in (
+        "manylinux_2_28_x86_64",
+        "manylinux_2_27_x86_64",
+        "manylinux_2_26_x86_64",
+        "manylinux_2_24_x86_64",
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+        "manylinux_2_12_x86_64",
+        "manylinux2010_x86_64",
+        "manylinux_2_5_x86_64",
+        "manylinux1_x86_64",
+        "manylinux_2_31_x86_64",
+        "manylinux_2_34_x86_64",
+        "any",
+    )
+    for a in ("--platform", tag)
+]
 STREAM = "vllm-wheels.tar.xz"
-INSTALL = ("python3 -m pip install -q --no-index --no-deps --no-compile --target $W/vllm-site $W/vwheels/*.whl")
+INSTALL = "python3 -m pip install -q --no-index --no-deps --no-compile --target $W/vllm-site $W/vwheels/*.whl"
 MIB = 1 << 20
 
 
@@ -70,18 +84,39 @@ def pins() -> dict[str, str]:
 
 def tree_bytes() -> int:
     """What every call carries besides the staged files: tracked files and untracked files git does not ignore."""
-    out = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         check=True, capture_output=True).stdout
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+    ).stdout
     return sum((REPO / p).stat().st_size for p in out.decode().split("\0") if p and (REPO / p).is_file())
 
 
 def download(dest: Path) -> list[Path]:
     want = pins()
     reqs = dest / "requirements.txt"
-    reqs.write_text("\n".join(line.split("#")[0].strip() for line in WHEELS.read_text().splitlines()
-                              if line.split("#")[0].strip()) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                    "--require-hashes", *PLATFORM, "-d", str(dest), "-r", str(reqs)], check=True)
+    reqs.write_text(
+        "\n".join(line.split("#")[0].strip() for line in WHEELS.read_text().splitlines() if line.split("#")[0].strip())
+        + "\n"
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--require-hashes",
+            *PLATFORM,
+            "-d",
+            str(dest),
+            "-r",
+            str(reqs),
+        ],
+        check=True,
+    )
     files = []
     for name, digest in want.items():
         path = dest / name
@@ -98,8 +133,10 @@ def repack(wheels: list[Path], out: Path, preset: int) -> list[dict]:
     """One tar of every wheel's members (in the wheel's own order, with their permission bits), xz-compressed:
     fixed owners and times, so the same wheels give the same stream."""
     listing = []
-    with lzma.open(out, "wb", format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=preset) as xz, \
-            tarfile.open(fileobj=xz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        lzma.open(out, "wb", format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=preset) as xz,
+        tarfile.open(fileobj=xz, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for wheel in wheels:
             with zipfile.ZipFile(wheel) as z:
                 members = []
@@ -111,8 +148,9 @@ def repack(wheels: list[Path], out: Path, preset: int) -> list[dict]:
                     entry.size, entry.mtime, entry.mode = len(data), 0, (info.external_attr >> 16) & 0o777 or 0o644
                     tar.addfile(entry, io.BytesIO(data))
                     members.append(info.filename)
-            listing.append({"file": wheel.name, "sha256": sha256(wheel), "bytes": wheel.stat().st_size,
-                            "members": len(members)})
+            listing.append(
+                {"file": wheel.name, "sha256": sha256(wheel), "bytes": wheel.stat().st_size, "members": len(members)}
+            )
             print(f"stage: {wheel.name} ({wheel.stat().st_size / MIB:.1f} MiB, {len(members)} files)", file=sys.stderr)
     return listing
 
@@ -120,8 +158,12 @@ def repack(wheels: list[Path], out: Path, preset: int) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=REPO / ".device" / "vllm")
-    ap.add_argument("--limit-mib", type=float, default=0, help="what one transfer to the host carries, the "
-                    "repository included; default 0: no limit, one part")
+    ap.add_argument(
+        "--limit-mib",
+        type=float,
+        default=0,
+        help="what one transfer to the host carries, the repository included; default 0: no limit, one part",
+    )
     ap.add_argument("--after", type=Path, help="scripts/stage-device.py's STAGE.json: fill its last call first")
     ap.add_argument("--preset", type=int, default=6, help="xz preset (0-9)")
     args = ap.parse_args()
@@ -161,17 +203,30 @@ def main() -> int:
                 p = d / f"{STREAM}.part{part:03d}"
                 p.write_bytes(chunk)
                 offset += len(chunk)
-                calls.append({"carry": str(d.relative_to(REPO)) if d.is_relative_to(REPO) else str(d),
-                              "with": after if part == 1 else None,
-                              "files": [{"path": p.name, "bytes": len(chunk), "sha256": sha256(p)}],
-                              "mib": round(len(chunk) / MIB, 2)})
-    record = {"limit_mib": args.limit_mib, "tree_mib": round(tree / MIB, 2), "preset": args.preset,
-              "stream": {"file": STREAM, "bytes": data_bytes, "sha256": digest, "parts": part},
-              "wheels": listing, "wheels_bytes": sum(w["bytes"] for w in listing),
-              "install": INSTALL, "calls": calls}
+                calls.append(
+                    {
+                        "carry": str(d.relative_to(REPO)) if d.is_relative_to(REPO) else str(d),
+                        "with": after if part == 1 else None,
+                        "files": [{"path": p.name, "bytes": len(chunk), "sha256": sha256(p)}],
+                        "mib": round(len(chunk) / MIB, 2),
+                    }
+                )
+    record = {
+        "limit_mib": args.limit_mib,
+        "tree_mib": round(tree / MIB, 2),
+        "preset": args.preset,
+        "stream": {"file": STREAM, "bytes": data_bytes, "sha256": digest, "parts": part},
+        "wheels": listing,
+        "wheels_bytes": sum(w["bytes"] for w in listing),
+        "install": INSTALL,
+        "calls": calls,
+    }
     (out / "STAGE.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"stage: {len(listing)} wheels, {record['wheels_bytes'] / MIB:.1f} MiB as published, "
-          f"{data_bytes / MIB:.1f} MiB as one xz stream in {part} part(s)", file=sys.stderr)
+    print(
+        f"stage: {len(listing)} wheels, {record['wheels_bytes'] / MIB:.1f} MiB as published, "
+        f"{data_bytes / MIB:.1f} MiB as one xz stream in {part} part(s)",
+        file=sys.stderr,
+    )
     for c in calls:
         beside = f" together with {c['with']}" if c["with"] else ""
         print(f"{c['carry']}: {c['mib']} MiB (+ the repository, {record['tree_mib']} MiB){beside}")

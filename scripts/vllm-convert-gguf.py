@@ -17,6 +17,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+
 def _version(dist: str):
     from importlib import metadata
 
@@ -42,8 +43,13 @@ def fix_tokenizer(out: Path) -> None:
     tj["model"]["byte_fallback"] = False
     (out / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False, indent=1))
     tc = json.loads((out / "tokenizer_config.json").read_text())
-    tc.update(tokenizer_class="GPT2Tokenizer", add_bos_token=False, add_eos_token=False, eos_token=CHATML_END,
-              pad_token=CHATML_END)
+    tc.update(
+        tokenizer_class="GPT2Tokenizer",
+        add_bos_token=False,
+        add_eos_token=False,
+        eos_token=CHATML_END,
+        pad_token=CHATML_END,
+    )
     for key in ("eos_token_id", "pad_token_id"):  # written from the GGUF's (wrong) ids: make them agree
         if key in tc:
             tc[key] = vocab[CHATML_END]
@@ -90,8 +96,10 @@ def save_weights(model, out: Path) -> None:
         state.pop("lm_head.weight", None)  # tied to embed_tokens (safetensors refuses shared storage)
     bad = [k for k, v in state.items() if not v.is_floating_point()]
     if bad:
-        sys.exit(f"error: this transformers ({transformers.__version__}) keeps GGUF weights packed ({bad[0]}); "
-                 "use one that dequantizes them (e.g. 4.56.2, as in requirements-vllm.lock)")
+        sys.exit(
+            f"error: this transformers ({transformers.__version__}) keeps GGUF weights packed ({bad[0]}); "
+            "use one that dequantizes them (e.g. 4.56.2, as in requirements-vllm.lock)"
+        )
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     model.config.architectures = [type(model).__name__]  # what save_pretrained records (converters read it)
     if hasattr(model.config, "quantization_config"):
@@ -105,8 +113,9 @@ def main() -> None:
         sys.exit("usage: vllm-convert-gguf.py MODEL.gguf OUT_DIR DTYPE QUANT")
     gguf, out, dtype, quant = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 torch_dtype=getattr(torch, dtype))
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, torch_dtype=getattr(torch, dtype)
+    )
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     out.mkdir(parents=True, exist_ok=True)
     save_weights(model, out)
@@ -115,10 +124,13 @@ def main() -> None:
     check_tokenizer(out)
     record = {
         "weights": f"dequantized from {quant} (GGUF {gguf.name}), stored as {dtype}",
-        "source": gguf.name, "dtype": dtype, "quant": quant,
+        "source": gguf.name,
+        "dtype": dtype,
+        "quant": quant,
         "converter": "transformers AutoModelForCausalLM/AutoTokenizer.from_pretrained(gguf_file=...) + save_pretrained; "
-                     "tokenizer set to GPT-2 byte-level BPE, no BOS, eos/pad <|im_end|>",
-        "transformers": transformers.__version__, "torch": torch.__version__,
+        "tokenizer set to GPT-2 byte-level BPE, no BOS, eos/pad <|im_end|>",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
         # what else the files' bytes depend on (artifact/engines/vllm/conversions.json pins them per converter)
         **{name: _version(name) for name in ("tokenizers", "safetensors", "gguf", "numpy")},
     }

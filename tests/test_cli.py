@@ -9,14 +9,19 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "artifact", *args], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "artifact", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_bad_input_gives_one_line_error_and_exit_2(tmp_path):
-    for args in (["run", "no-such-config"], ["run", "demo-smollm2-cpu", "--plan", "nope"],
-                 ["run", "demo-smollm2-cpu", "--episodes", "0"],
-                 ["compare", str(tmp_path), str(tmp_path)], ["summary", str(tmp_path / "none")]):
+    for args in (
+        ["run", "no-such-config"],
+        ["run", "demo-smollm2-cpu", "--plan", "nope"],
+        ["run", "demo-smollm2-cpu", "--episodes", "0"],
+        ["compare", str(tmp_path), str(tmp_path)],
+        ["summary", str(tmp_path / "none")],
+    ):
         r = cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
@@ -26,7 +31,11 @@ def test_compare_and_summary_read_runs(tmp_path, make_run):
     a = make_run("off", 1, {"e0": [[1, 2]], "e1": [[3]]})
     b = make_run("off", 2, {"e0": [[1, 5]], "e1": [[3]]})
     r = cli("compare", str(a.path), str(b.path))  # they differ: exit 1, the field and its first position named
-    assert r.returncode == 1 and "diverged episodes: 1/2" in r.stdout and "e0: first diverging request #1 (request_index 0), token index 1" in r.stdout
+    assert (
+        r.returncode == 1
+        and "diverged episodes: 1/2" in r.stdout
+        and "e0: first diverging request #1 (request_index 0), token index 1" in r.stdout
+    )
     assert "field 'output_tokens' differs in 1 of 2 requests; first: episode e0, request 0, position 1" in r.stdout
     r = cli("summary", str(tmp_path))
     assert r.returncode == 0 and "OFF run 1 vs run 2" in r.stdout and "1/2" in r.stdout

@@ -29,29 +29,45 @@ def test_plans_follow_the_paper():
 
 
 def _write(tmp_path, text):
-    base = (load_config(DEMO).path and open(load_config(DEMO).path).read())
+    base = load_config(DEMO).path and open(load_config(DEMO).path).read()
     p = tmp_path / "c.toml"
     p.write_text(text(base))
     return p
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: s.replace("ctx_size = 8192", "ctx_size = 8192\nctx = 1"), "unknown key 'server.ctx'"),
-    (lambda s: s.replace("quant = \"Q4_K_M\"\n", ""), "missing key 'model.quant'"),
-    (lambda s: s.replace("ctx_size = 8192", "ctx_size = \"big\""), "server.ctx_size: expected int"),
-    (lambda s: s.replace("flash_attn = \"on\"", "flash_attn = \"auto\""),
-     "engine.settings.flash_attn = 'auto' is not one of"),
-    (lambda s: s.replace("ubatch_size = 512", "ubatch_size = 512\nmicro = 1"), "unknown key 'engine.settings.micro'"),
-    (lambda s: s.replace("ubatch_size = 512", "ubatch_size = 4096"), "ubatch_size must not exceed server.batch_size"),
-    (lambda s: s.replace('kind = "llama.cpp"', 'kind = "sglang"'), "engine.kind = 'sglang' is not implemented"),
-    (lambda s: s.replace("episodes = 2 ", "episodes = true "), "workload.episodes: expected int, got bool"),
-    (lambda s: s.replace("a2de4d", "zzzzzz"), "sha256 must be 64 lower-case hex"),
-    (lambda s: s + "\nsurprise = 1\n", "unknown key"),
-    (lambda s: s.replace("[model]", "[model\n"), "not valid TOML"),
-    # the configuration's name is its results directory: never outside --results, nor its root
-    *((lambda s, bad=bad: re.sub(r'^name = ".*"$', f"name = {bad!r}", s, count=1, flags=re.M),
-       f"name {bad!r} must be letters") for bad in ("../outside", "/abs", "a/b", "", ".", "..", "-x", "a b")),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s.replace("ctx_size = 8192", "ctx_size = 8192\nctx = 1"), "unknown key 'server.ctx'"),
+        (lambda s: s.replace('quant = "Q4_K_M"\n', ""), "missing key 'model.quant'"),
+        (lambda s: s.replace("ctx_size = 8192", 'ctx_size = "big"'), "server.ctx_size: expected int"),
+        (
+            lambda s: s.replace('flash_attn = "on"', 'flash_attn = "auto"'),
+            "engine.settings.flash_attn = 'auto' is not one of",
+        ),
+        (
+            lambda s: s.replace("ubatch_size = 512", "ubatch_size = 512\nmicro = 1"),
+            "unknown key 'engine.settings.micro'",
+        ),
+        (
+            lambda s: s.replace("ubatch_size = 512", "ubatch_size = 4096"),
+            "ubatch_size must not exceed server.batch_size",
+        ),
+        (lambda s: s.replace('kind = "llama.cpp"', 'kind = "sglang"'), "engine.kind = 'sglang' is not implemented"),
+        (lambda s: s.replace("episodes = 2 ", "episodes = true "), "workload.episodes: expected int, got bool"),
+        (lambda s: s.replace("a2de4d", "zzzzzz"), "sha256 must be 64 lower-case hex"),
+        (lambda s: s + "\nsurprise = 1\n", "unknown key"),
+        (lambda s: s.replace("[model]", "[model\n"), "not valid TOML"),
+        # the configuration's name is its results directory: never outside --results, nor its root
+        *(
+            (
+                lambda s, bad=bad: re.sub(r'^name = ".*"$', f"name = {bad!r}", s, count=1, flags=re.M),
+                f"name {bad!r} must be letters",
+            )
+            for bad in ("../outside", "/abs", "a/b", "", ".", "..", "-x", "a b")
+        ),
+    ],
+)
 def test_bad_config_gives_one_line_error_naming_file_and_key(tmp_path, edit, message):
     path = _write(tmp_path, edit)
     with pytest.raises(ArtifactError) as exc:

@@ -35,10 +35,12 @@ def test_the_vllm_demo_budget_is_large_enough_for_rq4_to_fail_at_zero_divergence
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(os.environ.get("ARTIFACT_DEMO_VLLM_TEST") != "1",
-                    reason="NOT RUN unless ARTIFACT_DEMO_VLLM_TEST=1: it costs one whole `./run.sh demo --vllm` "
-                           "(~46 min on 2 CPU cores without bf16 instructions: README.md's workflow table), more than "
-                           "CI's time allows")
+@pytest.mark.skipif(
+    os.environ.get("ARTIFACT_DEMO_VLLM_TEST") != "1",
+    reason="NOT RUN unless ARTIFACT_DEMO_VLLM_TEST=1: it costs one whole `./run.sh demo --vllm` "
+    "(~46 min on 2 CPU cores without bf16 instructions: README.md's workflow table), more than "
+    "CI's time allows",
+)
 def test_the_vllm_demo_decides_rq4(tmp_path):
     results = tmp_path / "results"
     for entry in demo_entries("vllm"):

@@ -19,8 +19,11 @@ from artifact import evidence
 from artifact.config import REPO
 
 EVIDENCE = REPO / "evidence"
-FOLDERS = sorted(p.parent for p in EVIDENCE.glob("*/records*.tar.xz") if p.name == min(
-    q.name for q in p.parent.glob("records*.tar.xz")))
+FOLDERS = sorted(
+    p.parent
+    for p in EVIDENCE.glob("*/records*.tar.xz")
+    if p.name == min(q.name for q in p.parent.glob("records*.tar.xz"))
+)
 DOCS = [REPO / "README.md", REPO / "ARTIFACT.md", *sorted((REPO / "docs").glob("*.md"))]
 
 # [text](target "key") and [text][ref] ... [ref]: target "key"
@@ -42,14 +45,18 @@ def evidence_folder(doc: Path, target: str) -> Path | None:
 def links(text: str) -> list[tuple[str, str, str]]:
     """(what the text says, target, key) for every titled link of a document, inline or through a reference."""
     refs = {ref.lower(): (target, key) for ref, target, key in REF_DEF.findall(text)}
-    return INLINE.findall(text) + [(shown, *refs[ref.lower()]) for shown, ref in REF_USE.findall(text)
-                                   if ref.lower() in refs]
+    return INLINE.findall(text) + [
+        (shown, *refs[ref.lower()]) for shown, ref in REF_USE.findall(text) if ref.lower() in refs
+    ]
 
 
 def quoted(doc: Path, text: str) -> list[tuple[str, Path, str]]:
     """(what the text says, evidence folder, key) for every quoted evidence number of a document."""
-    return [(shown, folder, key) for shown, target, key in links(text)
-            if (folder := evidence_folder(doc, target)) is not None]
+    return [
+        (shown, folder, key)
+        for shown, target, key in links(text)
+        if (folder := evidence_folder(doc, target)) is not None
+    ]
 
 
 def value_problem(doc: Path, shown: str, data: dict, name: str, key: str) -> str | None:
@@ -85,8 +92,9 @@ def mismatches(doc: Path, text: str) -> list[str]:
 def test_each_evidence_summary_is_made_from_its_records(folder):
     for name, text in evidence.outputs(folder).items():
         path = folder / name
-        assert path.exists() and path.read_text(encoding="utf-8") == text, \
+        assert path.exists() and path.read_text(encoding="utf-8") == text, (
             f"{path} is not what its records and check outputs give: ./run.sh evidence-summary {folder.name}"
+        )
 
 
 def test_every_quoted_evidence_number_is_what_its_summary_says():
@@ -104,7 +112,9 @@ def test_the_front_page_quotes_its_results_through_the_summaries():
 def test_a_quoted_number_made_untrue_is_caught():
     """The check above fails on a number changed on purpose, inline or through a reference definition."""
     doc = REPO / "README.md"
-    good = '[22](evidence/h200-agent/summary.md "runs") [PASS][r1]\n\n[r1]: evidence/h200-agent/summary.md "claims/RQ1"\n'
+    good = (
+        '[22](evidence/h200-agent/summary.md "runs") [PASS][r1]\n\n[r1]: evidence/h200-agent/summary.md "claims/RQ1"\n'
+    )
     assert mismatches(doc, good) == []
     assert len(mismatches(doc, good.replace("[22]", "[23]"))) == 1
     assert len(mismatches(doc, good.replace("[PASS]", "[FAIL]"))) == 1
@@ -232,8 +242,11 @@ def committed_file_facts() -> dict[Path, list[str]]:
     header, parts = qwen["header"], qwen["parts"]
     requant = _json(MODELS / "recipes" / "qwen2.5-coder-0.5b-requant.json")["products"]
     gemma = _json(MODELS / "sources" / "gemma-3-270m-q4_k_m.json")
-    vllm_wheels = [line for line in (REPO / "scripts" / "vllm-device-wheels.txt").read_text().splitlines()
-                   if line.strip() and not line.startswith("#")]
+    vllm_wheels = [
+        line
+        for line in (REPO / "scripts" / "vllm-device-wheels.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     return {
         REPO / "docs" / "agent-model.md": [
             f"`multi_turn_base` episodes {first}-{last} only",
@@ -253,7 +266,7 @@ def committed_file_facts() -> dict[Path, list[str]]:
             f"`{parts[0]['distribution']}` … `part{len(parts)}` {parts[0]['version']}",
             f"The joined file: {qwen['bytes']:,} bytes, sha256 `{qwen['sha256']}`",
             f"GGUF v{header['gguf_version']}, `general.architecture = {header['architecture']}`, "
-            f"`general.name = \"{header['name']}\"`",
+            f'`general.name = "{header["name"]}"`',
             f"file type {header['file_type']} ({header['file_type_name']}), {header['block_count']} blocks, "
             f"embedding {header['embedding_length']}, context {header['context_length']:,}, "
             f"vocabulary {header['vocab_size']:,}",
@@ -276,8 +289,9 @@ def test_numbers_about_committed_files_are_what_the_files_say():
     """The training figures of the agent model (its recipe's `training` and `data`), the adapter's size and sha256,
     the Qwen GGUF's size, sha256 and header (its source spec), the requantized series' pins and the count of pinned
     vLLM requirements, as the docs quote them."""
-    assert (MODELS / "recipes" / _json(MODELS / "recipes" / "smollm2-135m-bfcl-agent.json")["adapter"]["file"]) \
-        .stat().st_size == _json(MODELS / "recipes" / "smollm2-135m-bfcl-agent.json")["adapter"]["bytes"]
+    assert (
+        MODELS / "recipes" / _json(MODELS / "recipes" / "smollm2-135m-bfcl-agent.json")["adapter"]["file"]
+    ).stat().st_size == _json(MODELS / "recipes" / "smollm2-135m-bfcl-agent.json")["adapter"]["bytes"]
     missing = []
     for doc, phrases in committed_file_facts().items():
         text = " ".join(doc.read_text(encoding="utf-8").split())
@@ -295,8 +309,10 @@ def _on_run1_rows(folder: Path) -> list[str]:
     for line in filter(str.strip, lines):
         r = json.loads(line)
         x = r.get("engine_extra") or {}
-        rows.append(f"{r['episode_id']} {r['request_index']} {r['prompt_tokens']} {r['cache_n']:>4} "
-                    f"{x['session_prefix']:>4} {x['cached_before_session']}")
+        rows.append(
+            f"{r['episode_id']} {r['request_index']} {r['prompt_tokens']} {r['cache_n']:>4} "
+            f"{x['session_prefix']:>4} {x['cached_before_session']}"
+        )
     return rows
 
 
@@ -306,15 +322,23 @@ def test_the_own_server_example_is_the_committed_runs_own_output():
     ON run 1's requests is what the records say."""
     folder = EVIDENCE / "cpu-endpoint"
     with tarfile.open(folder / "logs.tar.gz") as tar:
-        logged = {line.rstrip() for m in tar if m.isfile() and m.name.startswith("session/")
-                  for line in tar.extractfile(m).read().decode().splitlines()}
+        logged = {
+            line.rstrip()
+            for m in tar
+            if m.isfile() and m.name.startswith("session/")
+            for line in tar.extractfile(m).read().decode().splitlines()
+        }
     section = (REPO / "docs" / "own-server.md").read_text(encoding="utf-8").split("\n## 7.")[1].split("\n## 8.")[0]
     blocks = re.findall(r"```\n(.*?)```", section, re.S)
     assert len(blocks) == 4
     table = [line for line in blocks[2].splitlines() if line.strip()]
     assert table == _on_run1_rows(folder)
-    shown = [line.rstrip() for b in (blocks[0], blocks[1], blocks[3]) for line in b.splitlines()
-             if line.strip() and not line.startswith(("$ ", "      --"))]
+    shown = [
+        line.rstrip()
+        for b in (blocks[0], blocks[1], blocks[3])
+        for line in b.splitlines()
+        if line.strip() and not line.startswith(("$ ", "      --"))
+    ]
     assert len(shown) > 40 and [line for line in shown if line not in logged] == []
 
 
@@ -331,9 +355,12 @@ FIRST_CONTACT = REPO / "bench" / "first-contact.json"  # bench/first_contact.py:
 def first_contact_mismatches(doc: Path, text: str) -> list[str]:
     """Each time quoted from bench/first-contact.json (a link to it titled with a key) that it does not hold."""
     measured = json.loads(FIRST_CONTACT.read_text())
-    return [why for shown, target, key in links(text)
-            if (doc.parent / target.split("#")[0]).resolve() == FIRST_CONTACT
-            and (why := value_problem(doc, shown, measured, FIRST_CONTACT.name, key)) is not None]
+    return [
+        why
+        for shown, target, key in links(text)
+        if (doc.parent / target.split("#")[0]).resolve() == FIRST_CONTACT
+        and (why := value_problem(doc, shown, measured, FIRST_CONTACT.name, key)) is not None
+    ]
 
 
 def test_first_contact_times_in_the_docs_are_the_measured_ones():
@@ -355,5 +382,7 @@ def test_first_contact_reads_the_demos_own_step_names():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.BUILD_STEP in cli.SETUP_STEPS
-    assert module.demo_steps("x\n" + cli.time_table([(module.BUILD_STEP, 300.04), ("check", 1.0)]))[
-        module.BUILD_STEP] == 300.0
+    assert (
+        module.demo_steps("x\n" + cli.time_table([(module.BUILD_STEP, 300.04), ("check", 1.0)]))[module.BUILD_STEP]
+        == 300.0
+    )

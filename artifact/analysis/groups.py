@@ -8,7 +8,12 @@ import operator
 
 from artifact import engines
 from artifact.analysis.compare import (
-    Comparison, compared, episode_outputs, first_difference, first_unequal, made_comparison,
+    Comparison,
+    compared,
+    episode_outputs,
+    first_difference,
+    first_unequal,
+    made_comparison,
 )
 from artifact.models import lineage
 from artifact.records.store import Run
@@ -28,15 +33,21 @@ def by_plan(runs: list[Run]) -> dict[tuple[str, str], Group]:
 
 def on_off_pairs(group: Group) -> list[tuple[int, Run, Run]]:
     """(k, ON run k, OFF run k) for every run number both arms completed."""
-    return [(k, group[("on", k)], group[("off", k)]) for k in sorted({k for (_, k) in group})
-            if ("on", k) in group and ("off", k) in group]
+    return [
+        (k, group[("on", k)], group[("off", k)])
+        for k in sorted({k for (_, k) in group})
+        if ("on", k) in group and ("off", k) in group
+    ]
 
 
 def ok_requests(run: Run) -> list[dict]:
     """The requests the engine served (those recorded with an error carry no output)."""
     reqs = run.requests  # dict.get: never decodes lazy fields; at C speed
-    return list(itertools.compress(reqs, map(operator.is_, map(dict.get, reqs, itertools.repeat("error")),
-                                             itertools.repeat(None))))
+    return list(
+        itertools.compress(
+            reqs, map(operator.is_, map(dict.get, reqs, itertools.repeat("error")), itertools.repeat(None))
+        )
+    )
 
 
 class SamePrompt:
@@ -139,15 +150,19 @@ def weights_lineage(run: Run) -> tuple[str | None, str]:
     facts cannot decide (a server the artifact did not start, no digest, a digest no pin knows) the lineage is None
     and `why` says why: such a run joins no quantization series."""
     if not _loaded_weights(run):
-        return None, ("its weights are not known: the artifact did not load them (a server it did not start, or an "
-                      "engine this version does not know)")
+        return None, (
+            "its weights are not known: the artifact did not load them (a server it did not start, or an "
+            "engine this version does not know)"
+        )
     digests = weights_digests(run)
     if not digests:
         return None, "it records no sha256 of its weights"
     found = lineage.of_digests(digests)
     if found is None:
-        return None, (f"its weights (sha256 {digests[0][:12]}...) are pinned as a level of one model by no recipe "
-                      "or configuration of this checkout")
+        return None, (
+            f"its weights (sha256 {digests[0][:12]}...) are pinned as a level of one model by no recipe "
+            "or configuration of this checkout"
+        )
     return found, ""
 
 
@@ -187,8 +202,10 @@ def cache_condition(run: Run) -> dict:
         if "arm_flag" in cc:
             description = "prefix caching per arm's server"
         elif "cache_ram_mib" in settings:
-            description = (f"host prompt cache {settings['cache_ram_mib']} MiB (--cache-ram), slot "
-                           f"{'pinned' if settings.get('pin_slot') else 'chosen by the server'}")
+            description = (
+                f"host prompt cache {settings['cache_ram_mib']} MiB (--cache-ram), slot "
+                f"{'pinned' if settings.get('pin_slot') else 'chosen by the server'}"
+            )
         else:
             description = "not recorded"
     return {"description": description, "settings": settings}

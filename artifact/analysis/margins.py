@@ -25,7 +25,13 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.groups import (
-    SamePrompt, by_plan, comparison, manifest_table, ok_requests, on_off_pairs, same_prompt,
+    SamePrompt,
+    by_plan,
+    comparison,
+    manifest_table,
+    ok_requests,
+    on_off_pairs,
+    same_prompt,
 )
 from artifact.analysis.stats import cochran_armitage, wilson_interval
 from artifact.analysis.tables import MIN_TREND_LEVELS, quant_level
@@ -64,7 +70,7 @@ def top2(run: Run | None, record: dict) -> np.ndarray | None:
         table, rows = run.top2_table()
         at = rows.get(id(record))
         if at is not None:
-            return table[at[0]:at[0] + at[1]]
+            return table[at[0] : at[0] + at[1]]
     return _parse_top2(record.get("top_logprobs") or [])
 
 
@@ -74,7 +80,7 @@ def request_margins(record: dict, run: Run | None = None) -> np.ndarray:
         table, rows = _margin_table(run)
         at = rows.get(id(record))
         if at is not None:
-            return table[at[0]:at[0] + at[1]]
+            return table[at[0] : at[0] + at[1]]
     arr = top2(run, record)
     if arr is not None:
         return np.abs(arr[:, 1] - arr[:, 3])
@@ -138,11 +144,17 @@ def segment_medians(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 def _meta(run: Run) -> dict:
     model = manifest_table(run, "model")
-    return {"config": run.manifest["config"], "plan": run.manifest["plan"], "engine": run.manifest.get("engine"),
-            "model_name": model.get("name"), "quant": model.get("quant")}
+    return {
+        "config": run.manifest["config"],
+        "plan": run.manifest["plan"],
+        "engine": run.manifest.get("engine"),
+        "model_name": model.get("name"),
+        "quant": model.get("quant"),
+    }
 
 
 # --- distribution ---------------------------------------------------------------------------------------------
+
 
 def margin_distribution(runs: list[Run]) -> pd.DataFrame:
     """Per configuration and plan: the margins over all generated positions of its OFF runs."""
@@ -158,12 +170,24 @@ def margin_distribution(runs: list[Run]) -> pd.DataFrame:
             row.update(median=float(np.median(m)), q10=float(np.quantile(m, 0.1)), mean=float(m.mean()))
             row.update({f"share_below_{t:g}": float((m < t).mean()) for t in THRESHOLDS})
         rows.append(row)
-    cols = ["config", "plan", "engine", "model_name", "quant", "off_runs", "positions", "median", "q10", "mean",
-            *(f"share_below_{t:g}" for t in THRESHOLDS)]
+    cols = [
+        "config",
+        "plan",
+        "engine",
+        "model_name",
+        "quant",
+        "off_runs",
+        "positions",
+        "median",
+        "q10",
+        "mean",
+        *(f"share_below_{t:g}" for t in THRESHOLDS),
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
 # --- first diverging tokens and flips -------------------------------------------------------------------------
+
 
 def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
     """Per diverged episode of every ON run k vs OFF run k: both arms' margins and tokens at the first difference."""
@@ -179,16 +203,37 @@ def first_divergence_margins(runs: list[Run]) -> pd.DataFrame:
                 q_on, q_off = e_on[d.episode_id][d.first_request], e_off[d.episode_id][d.first_request]
                 t = d.first_token
                 m_on, m_off = request_margins(q_on, on), request_margins(q_off, off)
-                rows.append({
-                    "config": config, "plan": plan, "quant": quant, "run": k,
-                    "episode_id": d.episode_id, "request": d.first_request, "token": t,
-                    "token_on": q_on["output_tokens"][t] if t < len(q_on["output_tokens"]) else None,
-                    "token_off": q_off["output_tokens"][t] if t < len(q_off["output_tokens"]) else None,
-                    "margin_on": float(m_on[t]) if t < m_on.size else float("nan"),
-                    "margin_off": float(m_off[t]) if t < m_off.size else float("nan"),
-                })
-    return pd.DataFrame(rows, columns=["config", "plan", "quant", "run", "episode_id", "request", "token",
-                                       "token_on", "token_off", "margin_on", "margin_off"])
+                rows.append(
+                    {
+                        "config": config,
+                        "plan": plan,
+                        "quant": quant,
+                        "run": k,
+                        "episode_id": d.episode_id,
+                        "request": d.first_request,
+                        "token": t,
+                        "token_on": q_on["output_tokens"][t] if t < len(q_on["output_tokens"]) else None,
+                        "token_off": q_off["output_tokens"][t] if t < len(q_off["output_tokens"]) else None,
+                        "margin_on": float(m_on[t]) if t < m_on.size else float("nan"),
+                        "margin_off": float(m_off[t]) if t < m_off.size else float("nan"),
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "config",
+            "plan",
+            "quant",
+            "run",
+            "episode_id",
+            "request",
+            "token",
+            "token_on",
+            "token_off",
+            "margin_on",
+            "margin_off",
+        ],
+    )
 
 
 class AtRisk:
@@ -287,12 +332,39 @@ def flip_by_margin(runs: list[Run]) -> pd.DataFrame:
             sel = idx == b
             n, k = int(sel.sum()), int(f[sel].sum())
             ci = wilson_interval(k, n) if n else (float("nan"), float("nan"))
-            rows.append({"config": config, "plan": plan, "quant": quant, "bin": b,
-                         "margin_bin": _bin_label(lo, hi), "margin_lo": lo, "margin_hi": hi,
-                         "positions": n, "flips": k, "flip_rate": k / n if n else float("nan"),
-                         "wilson_lo": ci[0], "wilson_hi": ci[1]})
-    return pd.DataFrame(rows, columns=["config", "plan", "quant", "bin", "margin_bin", "margin_lo", "margin_hi",
-                                       "positions", "flips", "flip_rate", "wilson_lo", "wilson_hi"])
+            rows.append(
+                {
+                    "config": config,
+                    "plan": plan,
+                    "quant": quant,
+                    "bin": b,
+                    "margin_bin": _bin_label(lo, hi),
+                    "margin_lo": lo,
+                    "margin_hi": hi,
+                    "positions": n,
+                    "flips": k,
+                    "flip_rate": k / n if n else float("nan"),
+                    "wilson_lo": ci[0],
+                    "wilson_hi": ci[1],
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "config",
+            "plan",
+            "quant",
+            "bin",
+            "margin_bin",
+            "margin_lo",
+            "margin_hi",
+            "positions",
+            "flips",
+            "flip_rate",
+            "wilson_lo",
+            "wilson_hi",
+        ],
+    )
 
 
 def flip_trend(curve: pd.DataFrame) -> pd.DataFrame:
@@ -304,8 +376,14 @@ def flip_trend(curve: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (config, plan), g in curve.groupby(["config", "plan"], sort=True):
         g = g[g["positions"] > 0]
-        row = {"config": config, "plan": plan, "positions": int(g["positions"].sum()), "flips": int(g["flips"].sum()),
-               "z": float("nan"), "p_value": float("nan")}
+        row = {
+            "config": config,
+            "plan": plan,
+            "positions": int(g["positions"].sum()),
+            "flips": int(g["flips"].sum()),
+            "z": float("nan"),
+            "p_value": float("nan"),
+        }
         if len(g) >= 2:
             row["z"], row["p_value"] = cochran_armitage(g["flips"], g["positions"], g["bin"].astype(float))
         rows.append(row)
@@ -314,12 +392,14 @@ def flip_trend(curve: pd.DataFrame) -> pd.DataFrame:
 
 # --- quantization series --------------------------------------------------------------------------------------
 
+
 def page_test(data: np.ndarray) -> tuple[float, float, str]:
     """Page's L test that responses increase along the columns (blocks = rows); (L, one-sided p, method).
 
     scipy.stats.page_trend_test: exact null distribution for small designs, the normal approximation otherwise.
     """
-    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy import stats  # scipy: a slow import, not needed to draw the figures
+
     res = stats.page_trend_test(np.asarray(data, dtype=float))
     return float(res.statistic), float(res.pvalue), str(res.method)
 
@@ -365,9 +445,17 @@ def margin_trend(runs: list[Run], plan: str = "main") -> pd.DataFrame:
     for (engine, model_name), by_rank in sorted(series.items(), key=lambda kv: tuple(map(str, kv[0]))):
         ranks = sorted(by_rank, reverse=True)  # coarsest first
         labels = tuple(by_rank[k][0] for k in ranks)
-        row = {"engine": engine, "model_name": model_name, "levels": " < ".join(labels), "n_levels": len(ranks),
-               "episodes": 0, "L": float("nan"), "p_value": float("nan"), "method": "",
-               "note": ""}
+        row = {
+            "engine": engine,
+            "model_name": model_name,
+            "levels": " < ".join(labels),
+            "n_levels": len(ranks),
+            "episodes": 0,
+            "L": float("nan"),
+            "p_value": float("nan"),
+            "method": "",
+            "note": "",
+        }
         if len(ranks) < MIN_TREND_LEVELS:
             row["note"] = f"needs >= {MIN_TREND_LEVELS} quantization levels"
             rows.append(row)
@@ -381,5 +469,6 @@ def margin_trend(runs: list[Run], plan: str = "main") -> pd.DataFrame:
             row["L"], row["p_value"], row["method"] = page_test(np.array([[d[e] for d in medians] for e in common]))
             row["note"] = "H1: episode median margins increase from the coarsest to the finest level"
         rows.append(row)
-    return pd.DataFrame(rows, columns=["engine", "model_name", "levels", "n_levels", "episodes", "L", "p_value",
-                                       "method", "note"])
+    return pd.DataFrame(
+        rows, columns=["engine", "model_name", "levels", "n_levels", "episodes", "L", "p_value", "method", "note"]
+    )

@@ -16,7 +16,14 @@ import numpy as np
 import pandas as pd
 
 from artifact.analysis.compare import first_difference
-from artifact.analysis.groups import cache_condition, by_plan, comparison, manifest_table, on_off_pairs, same_prompt_requests
+from artifact.analysis.groups import (
+    cache_condition,
+    by_plan,
+    comparison,
+    manifest_table,
+    on_off_pairs,
+    same_prompt_requests,
+)
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
 from artifact.analysis.tenants import tenant_plan
@@ -64,9 +71,16 @@ def _divergence(pairs: list[tuple[Run, Run]], gaps: bool = True) -> dict:
     lo, hi = wilson_interval(k, n) if n else (float("nan"), float("nan"))
     gaps = [max_logprob_gap(x, y) for x, y in pairs] if gaps else []
     gaps = [g for g in gaps if not np.isnan(g)]
-    return {"pairs": len(pairs), "episodes": n, "diverged": k, "rate": k / n if n else float("nan"),
-            "wilson_lo": lo, "wilson_hi": hi, "max_logprob_gap": max(gaps) if gaps else float("nan"),
-            "detail": [f"{c.a} vs {c.b}: {c.k}/{c.n} diverged" for c in cmps]}
+    return {
+        "pairs": len(pairs),
+        "episodes": n,
+        "diverged": k,
+        "rate": k / n if n else float("nan"),
+        "wilson_lo": lo,
+        "wilson_hi": hi,
+        "max_logprob_gap": max(gaps) if gaps else float("nan"),
+        "detail": [f"{c.a} vs {c.b}: {c.k}/{c.n} diverged" for c in cmps],
+    }
 
 
 def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
@@ -85,9 +99,13 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
         # Wall and prompt times are per-run totals: a plan is set against main only over the same episodes.
         eps, main_eps = _episode_set(by), _episode_set(plans.get((config, BASELINE_PLAN), {}))
         same_episodes = bool(main_eps) and eps == main_eps
-        row = {"config": config, "plan": plan, "lifecycle": "fresh" if is_fresh(any_run) else "shared",
-               "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
-               "cache_ram_mib": cache_condition(any_run)["settings"].get("cache_ram_mib")}
+        row = {
+            "config": config,
+            "plan": plan,
+            "lifecycle": "fresh" if is_fresh(any_run) else "shared",
+            "server_overrides": ", ".join(f"{k}={v}" for k, v in sorted(plan_overrides(any_run).items())),
+            "cache_ram_mib": cache_condition(any_run)["settings"].get("cache_ram_mib"),
+        }
         # The log-probability gap tells bit-exact from token-identical; it is read for mitigation plans only.
         d = _divergence([(on, off) for _, on, off in on_off_pairs(by)], gaps=bool(plan_overrides(any_run)))
         row.update({f"on_vs_off_{key}": v for key, v in d.items() if key != "detail"})
@@ -100,8 +118,9 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
                 mine = _cost(arm_cost, config, plan, arm, what)
                 base = _cost(arm_cost, config, BASELINE_PLAN, arm, what)
                 row[f"{arm}_{what}"] = mine
-                row[f"{arm}_{what}_vs_main"] = mine / base if same_episodes and base and not np.isnan(mine) \
-                    else float("nan")
+                row[f"{arm}_{what}_vs_main"] = (
+                    mine / base if same_episodes and base and not np.isnan(mine) else float("nan")
+                )
         base_off = _cost(arm_cost, config, BASELINE_PLAN, "off", "wall_s")
         row["on_wall_vs_main_off"] = row["on_wall_s"] / base_off if same_episodes and base_off else float("nan")
         row["episodes"], row["main_episodes"] = len(eps), len(main_eps)
@@ -116,8 +135,10 @@ def _episode_set(by: dict) -> set:
 def _cost_text(r) -> str:
     if np.isnan(r["on_wall_s_vs_main"]) and r["main_episodes"]:
         within = r["on_wall_s"] / r["off_wall_s"] if r["off_wall_s"] else float("nan")
-        return (f"cost not set against the main plan: this plan ran {int(r['episodes'])} episodes, main "
-                f"{int(r['main_episodes'])} (times are per run); ON wall {_x(within)} its own OFF wall")
+        return (
+            f"cost not set against the main plan: this plan ran {int(r['episodes'])} episodes, main "
+            f"{int(r['main_episodes'])} (times are per run); ON wall {_x(within)} its own OFF wall"
+        )
     return f"ON wall {_x(r['on_wall_s_vs_main'])}, OFF wall {_x(r['off_wall_s_vs_main'])} the main plan's"
 
 
@@ -139,12 +160,27 @@ def fresh_verdicts(runs: list[Run]) -> list[Verdict]:
             continue
         c = comparison(by[("on", 1)], by[("on", 2)])
         status = PASS if c.n and c.k == 0 else FAIL if c.n else NOT_RUN
-        out.append(Verdict.beyond("BEYOND-FRESH", claim, scope, status, f"ON rerun diverged in {c.k}/{c.n} episodes",
-                           [f"{c.a} vs {c.b}"] + [f"{e.episode_id}: request {e.first_request}, token "
-                                                  f"{e.first_token}" for e in c.diverged[:5]]))
+        out.append(
+            Verdict.beyond(
+                "BEYOND-FRESH",
+                claim,
+                scope,
+                status,
+                f"ON rerun diverged in {c.k}/{c.n} episodes",
+                [f"{c.a} vs {c.b}"]
+                + [f"{e.episode_id}: request {e.first_request}, token {e.first_token}" for e in c.diverged[:5]],
+            )
+        )
     if not out:
-        out.append(Verdict.beyond("BEYOND-FRESH", claim, "-", NOT_RUN, "no run of a fresh-lifecycle plan (./run.sh run "
-                                                                  "CONFIG --plan fresh)"))
+        out.append(
+            Verdict.beyond(
+                "BEYOND-FRESH",
+                claim,
+                "-",
+                NOT_RUN,
+                "no run of a fresh-lifecycle plan (./run.sh run CONFIG --plan fresh)",
+            )
+        )
     return out
 
 
@@ -156,18 +192,36 @@ def mitigation_verdicts(rows: pd.DataFrame) -> list[Verdict]:
             claim = f"Serving with {r['server_overrides']} makes cached (ON) outputs equal recomputed (OFF) outputs"
             scope = f"{r['config']}/{r['plan']}"
             if not r["on_vs_off_episodes"]:
-                out.append(Verdict.beyond(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, NOT_RUN,
-                                   "no ON run k with its OFF run k"))
+                out.append(
+                    Verdict.beyond(
+                        f"BEYOND-MITIGATION-{r['plan']}", claim, scope, NOT_RUN, "no ON run k with its OFF run k"
+                    )
+                )
                 continue
             k, n = int(r["on_vs_off_diverged"]), int(r["on_vs_off_episodes"])
             gap = r["on_vs_off_max_logprob_gap"]
             exact = "bit-exact top-2 log-probabilities" if gap == 0 else f"max |log-prob difference| {gap:.3g}"
             cost = _cost_text(r)
-            out.append(Verdict.beyond(f"BEYOND-MITIGATION-{r['plan']}", claim, scope, PASS if k == 0 else FAIL,
-                               f"ON run k vs OFF run k diverged in {k}/{n} episode pairs; {exact}", [cost]))
+            out.append(
+                Verdict.beyond(
+                    f"BEYOND-MITIGATION-{r['plan']}",
+                    claim,
+                    scope,
+                    PASS if k == 0 else FAIL,
+                    f"ON run k vs OFF run k diverged in {k}/{n} episode pairs; {exact}",
+                    [cost],
+                )
+            )
     if not out:
-        out.append(Verdict.beyond("BEYOND-MITIGATION", "Some server setting makes cached outputs equal recomputed outputs",
-                           "-", NOT_RUN, "no run of a mitigation plan (./run.sh run CONFIG --plan ub1)"))
+        out.append(
+            Verdict.beyond(
+                "BEYOND-MITIGATION",
+                "Some server setting makes cached outputs equal recomputed outputs",
+                "-",
+                NOT_RUN,
+                "no run of a mitigation plan (./run.sh run CONFIG --plan ub1)",
+            )
+        )
     return out
 
 
@@ -180,33 +234,46 @@ def recommendation(rows: pd.DataFrame, fresh: list[Verdict]) -> list[str]:
         main = g[g["plan"] == BASELINE_PLAN]
         if not main.empty and main.iloc[0]["on_vs_off_episodes"]:
             m = main.iloc[0]
-            lines.append(f"{config}: with the default settings, caching changed the output of "
-                         f"{int(m['on_vs_off_diverged'])}/{int(m['on_vs_off_episodes'])} episode pairs "
-                         f"(ON run k vs OFF run k) and ran at "
-                         f"{_x(m['on_wall_s'] / m['off_wall_s'] if m['off_wall_s'] else float('nan'))} the wall "
-                         f"time of recomputing every prompt.")
+            lines.append(
+                f"{config}: with the default settings, caching changed the output of "
+                f"{int(m['on_vs_off_diverged'])}/{int(m['on_vs_off_episodes'])} episode pairs "
+                f"(ON run k vs OFF run k) and ran at "
+                f"{_x(m['on_wall_s'] / m['off_wall_s'] if m['off_wall_s'] else float('nan'))} the wall "
+                f"time of recomputing every prompt."
+            )
         ok = g[(g["server_overrides"] != "") & (g["on_vs_off_episodes"] > 0) & (g["on_vs_off_diverged"] == 0)]
         bad = g[(g["server_overrides"] != "") & (g["on_vs_off_diverged"] > 0)]
         if not ok.empty:
             best = ok.sort_values("on_wall_s").iloc[0]
-            cost = (f"its ON arm takes {_x(best['on_wall_s_vs_main'])} the wall time of default caching and "
-                    f"{_x(best['on_wall_vs_main_off'])} that of default recomputation"
-                    if not np.isnan(best["on_wall_s_vs_main"]) else _cost_text(best))
-            lines.append(f"{config}: to make cached serving reproduce recomputation, set {best['server_overrides']} "
-                         f"(plan {best['plan']}): ON == OFF in all {int(best['on_vs_off_episodes'])} episode pairs; "
-                         f"{cost}.")
+            cost = (
+                f"its ON arm takes {_x(best['on_wall_s_vs_main'])} the wall time of default caching and "
+                f"{_x(best['on_wall_vs_main_off'])} that of default recomputation"
+                if not np.isnan(best["on_wall_s_vs_main"])
+                else _cost_text(best)
+            )
+            lines.append(
+                f"{config}: to make cached serving reproduce recomputation, set {best['server_overrides']} "
+                f"(plan {best['plan']}): ON == OFF in all {int(best['on_vs_off_episodes'])} episode pairs; "
+                f"{cost}."
+            )
         for _, b in bad.iterrows():
-            lines.append(f"{config}: {b['server_overrides']} (plan {b['plan']}) does not suffice: ON vs OFF diverged "
-                         f"in {int(b['on_vs_off_diverged'])}/{int(b['on_vs_off_episodes'])} episode pairs.")
+            lines.append(
+                f"{config}: {b['server_overrides']} (plan {b['plan']}) does not suffice: ON vs OFF diverged "
+                f"in {int(b['on_vs_off_diverged'])}/{int(b['on_vs_off_episodes'])} episode pairs."
+            )
         if ok.empty and bad.empty:
             lines.append(f"{config}: no mitigation plan ran (./run.sh run CONFIG --plan ub1).")
     for v in fresh:
         if v.status == PASS:
-            lines.append(f"{v.scope}: for identical reruns, restart the server (or clear its cache) at run "
-                         f"boundaries: {v.observed}.")
+            lines.append(
+                f"{v.scope}: for identical reruns, restart the server (or clear its cache) at run "
+                f"boundaries: {v.observed}."
+            )
         elif v.status == FAIL:
-            lines.append(f"{v.scope}: even with a fresh server per run, {v.observed}: the engine itself is "
-                         f"not run-to-run deterministic here.")
+            lines.append(
+                f"{v.scope}: even with a fresh server per run, {v.observed}: the engine itself is "
+                f"not run-to-run deterministic here."
+            )
     return lines
 
 

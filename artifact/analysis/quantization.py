@@ -96,12 +96,20 @@ def _position_columns_one_by_one(on: Run, off: Run, q_offs: list, q_ons: list, f
         flipped.append(flip is not None)
     if not offs:
         return None
-    return _columns(on, np.concatenate(offs), np.concatenate(ons), eids, indexes, np.asarray(lengths),
-                    np.asarray(flipped, dtype=bool))
+    return _columns(
+        on,
+        np.concatenate(offs),
+        np.concatenate(ons),
+        eids,
+        indexes,
+        np.asarray(lengths),
+        np.asarray(flipped, dtype=bool),
+    )
 
 
-def _columns(on: Run, a: np.ndarray, b: np.ndarray, eids: list, indexes: list, lengths: np.ndarray,
-             flipped: np.ndarray) -> dict:
+def _columns(
+    on: Run, a: np.ndarray, b: np.ndarray, eids: list, indexes: list, lengths: np.ndarray, flipped: np.ndarray
+) -> dict:
     """The columns of positions whose OFF and ON top-2 rows are `a` and `b`, request after request (`lengths`
     positions each, the last one a flip where `flipped`)."""
     margin = np.abs(a[:, 1] - a[:, 3])
@@ -117,12 +125,15 @@ def _columns(on: Run, a: np.ndarray, b: np.ndarray, eids: list, indexes: list, l
     flip[ends[flipped] - 1] = 1
     m = on.manifest
     return {
-        "config": _constant(len(a), m["config"]), "plan": _constant(len(a), m["plan"]),
+        "config": _constant(len(a), m["config"]),
+        "plan": _constant(len(a), m["plan"]),
         "run": np.full(len(a), m["run"], dtype=np.int64),
         "episode_id": np.repeat(np.array(eids, dtype=object), lengths),
         "request_index": np.repeat(np.asarray(indexes, dtype=np.int64), lengths),
         "position": np.arange(len(a)) - np.repeat(ends - lengths, lengths),
-        "margin": margin, "delta": delta, "flip": flip,
+        "margin": margin,
+        "delta": delta,
+        "flip": flip,
     }
 
 
@@ -140,8 +151,14 @@ def _frame(cols: dict) -> pd.DataFrame:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: np.empty(0, dtype=t) for c, t in zip(POSITION_COLUMNS, (
-        object, object, np.int64, object, np.int64, np.int64, float, float, np.int64))})
+    return pd.DataFrame(
+        {
+            c: np.empty(0, dtype=t)
+            for c, t in zip(
+                POSITION_COLUMNS, (object, object, np.int64, object, np.int64, np.int64, float, float, np.int64)
+            )
+        }
+    )
 
 
 def position_frames(runs: list[Run]) -> dict[tuple[str, str], pd.DataFrame]:
@@ -149,8 +166,11 @@ def position_frames(runs: list[Run]) -> dict[tuple[str, str], pd.DataFrame]:
     configuration and plan, made from its pairs' columns at once (as `positions` of each pair, concatenated)."""
     out = {}
     for key, group in by_plan(runs).items():
-        parts = [c for _, on, off in on_off_pairs(group)
-                 if (c := _position_columns(on, off)) is not None and len(c["margin"])]
+        parts = [
+            c
+            for _, on, off in on_off_pairs(group)
+            if (c := _position_columns(on, off)) is not None and len(c["margin"])
+        ]
         if parts:
             cols = {k: np.concatenate([c[k] for c in parts]) for k in POSITION_COLUMNS} if len(parts) > 1 else parts[0]
             out[key] = _frame(cols)
@@ -169,8 +189,14 @@ def _identity(run: Run) -> dict:
     model = manifest_table(run, "model")
     source = str(model.get("source") or "")
     level = source.rsplit("/", 1)[-1] if source.startswith("derived:") else str(model.get("quant") or "")
-    return {"config": run.manifest["config"], "plan": run.manifest["plan"], "engine": run.manifest.get("engine"),
-            "model_name": model.get("name"), "quant": model.get("quant"), "level": level}
+    return {
+        "config": run.manifest["config"],
+        "plan": run.manifest["plan"],
+        "engine": run.manifest.get("engine"),
+        "model_name": model.get("name"),
+        "quant": model.get("quant"),
+        "level": level,
+    }
 
 
 # The host facts that say which machine a run ran on (artifact.provenance records them in the manifest's `host`):
@@ -189,10 +215,16 @@ def machine_of(run: Run) -> tuple:
 SAME_WEIGHTS = "same weights through F32 kernels"
 SAME_KERNELS = "F16's weights through the same F32 kernels"
 PERTURBATION_CLAIMS = {  # by whether the reference differs in the weights only (True) or in the kernels
-    False: ("BEYOND-QUANT-KERNEL", "the level's kernels perturb the margins more between the cached and the "
-            "recomputed path (|d| larger than the reference's)"),
-    True: ("BEYOND-QUANT-WEIGHTS", "through the same F32 kernels, the level's weights perturb the margins more "
-           "than F16's weights (|d| larger than the reference's)"),
+    False: (
+        "BEYOND-QUANT-KERNEL",
+        "the level's kernels perturb the margins more between the cached and the "
+        "recomputed path (|d| larger than the reference's)",
+    ),
+    True: (
+        "BEYOND-QUANT-WEIGHTS",
+        "through the same F32 kernels, the level's weights perturb the margins more "
+        "than F16's weights (|d| larger than the reference's)",
+    ),
 }
 
 
@@ -214,9 +246,15 @@ def configurations(runs: list[Run]) -> pd.DataFrame:
     refs, kinds = [], []
     f16_levels, f16_f32_levels = ("F16", "BF16"), ("F16" + AS_F32.upper(), "BF16" + AS_F32.upper())
     for r, machine, model in zip(rows, machines, lineages):
-        same = [o for o, other, other_model in zip(rows, machines, lineages)
-                if _eq(o["engine"], r["engine"]) and _eq(other_model, model) and o["plan"] == r["plan"]
-                and len(machine) == 1 and other == machine]
+        same = [
+            o
+            for o, other, other_model in zip(rows, machines, lineages)
+            if _eq(o["engine"], r["engine"])
+            and _eq(other_model, model)
+            and o["plan"] == r["plan"]
+            and len(machine) == 1
+            and other == machine
+        ]
         twin = [o for o in same if o["level"] == r["level"] + AS_F32]
         f16 = [o for o in same if o["level"].upper() in f16_levels and o["config"] != r["config"]]
         f16_f32 = [o for o in same if o["level"].upper() in f16_f32_levels and o["config"] != r["config"]]
@@ -234,6 +272,7 @@ def configurations(runs: list[Run]) -> pd.DataFrame:
 
 # Series.mean, .median and .quantile as pandas computes them, on a frame's column arrays (pandas' per-call overhead
 # was most of the cost of `summary` and `compare`): the same numpy calls on the same values.
+
 
 def _mean(x: np.ndarray) -> float:
     """Series.mean of 0/1 or bool values (exact sums: k / n)."""
@@ -259,14 +298,33 @@ def summary(pos: dict, configs: pd.DataFrame) -> pd.DataFrame:
         p = pos.get((c["config"], c["plan"]), _EMPTY)
         flip, margin, delta = (p[k].to_numpy() for k in ("flip", "margin", "delta"))
         d = np.abs(delta[~np.isnan(delta)])
-        rows.append({**c, "positions": len(p), "flips": int(flip.sum()),
-                     "flip_rate": _mean(flip),
-                     "margin_median": _median(margin) if len(p) else np.nan,
-                     "delta_positions": len(d), "delta_zero_share": _mean(d == 0),
-                     "delta_median": _median(d) if len(d) else np.nan,
-                     "delta_q90": _quantile(d, 0.9) if len(d) else np.nan})
-    return pd.DataFrame(rows, columns=[*configs.columns, "positions", "flips", "flip_rate", "margin_median",
-                                       "delta_positions", "delta_zero_share", "delta_median", "delta_q90"])
+        rows.append(
+            {
+                **c,
+                "positions": len(p),
+                "flips": int(flip.sum()),
+                "flip_rate": _mean(flip),
+                "margin_median": _median(margin) if len(p) else np.nan,
+                "delta_positions": len(d),
+                "delta_zero_share": _mean(d == 0),
+                "delta_median": _median(d) if len(d) else np.nan,
+                "delta_q90": _quantile(d, 0.9) if len(d) else np.nan,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            *configs.columns,
+            "positions",
+            "flips",
+            "flip_rate",
+            "margin_median",
+            "delta_positions",
+            "delta_zero_share",
+            "delta_median",
+            "delta_q90",
+        ],
+    )
 
 
 def _flip_prob(delta: np.ndarray, margins: np.ndarray) -> float:
@@ -280,7 +338,8 @@ def _flip_prob(delta: np.ndarray, margins: np.ndarray) -> float:
 def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdict]]:
     """Each configuration against its reference: the two verdicts and the counterfactual split (`pos`:
     `position_frames`)."""
-    from scipy.stats import mannwhitneyu  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy.stats import mannwhitneyu  # scipy: a slow import, not needed to draw the figures
+
     rows, verdicts = [], []
     for c in configs.to_dict("records"):
         if not c["reference"]:
@@ -288,38 +347,59 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
         scope = f"{c['config']} vs {c['reference']} [{c['plan']}]"
         p = pos.get((c["config"], c["plan"]), _EMPTY)
         r = pos.get((c["reference"], c["plan"]), _EMPTY)
-        (pm, pf, pd_), (rm, rf, rd) = ((x["margin"].to_numpy(), x["flip"].to_numpy(), x["delta"].to_numpy())
-                                       for x in (p, r))
+        (pm, pf, pd_), (rm, rf, rd) = (
+            (x["margin"].to_numpy(), x["flip"].to_numpy(), x["delta"].to_numpy()) for x in (p, r)
+        )
         dp, dr = pd_[~np.isnan(pd_)], rd[~np.isnan(rd)]
-        row = {"config": c["config"], "reference": c["reference"], "plan": c["plan"],
-               "reference_kind": c["reference_kind"], "positions": len(p), "reference_positions": len(r),
-               "flip_rate": _mean(pf), "reference_flip_rate": _mean(rf),
-               "margin_median": _median(pm), "reference_margin_median": _median(rm),
-               "delta_median": np.median(np.abs(dp)) if dp.size else np.nan,
-               "reference_delta_median": np.median(np.abs(dr)) if dr.size else np.nan,
-               "margin_only_rate": _flip_prob(dr, pm),
-               "kernel_only_rate": _flip_prob(dp, rm),
-               "kernel_p": np.nan, "mh_odds_ratio": np.nan, "mh_p": np.nan}
-        evidence = [f"{c['reference']}: {c['reference_kind']}",
-                    f"flip rate {_pct(row['flip_rate'])} vs {_pct(row['reference_flip_rate'])}; counterfactual: "
-                    f"its margins with the reference's perturbations {_pct(row['margin_only_rate'])}, its "
-                    f"perturbations with the reference's margins {_pct(row['kernel_only_rate'])}"]
+        row = {
+            "config": c["config"],
+            "reference": c["reference"],
+            "plan": c["plan"],
+            "reference_kind": c["reference_kind"],
+            "positions": len(p),
+            "reference_positions": len(r),
+            "flip_rate": _mean(pf),
+            "reference_flip_rate": _mean(rf),
+            "margin_median": _median(pm),
+            "reference_margin_median": _median(rm),
+            "delta_median": np.median(np.abs(dp)) if dp.size else np.nan,
+            "reference_delta_median": np.median(np.abs(dr)) if dr.size else np.nan,
+            "margin_only_rate": _flip_prob(dr, pm),
+            "kernel_only_rate": _flip_prob(dp, rm),
+            "kernel_p": np.nan,
+            "mh_odds_ratio": np.nan,
+            "mh_p": np.nan,
+        }
+        evidence = [
+            f"{c['reference']}: {c['reference_kind']}",
+            f"flip rate {_pct(row['flip_rate'])} vs {_pct(row['reference_flip_rate'])}; counterfactual: "
+            f"its margins with the reference's perturbations {_pct(row['margin_only_rate'])}, its "
+            f"perturbations with the reference's margins {_pct(row['kernel_only_rate'])}",
+        ]
         # H-kernel: larger perturbations
         if dp.size and dr.size:
             row["kernel_p"] = float(mannwhitneyu(np.abs(dp), np.abs(dr), alternative="greater").pvalue)
-            larger = row["delta_median"] > row["reference_delta_median"] or \
-                np.mean(np.abs(dp)) > np.mean(np.abs(dr))
+            larger = row["delta_median"] > row["reference_delta_median"] or np.mean(np.abs(dp)) > np.mean(np.abs(dr))
             status = PASS if row["kernel_p"] < ALPHA else INCONCLUSIVE if larger else FAIL
             vid, claim = PERTURBATION_CLAIMS[c["reference_kind"] == SAME_KERNELS]
-            verdicts.append(Verdict.beyond(
-                vid, claim, scope, status,
-                f"median |d| {_g(row['delta_median'])} vs {_g(row['reference_delta_median'])} nats over "
-                f"{dp.size} / {dr.size} positions; one-sided Mann-Whitney p {_p(row['kernel_p'])} (positions)",
-                evidence))
+            verdicts.append(
+                Verdict.beyond(
+                    vid,
+                    claim,
+                    scope,
+                    status,
+                    f"median |d| {_g(row['delta_median'])} vs {_g(row['reference_delta_median'])} nats over "
+                    f"{dp.size} / {dr.size} positions; one-sided Mann-Whitney p {_p(row['kernel_p'])} (positions)",
+                    evidence,
+                )
+            )
         else:
             vid, claim = PERTURBATION_CLAIMS[c["reference_kind"] == SAME_KERNELS]
-            verdicts.append(Verdict.beyond(vid, claim, scope, NOT_RUN,
-                                    "no position at risk with both arms' top-2 in one of the two", evidence))
+            verdicts.append(
+                Verdict.beyond(
+                    vid, claim, scope, NOT_RUN, "no position at risk with both arms' top-2 in one of the two", evidence
+                )
+            )
         # H-margin: at equal margins, no more flips
         strata = []
         bins = MARGIN_BINS
@@ -328,8 +408,16 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
             strata.append((int(a.sum()), int(len(a) - a.sum()), int(b.sum()), int(len(b) - b.sum())))
         flips = sum(s[0] + s[2] for s in strata)
         if not len(p) or not len(r):
-            verdicts.append(Verdict.beyond("BEYOND-QUANT-MARGIN", "margins explain the extra flips", scope, NOT_RUN,
-                                    "no position at risk in one of the two", evidence))
+            verdicts.append(
+                Verdict.beyond(
+                    "BEYOND-QUANT-MARGIN",
+                    "margins explain the extra flips",
+                    scope,
+                    NOT_RUN,
+                    "no position at risk in one of the two",
+                    evidence,
+                )
+            )
         else:
             row["mh_odds_ratio"], row["mh_p"] = mantel_haenszel(strata, alternative="greater")
             if row["mh_p"] < ALPHA:
@@ -338,16 +426,39 @@ def compare(pos: dict, configs: pd.DataFrame) -> tuple[pd.DataFrame, list[Verdic
                 status = INCONCLUSIVE
             else:
                 status = PASS
-            verdicts.append(Verdict.beyond(
-                "BEYOND-QUANT-MARGIN", "at equal top-2 margins the level flips no more often than the reference "
-                "(its margins explain its extra flips)", scope, status,
-                f"{flips} flips; within margin bins, Mantel-Haenszel odds ratio {_g(row['mh_odds_ratio'])}, "
-                f"one-sided p {_p(row['mh_p'])} (margins {_g(row['margin_median'])} vs "
-                f"{_g(row['reference_margin_median'])} median nats)", evidence))
+            verdicts.append(
+                Verdict.beyond(
+                    "BEYOND-QUANT-MARGIN",
+                    "at equal top-2 margins the level flips no more often than the reference "
+                    "(its margins explain its extra flips)",
+                    scope,
+                    status,
+                    f"{flips} flips; within margin bins, Mantel-Haenszel odds ratio {_g(row['mh_odds_ratio'])}, "
+                    f"one-sided p {_p(row['mh_p'])} (margins {_g(row['margin_median'])} vs "
+                    f"{_g(row['reference_margin_median'])} median nats)",
+                    evidence,
+                )
+            )
         rows.append(row)
-    cols = ["config", "reference", "plan", "reference_kind", "positions", "reference_positions", "flip_rate",
-            "reference_flip_rate", "margin_median", "reference_margin_median", "delta_median",
-            "reference_delta_median", "margin_only_rate", "kernel_only_rate", "kernel_p", "mh_odds_ratio", "mh_p"]
+    cols = [
+        "config",
+        "reference",
+        "plan",
+        "reference_kind",
+        "positions",
+        "reference_positions",
+        "flip_rate",
+        "reference_flip_rate",
+        "margin_median",
+        "reference_margin_median",
+        "delta_median",
+        "reference_delta_median",
+        "margin_only_rate",
+        "kernel_only_rate",
+        "kernel_p",
+        "mh_odds_ratio",
+        "mh_p",
+    ]
     return pd.DataFrame(rows, columns=cols), verdicts
 
 
@@ -390,8 +501,9 @@ def figure_data(pos: dict, pairs: pd.DataFrame) -> list[tuple] | None:
             at = np.unique(np.linspace(0, d.size - 1, SURVIVAL_POINTS).astype(int))
             curve = (d[at], 1.0 - at / d.size)
         idx = np.digitize(p["margin"].to_numpy(), MARGIN_BINS[1:-1])
-        rates = [p["flip"].to_numpy()[idx == b].mean() if (idx == b).any() else np.nan
-                 for b in range(len(MARGIN_BINS) - 1)]
+        rates = [
+            p["flip"].to_numpy()[idx == b].mean() if (idx == b).any() else np.nan for b in range(len(MARGIN_BINS) - 1)
+        ]
         out.append((name, curve, rates))
     return out
 
@@ -407,8 +519,9 @@ def draw_figure(data: list[tuple] | None, path):
     if not data:
         return None
 
-    labels = [f"[{lo:g}, {hi:g})" if np.isfinite(hi) else f">= {lo:g}"
-              for lo, hi in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])]
+    labels = [
+        f"[{lo:g}, {hi:g})" if np.isfinite(hi) else f">= {lo:g}" for lo, hi in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:])
+    ]
     fig = new_figure(10.0, 4.2, bottom=0.45 + text_room(labels, 7, 30))
     ax, ax2 = fig.subplots(1, 2)
     for k, (name, curve, rates) in enumerate(data):
@@ -429,5 +542,3 @@ def draw_figure(data: list[tuple] | None, path):
     ax.legend(*ax2.get_legend_handles_labels(), fontsize=6, frameon=False)
     fig.savefig(path, format="png")
     return path
-
-

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from artifact.records.store import EPISODES, MANIFEST, REQUESTS, Run
 
 # Fields whose values differ on every rerun by design (server and wall times): reported, not compared.
-TIMING = {REQUESTS: ("prompt_ms", "predicted_ms", "engine_extra.wall_ms"),
-          EPISODES: (),
-          MANIFEST: ("started_at", "finished_at", "wall_s")}
+TIMING = {
+    REQUESTS: ("prompt_ms", "predicted_ms", "engine_extra.wall_ms"),
+    EPISODES: (),
+    MANIFEST: ("started_at", "finished_at", "wall_s"),
+}
 MANIFEST_OUTCOME = ("episodes",)  # the manifest's part of the outcome (the rest says what produced it)
 _MISSING = object()
 
@@ -135,7 +137,7 @@ def _compare(file: str, a: dict, b: dict, order, where, diffs: dict) -> None:
                 pos = first_position(va, vb)
                 at = f", position {pos}" if pos is not None else ""
                 if pos is not None and isinstance(va, str):  # texts: from the first differing character
-                    shown = (va[pos:pos + 40], vb[pos:pos + 40])
+                    shown = (va[pos : pos + 40], vb[pos : pos + 40])
                 elif pos is not None:
                     shown = (va[pos] if pos < len(va) else _MISSING, vb[pos] if pos < len(vb) else _MISSING)
                 else:
@@ -145,8 +147,11 @@ def _compare(file: str, a: dict, b: dict, order, where, diffs: dict) -> None:
 
 def compare_records(a: Run, b: Run) -> RunDiff:
     """Every outcome field of two runs' records (see the module's doc)."""
-    diff = RunDiff(a.label if a.label == b.label else f"{a.label} vs {b.label}", (len(a.requests), len(b.requests)),
-                   (len(a.episodes), len(b.episodes)))
+    diff = RunDiff(
+        a.label if a.label == b.label else f"{a.label} vs {b.label}",
+        (len(a.requests), len(b.requests)),
+        (len(a.episodes), len(b.episodes)),
+    )
     ra = {(r.get("episode_id"), r.get("request_index")): r for r in a.requests}
     rb = {(r.get("episode_id"), r.get("request_index")): r for r in b.requests}
     ea = {e.get("episode_id"): e for e in a.episodes}
@@ -154,8 +159,14 @@ def compare_records(a: Run, b: Run) -> RunDiff:
     order = _order(a)
     diffs: dict = {}
     _compare(REQUESTS, ra, rb, order, lambda k: f"episode {k[0]}, request {k[1]}", diffs)
-    _compare(EPISODES, {(k, 0): v for k, v in ea.items()}, {(k, 0): v for k, v in eb.items()}, order,
-             lambda k: f"episode {k[0]}", diffs)
+    _compare(
+        EPISODES,
+        {(k, 0): v for k, v in ea.items()},
+        {(k, 0): v for k, v in eb.items()},
+        order,
+        lambda k: f"episode {k[0]}",
+        diffs,
+    )
     for name in MANIFEST_OUTCOME:
         va, vb = a.manifest.get(name, _MISSING), b.manifest.get(name, _MISSING)
         if not (va is not _MISSING and vb is not _MISSING and same(va, vb)):
@@ -164,15 +175,19 @@ def compare_records(a: Run, b: Run) -> RunDiff:
     counts = {REQUESTS: len(set(ra) & set(rb)), EPISODES: len(set(ea) & set(eb)), MANIFEST: 1}
     for (file, name), (n, first) in diffs.items():
         diff.fields.append(FieldDiff(file, name, n, counts[file], first))
-    for what, x, y, show in ((REQUESTS, ra, rb, lambda k: f"episode {k[0]} request {k[1]}"),
-                             (EPISODES, ea, eb, lambda k: f"episode {k}")):
+    for what, x, y, show in (
+        (REQUESTS, ra, rb, lambda k: f"episode {k[0]} request {k[1]}"),
+        (EPISODES, ea, eb, lambda k: f"episode {k}"),
+    ):
         for side, mine, other in (("A", x, y), ("B", y, x)):
             only = [k for k in mine if k not in other]
             if only:
                 diff.unmatched.append(f"{len(only)} {what} record(s) only in {side} (first: {show(only[0])})")
-    diff.timing = sorted(f"{name} ({file})" for file, recs in ((REQUESTS, a.requests + b.requests),
-                                                                (MANIFEST, [a.manifest, b.manifest]))
-                         for name in _timing_present(recs, file))
+    diff.timing = sorted(
+        f"{name} ({file})"
+        for file, recs in ((REQUESTS, a.requests + b.requests), (MANIFEST, [a.manifest, b.manifest]))
+        for name in _timing_present(recs, file)
+    )
     diff.provenance = provenance_differences(a, b)
     diff.unknown = provenance_unknown(a, b)
     return diff
@@ -180,8 +195,13 @@ def compare_records(a: Run, b: Run) -> RunDiff:
 
 # What the host records say of the machine; each is compared only where both sides recorded it ("the same
 # host" was said where the machine, boot and GPU digests were missing).
-HOST_FACTS = (("gpus", "GPU/driver"), ("cpu", "CPU"), ("os", "OS"), ("hostname_sha256", "host name (digest)"),
-              ("cuda_mps", "CUDA MPS"))
+HOST_FACTS = (
+    ("gpus", "GPU/driver"),
+    ("cpu", "CPU"),
+    ("os", "OS"),
+    ("hostname_sha256", "host name (digest)"),
+    ("cuda_mps", "CUDA MPS"),
+)
 MACHINE_DIGESTS = (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"), ("gpu_uuid_sha256", "GPU UUID"))
 
 
@@ -190,10 +210,14 @@ def provenance_unknown(a: Run, b: Run) -> list[str]:
     and machine digest (`HOST_FACTS`, `MACHINE_DIGESTS`) one side lacks (or records as null)."""
     ma, mb = a.manifest, b.manifest
     ha, hb = ma.get("host") or {}, mb.get("host") or {}
-    out = [what for present, what in (
-        (ma.get("engine_build") and mb.get("engine_build"), "engine build"),
-        ((ma.get("binary") or {}).get("sha256") and (mb.get("binary") or {}).get("sha256"), "server binary sha256"),
-    ) if not present]
+    out = [
+        what
+        for present, what in (
+            (ma.get("engine_build") and mb.get("engine_build"), "engine build"),
+            ((ma.get("binary") or {}).get("sha256") and (mb.get("binary") or {}).get("sha256"), "server binary sha256"),
+        )
+        if not present
+    ]
     out += [what for key, what in HOST_FACTS + MACHINE_DIGESTS if ha.get(key) is None or hb.get(key) is None]
     return out
 
@@ -202,8 +226,11 @@ def same_provenance_line(diffs: list[RunDiff]) -> str:
     """What `render` says where nothing recorded differs: only what both sides recorded is said to be the same; what
     one side lacks is named as unknown (the same machine is said only where its digests are recorded and equal)."""
     unknown = sorted({u for d in diffs for u in d.unknown})
-    known = [w for w in ("engine build", "server binary sha256", *(w for _, w in HOST_FACTS + MACHINE_DIGESTS))
-             if w not in unknown]
+    known = [
+        w
+        for w in ("engine build", "server binary sha256", *(w for _, w in HOST_FACTS + MACHINE_DIGESTS))
+        if w not in unknown
+    ]
     line = f"what produced them, where both sides recorded it: the same ({', '.join(known) or 'nothing recorded'})"
     if unknown:
         line += f"; not recorded on both sides, so not shown to be the same: {', '.join(unknown)}"
@@ -229,16 +256,22 @@ def provenance_differences(a: Run, b: Run) -> list[str]:
 
     differ = [s for s in stems if digests(fa, s) != digests(fb, s)]
     if differ:
-        out.append(f"{len(differ)} of {len(stems)} binaries and libraries differ in sha256 ({', '.join(differ[:5])}"
-                   f"{', ...' if len(differ) > 5 else ''}): a different build")
+        out.append(
+            f"{len(differ)} of {len(stems)} binaries and libraries differ in sha256 ({', '.join(differ[:5])}"
+            f"{', ...' if len(differ) > 5 else ''}): a different build"
+        )
     ha, hb = ma.get("host") or {}, mb.get("host") or {}
-    for key, what in (("gpus", "GPU/driver"), ("cpu", "CPU"), ("os", "OS"), ("hostname_sha256", "host"),
-                      ("cuda_mps", "CUDA MPS")):  # HOST_FACTS (the names as these lines have always said them)
+    for key, what in (
+        ("gpus", "GPU/driver"),
+        ("cpu", "CPU"),
+        ("os", "OS"),
+        ("hostname_sha256", "host"),
+        ("cuda_mps", "CUDA MPS"),
+    ):  # HOST_FACTS (the names as these lines have always said them)
         if ha.get(key) != hb.get(key):
             out.append(f"{what}: {ha.get(key)!r} vs {hb.get(key)!r}")
     # machine identity and GPU sharing, where both records carry them (older records do not)
-    for key, what in (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"),
-                      ("gpu_uuid_sha256", "GPU UUID")):
+    for key, what in (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"), ("gpu_uuid_sha256", "GPU UUID")):
         if key in ha and key in hb and ha[key] != hb[key]:
             out.append(f"{what} (digest): {ha[key]!r} vs {hb[key]!r}")
     sa, sb = (tuple((h.get("gpu_sharing") or {}).get(k) for k in ("mode", "jobs_per_gpu")) for h in (ha, hb))
@@ -254,20 +287,26 @@ def identity_of(run: Run) -> tuple:
     return m["config"], m["plan"], m["arm"], m["run"]
 
 
-def compare_results(runs_a: list[Run], runs_b: list[Run]) -> tuple[list[tuple[Run, Run, RunDiff]], list[str],
-                                                                     list[str]]:
+def compare_results(
+    runs_a: list[Run], runs_b: list[Run]
+) -> tuple[list[tuple[Run, Run, RunDiff]], list[str], list[str]]:
     """(each matched pair and its diff, run labels only under A, only under B)."""
     a = {identity_of(r): r for r in runs_a}
     b = {identity_of(r): r for r in runs_b}
     both = [k for k in a if k in b]
-    return ([(a[k], b[k], compare_records(a[k], b[k])) for k in both], [a[k].label for k in a if k not in b],
-            [b[k].label for k in b if k not in a])
+    return (
+        [(a[k], b[k], compare_records(a[k], b[k])) for k in both],
+        [a[k].label for k in a if k not in b],
+        [b[k].label for k in b if k not in a],
+    )
 
 
 def render_diff(d: RunDiff) -> list[str]:
     verdict = "IDENTICAL" if d.exact else "DIFFERENT"
-    lines = [f"{verdict:9}  {d.label}: {d.requests[0]} vs {d.requests[1]} requests, {d.episodes[0]} vs "
-             f"{d.episodes[1]} episodes"]
+    lines = [
+        f"{verdict:9}  {d.label}: {d.requests[0]} vs {d.requests[1]} requests, {d.episodes[0]} vs "
+        f"{d.episodes[1]} episodes"
+    ]
     for f in d.fields:
         what = "records" if f.file == MANIFEST else f.file.split(".")[0]
         lines.append(f"  {f.file} field '{f.name}' differs in {f.differ} of {f.of} {what}; first: {f.first}")
@@ -287,9 +326,13 @@ def render(diffs: list[RunDiff], only_a: list[str], only_b: list[str]) -> str:
         lines.append(same_provenance_line(diffs))
     for which, labels in (("first", only_a), ("second", only_b)):
         if labels:
-            lines.append(f"{len(labels)} run(s) only in the {which}, not compared ({', '.join(labels[:3])}"
-                         f"{', ...' if len(labels) > 3 else ''})")
+            lines.append(
+                f"{len(labels)} run(s) only in the {which}, not compared ({', '.join(labels[:3])}"
+                f"{', ...' if len(labels) > 3 else ''})"
+            )
     exact = sum(d.exact for d in diffs)
-    lines.append(f"{exact} of {len(diffs)} compared run pair(s) identical in every outcome field "
-                 f"({sum(min(d.requests) for d in diffs)} requests compared)")
+    lines.append(
+        f"{exact} of {len(diffs)} compared run pair(s) identical in every outcome field "
+        f"({sum(min(d.requests) for d in diffs)} requests compared)"
+    )
     return "\n".join(lines)

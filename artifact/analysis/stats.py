@@ -30,7 +30,8 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     k = 0 gives low = 0 and k = n gives high = 1. Raises ValueError for n = 0
     (a rate over no observations has no interval; callers report "not run").
     """
-    from scipy.special import ndtri  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy.special import ndtri  # scipy: a slow import, not needed to draw the figures
+
     k, n = int(k), int(n)
     if n <= 0:
         raise ValueError(f"wilson_interval needs n >= 1, got n={n}")
@@ -55,7 +56,8 @@ def normal_sf(z: float):
     """The standard normal's upper tail P(Z > z): scipy.stats.norm.sf(z) as scipy computes it (`_norm_sf`:
     scipy.special.ndtr(-z), the same float; tests/analysis/test_stats.py holds the two equal), without scipy.stats'
     import (~0.3 s; check's paper tables need only this tail, and ask for it before the figures can be drawn)."""
-    from scipy.special import ndtr  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy.special import ndtr  # scipy: a slow import, not needed to draw the figures
+
     return ndtr(-z)
 
 
@@ -106,8 +108,8 @@ def block_bootstrap_interval(
 
     csum = np.concatenate(([0.0], np.cumsum(np.concatenate((x, x[:L])))))  # wrapped: a block may run past n
     full_starts, last_starts = _block_starts(seed, n, n_boot, n_blocks)
-    full = (csum[L:L + n] - csum[:n])[full_starts].sum(axis=1)  # the sum of the block starting at s, by s
-    last = (csum[tail:tail + n] - csum[:n])[last_starts]
+    full = (csum[L : L + n] - csum[:n])[full_starts].sum(axis=1)  # the sum of the block starting at s, by s
+    last = (csum[tail : tail + n] - csum[:n])[last_starts]
     means = (full + last) / n
 
     alpha = 1.0 - confidence
@@ -153,9 +155,7 @@ def _keep(key: tuple, arrays) -> None:
         _DRAWS[key] = arrays if len(arrays) > 1 else arrays[0]
 
 
-def cochran_armitage(
-    k: Sequence[int], n: Sequence[int], scores: Sequence[float] | None = None
-) -> tuple[float, float]:
+def cochran_armitage(k: Sequence[int], n: Sequence[int], scores: Sequence[float] | None = None) -> tuple[float, float]:
     """Cochran-Armitage test for a linear trend in k_i / n_i over ordered groups.
 
     z = sum s_i (k_i - n_i p) / sqrt(p (1 - p) [sum n_i s_i^2 - (sum n_i s_i)^2 / N]),
@@ -191,7 +191,8 @@ def mcnemar_exact(b: int, c: int) -> float:
     Under H0 b ~ Binomial(b + c, 1/2); p = 2 * P(X <= min(b, c)), capped at 1
     (scipy.stats.binomtest). b + c = 0 gives 1.0.
     """
-    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy import stats  # scipy: a slow import, not needed to draw the figures
+
     b, c = int(b), int(c)
     if b < 0 or c < 0:
         raise ValueError(f"mcnemar_exact needs non-negative counts, got b={b}, c={c}")
@@ -211,7 +212,8 @@ def mcnemar_power(n: int, discordant_rate: float, net_shift: float, alpha: float
     2 * P(Bin(d, 1/2) <= b) <= alpha. Values of d with P(D = d) < 1e-16 are
     skipped (their total mass is below float resolution).
     """
-    from scipy import stats  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy import stats  # scipy: a slow import, not needed to draw the figures
+
     n = int(n)
     r, shift = float(discordant_rate), float(net_shift)
     if n < 1 or not 0 < r <= 1 or abs(shift) > r or not 0 < alpha < 1:

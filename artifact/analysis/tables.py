@@ -31,7 +31,14 @@ import pandas as pd
 from artifact import engines
 from artifact.analysis.groups import cache_condition, group_lineage, pinned_model
 from artifact.analysis.compare import (
-    Comparison, Exposure, Paired, cache_exposure, cache_problem, cache_unused, plan_pairs, record_problems,
+    Comparison,
+    Exposure,
+    Paired,
+    cache_exposure,
+    cache_problem,
+    cache_unused,
+    plan_pairs,
+    record_problems,
 )
 from artifact.analysis.stats import block_bootstrap_interval, cochran_armitage, wilson_interval
 from artifact.records.store import Run
@@ -44,6 +51,7 @@ MIN_TREND_LEVELS = 3  # the trend test is run (and RQ3 judged) where at least th
 
 
 # --- quantization levels --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class QuantLevel:
@@ -82,8 +90,17 @@ QUANT_LEVELS: tuple[QuantLevel, ...] = (
 )
 QUANT_BY_NAME = {q.name: q for q in QUANT_LEVELS}
 QUANT_ALIASES = {  # llama.cpp's own aliases, and the labels other engines use for 16-bit weights
-    "Q4_K": "Q4_K_M", "Q3_K": "Q3_K_M", "Q5_K": "Q5_K_M", "FP16": "F16", "FLOAT16": "F16", "HALF": "F16",
-    "16-BIT": "F16", "16BIT": "F16", "BFLOAT16": "BF16", "FP32": "F32", "FLOAT32": "F32",
+    "Q4_K": "Q4_K_M",
+    "Q3_K": "Q3_K_M",
+    "Q5_K": "Q5_K_M",
+    "FP16": "F16",
+    "FLOAT16": "F16",
+    "HALF": "F16",
+    "16-BIT": "F16",
+    "16BIT": "F16",
+    "BFLOAT16": "BF16",
+    "FP32": "F32",
+    "FLOAT32": "F32",
 }
 
 
@@ -96,11 +113,16 @@ def quant_level(label: str | None) -> QuantLevel | None:
 
 
 def quant_levels_frame() -> pd.DataFrame:
-    return pd.DataFrame([{"level": q.name, "rank": q.rank, "bpw": q.bpw, "ppl_increase": q.ppl_increase,
-                          "note": q.note} for q in QUANT_LEVELS])
+    return pd.DataFrame(
+        [
+            {"level": q.name, "rank": q.rank, "bpw": q.bpw, "ppl_increase": q.ppl_increase, "note": q.note}
+            for q in QUANT_LEVELS
+        ]
+    )
 
 
 # --- per-run facts --------------------------------------------------------------------------------------------
+
 
 def is_paired_run(run: Run) -> bool:
     """A run of the paired protocol (an OFF or an ON arm); other workloads' arms (the GSM8K bridge) are not."""
@@ -119,16 +141,21 @@ def run_meta(run: Run) -> dict:
     model = as_dict(m.get("model")) or as_dict(cfg.get("model"))
     cache = cache_condition(run)
     return {
-        "config": m["config"], "plan": m["plan"],
+        "config": m["config"],
+        "plan": m["plan"],
         "engine": m.get("engine") or as_dict(cfg.get("engine")).get("kind") or "unknown",
         "engine_build": m.get("engine_build"),
-        "model_family": model.get("family"), "model_name": model.get("name"), "quant": model.get("quant"),
+        "model_family": model.get("family"),
+        "model_name": model.get("name"),
+        "quant": model.get("quant"),
         # the model the checkout's configurations pin the run's weights as (family, name), or None: which of the
         # paper's configurations a run is comes from this, never from the names above (`groups.pinned_model`)
         "pinned_model": pinned_model(run),
-        "lifecycle": m.get("lifecycle"), "cache_ram_mib": cache["settings"].get("cache_ram_mib"),
+        "lifecycle": m.get("lifecycle"),
+        "cache_ram_mib": cache["settings"].get("cache_ram_mib"),
         "cache_condition": cache["description"],
-        "workload": m.get("workload"), "prompt_variant": m.get("prompt_variant"),
+        "workload": m.get("workload"),
+        "prompt_variant": m.get("prompt_variant"),
     }
 
 
@@ -195,10 +222,18 @@ def relative(path: Path, root: Path | None) -> str:
 
 # --- divergence rates -----------------------------------------------------------------------------------------
 
+
 def rate_stats(k: int, n: int, flags: list[int] | None = None) -> dict:
     """k, n, rate, Wilson and block-bootstrap 95% intervals (None where n = 0 or no flags)."""
-    out = {"k": k, "n": n, "rate": k / n if n else None,
-           "wilson_lo": None, "wilson_hi": None, "boot_lo": None, "boot_hi": None}
+    out = {
+        "k": k,
+        "n": n,
+        "rate": k / n if n else None,
+        "wilson_lo": None,
+        "wilson_hi": None,
+        "boot_lo": None,
+        "boot_hi": None,
+    }
     if n:
         out["wilson_lo"], out["wilson_hi"] = wilson_interval(k, n, CONFIDENCE)
         if flags:
@@ -208,8 +243,11 @@ def rate_stats(k: int, n: int, flags: list[int] | None = None) -> dict:
 
 def widest_interval(s: dict) -> tuple[float, float] | None:
     """The wider (by width) of the Wilson and the bootstrap interval of a rate_stats dict."""
-    cands = [(s[a], s[b]) for a, b in (("wilson_lo", "wilson_hi"), ("boot_lo", "boot_hi"))
-             if s.get(a) is not None and s.get(b) is not None]
+    cands = [
+        (s[a], s[b])
+        for a, b in (("wilson_lo", "wilson_hi"), ("boot_lo", "boot_hi"))
+        if s.get(a) is not None and s.get(b) is not None
+    ]
     return max(cands, key=lambda c: c[1] - c[0]) if cands else None
 
 
@@ -225,6 +263,7 @@ def comparison_stats(c: Comparison) -> dict:
 
 
 # --- groups: the runs of one configuration and plan -----------------------------------------------------------
+
 
 @dataclass
 class Pair:
@@ -297,6 +336,7 @@ def group_runs(runs: list[Run]) -> list[PlanGroup]:
 
 # --- the tables -----------------------------------------------------------------------------------------------
 
+
 def _arm_accuracy(runs: list[Run], arm: str) -> tuple[int, int]:
     eps = [e for r in runs if r.complete and r.manifest["arm"] == arm for e in r.episodes]
     return sum(bool(e.get("valid")) for e in eps), len(eps)
@@ -320,8 +360,21 @@ def _flat(prefix: str, s: dict | None) -> dict:
 
 
 def tab2_row(g: PlanGroup) -> dict:
-    row = {key: g.meta[key] for key in ("config", "plan", "engine", "model_family", "model_name", "quant",
-                                        "lifecycle", "cache_ram_mib", "cache_condition", "prompt_variant")}
+    row = {
+        key: g.meta[key]
+        for key in (
+            "config",
+            "plan",
+            "engine",
+            "model_family",
+            "model_name",
+            "quant",
+            "lifecycle",
+            "cache_ram_mib",
+            "cache_condition",
+            "prompt_variant",
+        )
+    }
     row["episodes"] = max((len(r.manifest["episodes"]) for r in g.runs), default=0)
     for kind in ("off_rerun", "on_rerun", "on_vs_off"):
         row.update(_flat(kind, g.stats.get(kind)))
@@ -343,8 +396,20 @@ def tab2_row(g: PlanGroup) -> dict:
 
 
 def comparison_rows(g: PlanGroup) -> list[dict]:
-    return [{"config": g.config, "plan": g.plan, "comparison": p.kind, "pair": p.name, "run_k": p.k,
-             "headline": g.headline(p.kind) is p, "a": p.cmp.a, "b": p.cmp.b, **p.stats} for p in g.comparisons]
+    return [
+        {
+            "config": g.config,
+            "plan": g.plan,
+            "comparison": p.kind,
+            "pair": p.name,
+            "run_k": p.k,
+            "headline": g.headline(p.kind) is p,
+            "a": p.cmp.a,
+            "b": p.cmp.b,
+            **p.stats,
+        }
+        for p in g.comparisons
+    ]
 
 
 def pairing_fingerprint(run: Run) -> str | None:
@@ -358,9 +423,16 @@ def run_row(run: Run, root: Path | None = None) -> dict:
     eps = run.episodes
     reqs = run.requests
     return {
-        "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"], "session": m.get("session"),
-        "lifecycle": m.get("lifecycle"), "status": m.get("status"), "episodes": len(m["episodes"]),
-        "requests": len(reqs), "errors": len(reqs) - list(map(_get, reqs, repeat("error"))).count(None),
+        "config": m["config"],
+        "plan": m["plan"],
+        "arm": m["arm"],
+        "run": m["run"],
+        "session": m.get("session"),
+        "lifecycle": m.get("lifecycle"),
+        "status": m.get("status"),
+        "episodes": len(m["episodes"]),
+        "requests": len(reqs),
+        "errors": len(reqs) - list(map(_get, reqs, repeat("error"))).count(None),
         "valid": sum(bool(x.get("valid")) for x in eps) if is_paired_run(run) else None,
         "prompt_tokens": None if e is None else e.prompt_tokens,
         "cached_tokens": None if e is None else e.cached_tokens,
@@ -368,11 +440,14 @@ def run_row(run: Run, root: Path | None = None) -> dict:
         "requests_with_cache": None if e is None else e.requests_with_cache,
         "cache_unreported": len(reqs) if e is None else e.unreported,
         "wall_s": m.get("wall_s"),
-        "server_compute_s": sum(map(add, *([v or 0 for v in map(_get, reqs, repeat(f))]
-                                             for f in ("prompt_ms", "predicted_ms")))) / 1000,
+        "server_compute_s": sum(
+            map(add, *([v or 0 for v in map(_get, reqs, repeat(f))] for f in ("prompt_ms", "predicted_ms")))
+        )
+        / 1000,
         "pairing_fingerprint": pairing_fingerprint(run),
         "isolation": (as_dict(m.get("isolation")).get("network") or "not recorded"),
-        "path": relative(run.path, root), "problems": "; ".join(run_problems(run)) or None,
+        "path": relative(run.path, root),
+        "problems": "; ".join(run_problems(run)) or None,
     }
 
 
@@ -395,8 +470,16 @@ def fig1_rows(groups: list[PlanGroup]) -> list[dict]:
             g = by.get((config, plan))
             s = g.stats.get(kind) if g else None
             if s is not None:
-                rows.append({"config": config, "condition": label, "plan": plan, "comparison": kind, "ran": True,
-                             **_flat("div", s)})
+                rows.append(
+                    {
+                        "config": config,
+                        "condition": label,
+                        "plan": plan,
+                        "comparison": kind,
+                        "ran": True,
+                        **_flat("div", s),
+                    }
+                )
     return rows
 
 
@@ -423,11 +506,22 @@ def series_rows(groups: list[PlanGroup]) -> tuple[list[dict], list[str], dict[st
             outside.append(f"{g.config}: {why}")
             continue
         level = quant_level(g.meta["quant"])
-        rows.append({"series": (found, g.meta["engine"]), "label": _series_key(g.meta), "engine": g.meta["engine"],
-                     "model_family": g.meta["model_family"], "model_name": g.meta["model_name"], "config": g.config,
-                     "quant": g.meta["quant"], "level": level.name if level else None,
-                     "rank": level.rank if level else None, "bpw": level.bpw if level else None, **_flat("div", s),
-                     "_pinned": g.meta.get("pinned_model")})
+        rows.append(
+            {
+                "series": (found, g.meta["engine"]),
+                "label": _series_key(g.meta),
+                "engine": g.meta["engine"],
+                "model_family": g.meta["model_family"],
+                "model_name": g.meta["model_name"],
+                "config": g.config,
+                "quant": g.meta["quant"],
+                "level": level.name if level else None,
+                "rank": level.rank if level else None,
+                "bpw": level.bpw if level else None,
+                **_flat("div", s),
+                "_pinned": g.meta.get("pinned_model"),
+            }
+        )
     labels: dict[tuple, str] = {}
     for r in sorted(rows, key=lambda r: (r["label"], r["config"])):
         labels.setdefault(r["series"], r["label"])
@@ -457,12 +551,22 @@ def trend_rows(fig2: pd.DataFrame) -> list[dict]:
         unknown = sorted(str(q) if q else "not recorded" for q in df.loc[df["rank"].isna(), "quant"])
         ranks = sorted(set(known["rank"]))
         score_of = {r: i for i, r in enumerate(ranks)}
-        row = {"series": series, "levels": " < ".join(known["level"]), "n_levels": len(ranks),
-               "k": " ".join(str(int(k)) for k in known["div_k"]), "n": " ".join(str(int(n)) for n in known["div_n"]),
-               "z": None, "p": None, "unknown_levels": ", ".join(unknown) or None}
+        row = {
+            "series": series,
+            "levels": " < ".join(known["level"]),
+            "n_levels": len(ranks),
+            "k": " ".join(str(int(k)) for k in known["div_k"]),
+            "n": " ".join(str(int(n)) for n in known["div_n"]),
+            "z": None,
+            "p": None,
+            "unknown_levels": ", ".join(unknown) or None,
+        }
         if len(ranks) >= MIN_TREND_LEVELS and (known["div_n"] > 0).all():
-            z, p = cochran_armitage(known["div_k"].astype(int).tolist(), known["div_n"].astype(int).tolist(),
-                                    [score_of[r] for r in known["rank"]])
+            z, p = cochran_armitage(
+                known["div_k"].astype(int).tolist(),
+                known["div_n"].astype(int).tolist(),
+                [score_of[r] for r in known["rank"]],
+            )
             row["z"], row["p"] = z, p
         rows.append(row)
     return rows
@@ -495,8 +599,18 @@ class Tables:
         return next((g for g in self.groups if g.config == config and g.plan == plan), None)
 
 
-FIG2_COLUMNS = ["series", "engine", "model_family", "model_name", "config", "quant", "level", "rank", "bpw",
-                *_flat("div", None)]
+FIG2_COLUMNS = [
+    "series",
+    "engine",
+    "model_family",
+    "model_name",
+    "config",
+    "quant",
+    "level",
+    "rank",
+    "bpw",
+    *_flat("div", None),
+]
 
 
 def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
@@ -522,9 +636,11 @@ def build_tables(runs: list[Run], root: Path | None = None) -> Tables:
 
 
 # What no record of a run against a server the artifact did not start can show, in words (check's note, the report)
-USER_SERVER_UNOBSERVED = ("whether other clients used the server during the runs (another client's requests on the "
-                          "same server change even cache-OFF outputs), and the server's command line, binary and "
-                          "weights' sha256")
+USER_SERVER_UNOBSERVED = (
+    "whether other clients used the server during the runs (another client's requests on the "
+    "same server change even cache-OFF outputs), and the server's command line, binary and "
+    "weights' sha256"
+)
 
 
 def user_server_runs(runs: list[Run]) -> list[str]:

@@ -65,10 +65,17 @@ def prefix_of(run: Run) -> tuple[str | None, str]:
         u = u if isinstance(u, dict) else {}
         unit, chars, shared = u.get("unit"), u.get("first_prompt_chars"), u.get("shared_prefix_chars")
         if not isinstance(unit, str) or unit not in first or u.get("first_prompt_sha256") != first[unit]:
-            return None, (f"its tenant prompts of unit {unit!r} are recorded against a first prompt that is not the "
-                          "one the run sent (requests.jsonl)")
-        if type(chars) is not int or chars <= 0 or not isinstance(shared, list) or not shared or \
-                not all(type(c) is int and 0 <= c <= chars for c in shared):
+            return None, (
+                f"its tenant prompts of unit {unit!r} are recorded against a first prompt that is not the "
+                "one the run sent (requests.jsonl)"
+            )
+        if (
+            type(chars) is not int
+            or chars <= 0
+            or not isinstance(shared, list)
+            or not shared
+            or not all(type(c) is int and 0 <= c <= chars for c in shared)
+        ):
             return None, f"its tenant prompts of unit {unit!r} do not record what they share with it"
         fractions += [c / chars for c in shared]
     if all(f >= 0.5 for f in fractions):
@@ -90,8 +97,11 @@ def recorded_load(run: Run) -> dict | None:
     cache = run.__dict__.setdefault("_recorded_load", {})
     if "load" not in cache:
         rows = read_tenants(run)
-        cache["load"] = None if rows is None else tenant_counts(
-            [r for r in rows if isinstance(r, dict) and r.get("kind") in ("tenant", "measured")])
+        cache["load"] = (
+            None
+            if rows is None
+            else tenant_counts([r for r in rows if isinstance(r, dict) and r.get("kind") in ("tenant", "measured")])
+        )
     return cache["load"]
 
 
@@ -169,20 +179,39 @@ def run_rows(runs: list[Run]) -> list[dict]:
             t, spec = load_of(run), spec_of(run)
             sent, meas = t.get("sent") or {}, t.get("measured") or {}
             prefix, why = prefix_of(run)  # from the prompts recorded, never the plan's label
-            row = {"config": config, "plan": plan, "arm": arm, "run": k, "tenants": int(spec.get("count") or 0),
-                   "prefix": prefix, "prefix_label": spec.get("prefix"), "prefix_unknown": why,
-                   "slots": t.get("slots"),
-                   "tenant_requests": sent.get("completed"), "tenant_failed": sent.get("failed"),
-                   "tenant_prompt_n": sent.get("prompt_n"), "tenant_cache_n": sent.get("cache_n"),
-                   "tenant_predicted_n": sent.get("predicted_n"), "measured_requests": meas.get("requests"),
-                   "measured_overlapped": meas.get("overlapped"), "overlap_share": meas.get("overlap_share"),
-                   "cached_tokens": sum(dict.get(r, "cache_n") or 0 for r in run.requests),
-                   "wall_s": run.manifest.get("wall_s"), "refused": None,
-                   "vs_isolated_diverged": None, "vs_isolated_episodes": None, "vs_isolated": None}
+            row = {
+                "config": config,
+                "plan": plan,
+                "arm": arm,
+                "run": k,
+                "tenants": int(spec.get("count") or 0),
+                "prefix": prefix,
+                "prefix_label": spec.get("prefix"),
+                "prefix_unknown": why,
+                "slots": t.get("slots"),
+                "tenant_requests": sent.get("completed"),
+                "tenant_failed": sent.get("failed"),
+                "tenant_prompt_n": sent.get("prompt_n"),
+                "tenant_cache_n": sent.get("cache_n"),
+                "tenant_predicted_n": sent.get("predicted_n"),
+                "measured_requests": meas.get("requests"),
+                "measured_overlapped": meas.get("overlapped"),
+                "overlap_share": meas.get("overlap_share"),
+                "cached_tokens": sum(dict.get(r, "cache_n") or 0 for r in run.requests),
+                "wall_s": run.manifest.get("wall_s"),
+                "refused": None,
+                "vs_isolated_diverged": None,
+                "vs_isolated_episodes": None,
+                "vs_isolated": None,
+            }
             load = recorded_load(run)  # the load as tenants.jsonl records it, over the manifest's summary
             if load is not None:
-                row.update(tenant_requests=load["requests"] - load["failed"], tenant_failed=load["failed"],
-                           measured_requests=load["measured"], measured_overlapped=load["overlapped"])
+                row.update(
+                    tenant_requests=load["requests"] - load["failed"],
+                    tenant_failed=load["failed"],
+                    measured_requests=load["measured"],
+                    measured_overlapped=load["overlapped"],
+                )
             other = base.get((arm, k))
             why = "no isolated run (plan main) of this arm and run" if other is None else comparable(run, other)
             if why:
@@ -209,10 +238,16 @@ def plan_rows(runs: list[Run], rows: list[dict]) -> list[dict]:
             continue
         base = plans.get((config, BASELINE_PLAN), {})
         prefixes = {r["prefix"] for r in mine}
-        row = {"config": config, "plan": plan, "tenants": mine[0]["tenants"],
-               "prefix": prefixes.pop() if len(prefixes) == 1 else None,
-               "prefix_note": prefix_note(mine), "slots": mine[0]["slots"], "runs": len(mine),
-               "refused": "; ".join(sorted({r["refused"] for r in mine if r["refused"]})) or None}
+        row = {
+            "config": config,
+            "plan": plan,
+            "tenants": mine[0]["tenants"],
+            "prefix": prefixes.pop() if len(prefixes) == 1 else None,
+            "prefix_note": prefix_note(mine),
+            "slots": mine[0]["slots"],
+            "runs": len(mine),
+            "refused": "; ".join(sorted({r["refused"] for r in mine if r["refused"]})) or None,
+        }
         for arm in ("off", "on"):
             ok = [r for r in mine if r["arm"] == arm and r["vs_isolated_episodes"] is not None]
             s = _share(sum(r["vs_isolated_diverged"] for r in ok), sum(r["vs_isolated_episodes"] for r in ok))
@@ -226,11 +261,13 @@ def plan_rows(runs: list[Run], rows: list[dict]) -> list[dict]:
             iso = _pair(base, (arm, 1), (arm, 2))
             row[f"isolated_{arm}_rerun"] = _cmp_text(iso) if iso else None
         onoff = [compare_runs(by[("on", k)], by[("off", k)]) for k in (1, 2) if ("on", k) in by and ("off", k) in by]
-        iso_onoff = [compare_runs(base[("on", k)], base[("off", k)]) for k in (1, 2)
-                     if ("on", k) in base and ("off", k) in base]
+        iso_onoff = [
+            compare_runs(base[("on", k)], base[("off", k)]) for k in (1, 2) if ("on", k) in base and ("off", k) in base
+        ]
         row["on_vs_off"] = f"{sum(c.k for c in onoff)}/{sum(c.n for c in onoff)}" if onoff else None
-        row["isolated_on_vs_off"] = f"{sum(c.k for c in iso_onoff)}/{sum(c.n for c in iso_onoff)}" \
-            if iso_onoff else None
+        row["isolated_on_vs_off"] = (
+            f"{sum(c.k for c in iso_onoff)}/{sum(c.n for c in iso_onoff)}" if iso_onoff else None
+        )
         row["tenant_requests"] = sum(r["tenant_requests"] or 0 for r in mine)
         row["tenant_failed"] = sum(r["tenant_failed"] or 0 for r in mine)
         row["measured_requests"] = sum(r["measured_requests"] or 0 for r in mine)
@@ -252,12 +289,17 @@ def prefix_note(rows: list[dict]) -> str | None:
         prefix = next(iter(derived))
         if labels in ([], [prefix]):
             return None
-        return (f"the plan's label says prefix {' / '.join(map(repr, labels))}, its runs' recorded tenant prompts "
-                f"show {prefix!r}: read as {prefix} (the records win over the label)")
+        return (
+            f"the plan's label says prefix {' / '.join(map(repr, labels))}, its runs' recorded tenant prompts "
+            f"show {prefix!r}: read as {prefix} (the records win over the label)"
+        )
     why = sorted({r["prefix_unknown"] for r in rows if r["prefix_unknown"]}) or [
-        "its runs' recorded tenant prompts do not agree"]
-    return (f"whether the tenant prompts share the measured prefix is not known from the records ({why[0]}); the "
-            f"plan's label ({' / '.join(map(repr, labels)) or 'none'}) is not read")
+        "its runs' recorded tenant prompts do not agree"
+    ]
+    return (
+        f"whether the tenant prompts share the measured prefix is not known from the records ({why[0]}); the "
+        f"plan's label ({' / '.join(map(repr, labels)) or 'none'}) is not read"
+    )
 
 
 def verdicts(plans: list[dict]) -> list:
@@ -267,29 +309,40 @@ def verdicts(plans: list[dict]) -> list:
     for p in plans:
         n = p["tenants"]
         share = {SHARED: "share", UNSHARED: "do not share"}.get(p["prefix"], "may or may not share")
-        what = (f"{n} background tenant(s) whose prompts {share} the measured prefix" if n
-                else f"the tenant plans' server ({p['slots']} slots) without load")
+        what = (
+            f"{n} background tenant(s) whose prompts {share} the measured prefix"
+            if n
+            else f"the tenant plans' server ({p['slots']} slots) without load"
+        )
         claim = f"With {what}, cache-OFF outputs equal the isolated ones and OFF reruns stay identical"
         scope = f"{p['config']}/{p['plan']}"
         k, m = p["off_vs_isolated_diverged"], p["off_vs_isolated_episodes"]
         rk = p["off_rerun_diverged"]
         on_iso = f"{p['on_vs_isolated_diverged']}/{p['on_vs_isolated_episodes']}" if p["on_vs_isolated_runs"] else "-"
-        on = (f"ON vs isolated ON {on_iso}; ON rerun "
-              f"{p['on_rerun'] or '-'} (isolated {p['isolated_on_rerun'] or '-'}); ON vs OFF {p['on_vs_off'] or '-'} "
-              f"(isolated {p['isolated_on_vs_off'] or '-'})")
-        load = (f"load: {p['tenant_requests']} tenant requests ({p['tenant_failed']} failed), "
-                f"{p['measured_overlapped']}/{p['measured_requests']} measured requests overlapped one, "
-                f"{_pct(p['overlap_share_mean'])} of their time on average")
-        evidence = [on, load] + ([f"refused: {p['refused']}"] if p["refused"] else []) + \
-            [f"OFF vs isolated: {p['off_vs_isolated_detail']}"] * bool(p["off_vs_isolated_detail"])
+        on = (
+            f"ON vs isolated ON {on_iso}; ON rerun "
+            f"{p['on_rerun'] or '-'} (isolated {p['isolated_on_rerun'] or '-'}); ON vs OFF {p['on_vs_off'] or '-'} "
+            f"(isolated {p['isolated_on_vs_off'] or '-'})"
+        )
+        load = (
+            f"load: {p['tenant_requests']} tenant requests ({p['tenant_failed']} failed), "
+            f"{p['measured_overlapped']}/{p['measured_requests']} measured requests overlapped one, "
+            f"{_pct(p['overlap_share_mean'])} of their time on average"
+        )
+        evidence = (
+            [on, load]
+            + ([f"refused: {p['refused']}"] if p["refused"] else [])
+            + [f"OFF vs isolated: {p['off_vs_isolated_detail']}"] * bool(p["off_vs_isolated_detail"])
+        )
         if p["refused"] and not p["off_vs_isolated_runs"]:
             status = INVALID if "differ" in p["refused"] or "pairing" in p["refused"] else NOT_RUN
             observed = f"not compared: {p['refused']}"
         elif not p["off_vs_isolated_runs"]:
             status, observed = NOT_RUN, "no OFF run of this plan with its isolated OFF run (plan main)"
         else:
-            observed = (f"OFF under load vs isolated diverged in {k}/{m} episodes; OFF rerun under load "
-                        f"{p['off_rerun'] or '-'}")
+            observed = (
+                f"OFF under load vs isolated diverged in {k}/{m} episodes; OFF rerun under load {p['off_rerun'] or '-'}"
+            )
             if k or rk:
                 status = FAIL
                 observed += " — a finding: the load changes recomputed outputs (RQ1 is judged without load)"
@@ -305,8 +358,15 @@ def verdicts(plans: list[dict]) -> list:
             observed += f"; {p['prefix_note']}"
         out.append(Verdict.beyond(f"BEYOND-TENANTS-{p['plan']}", claim, scope, status, observed, evidence))
     if not out:
-        out.append(Verdict.beyond("BEYOND-TENANTS", "Background tenants leave the measured outputs unchanged", "-", NOT_RUN,
-                           "no run of a tenant plan (./run.sh run CONFIG --plan tenants1-shared, and --plan main)"))
+        out.append(
+            Verdict.beyond(
+                "BEYOND-TENANTS",
+                "Background tenants leave the measured outputs unchanged",
+                "-",
+                NOT_RUN,
+                "no run of a tenant plan (./run.sh run CONFIG --plan tenants1-shared, and --plan main)",
+            )
+        )
     return out
 
 
@@ -329,6 +389,10 @@ def tenant_counts(rows: list[dict]) -> dict:
     measured requests and how many of them a tenant request overlapped."""
     tenant = [r for r in rows if r["kind"] == "tenant"]
     measured = [r for r in rows if r["kind"] == "measured"]
-    return {"tenants": len({r["tenant"] for r in tenant}), "requests": len(tenant),
-            "failed": sum(r["error"] is not None for r in tenant), "measured": len(measured),
-            "overlapped": _overlapped(measured, tenant)}
+    return {
+        "tenants": len({r["tenant"] for r in tenant}),
+        "requests": len(tenant),
+        "failed": sum(r["error"] is not None for r in tenant),
+        "measured": len(measured),
+        "overlapped": _overlapped(measured, tenant),
+    }

@@ -40,10 +40,32 @@ from artifact.verdict import FAIL, INCONCLUSIVE, NOT_RUN, PASS, Verdict
 from artifact.analysis.stats import mantel_haenszel, wilson_interval
 from artifact.records.store import Run, read_server_log
 
-REQUEST_COLUMNS = ["config", "plan", "arm", "run", "episode_id", "request_index", "cache_n", "prompt_tokens",
-                   "tier", "certain", "evidence"]
-SUMMARY_COLUMNS = ["config", "plan", "run", "reference", "level", "tier", "n", "differ", "rate", "wilson_lo",
-                   "wilson_hi"]
+REQUEST_COLUMNS = [
+    "config",
+    "plan",
+    "arm",
+    "run",
+    "episode_id",
+    "request_index",
+    "cache_n",
+    "prompt_tokens",
+    "tier",
+    "certain",
+    "evidence",
+]
+SUMMARY_COLUMNS = [
+    "config",
+    "plan",
+    "run",
+    "reference",
+    "level",
+    "tier",
+    "n",
+    "differ",
+    "rate",
+    "wilson_lo",
+    "wilson_hi",
+]
 ALPHA = 0.05
 
 
@@ -76,7 +98,7 @@ def run_tiers(runs: list[Run]) -> dict[int, list]:
         tiers = engine.request_tiers(first, requests, read_log(members[0]))
         i = 0
         for r in members:
-            out[id(r)] = tiers[i:i + len(r.requests)]
+            out[id(r)] = tiers[i : i + len(r.requests)]
             i += len(r.requests)
     return out
 
@@ -93,13 +115,23 @@ def requests_frame(runs: list[Run], tiers: dict[int, list]) -> pd.DataFrame:
             continue
         m = r.manifest
         ts = tiers[id(r)]
-        reqs = r.requests[:len(ts)]  # a request and its tier, as zip pairs them
-        ts = ts[:len(reqs)]
+        reqs = r.requests[: len(ts)]  # a request and its tier, as zip pairs them
+        ts = ts[: len(reqs)]
         # rows as tuples, column by column (pandas infers each column's dtype from a list of tuples as from a list
         # of dicts: the same conversion of the same values)
-        rows += zip(repeat(m["config"]), repeat(m["plan"]), repeat(m["arm"]), repeat(m["run"]),
-                    map(_EPISODE, reqs), map(_INDEX, reqs), map(get, reqs, repeat("cache_n")),
-                    map(get, reqs, repeat("prompt_tokens")), map(_TIER, ts), map(_CERTAIN, ts), map(_EVIDENCE, ts))
+        rows += zip(
+            repeat(m["config"]),
+            repeat(m["plan"]),
+            repeat(m["arm"]),
+            repeat(m["run"]),
+            map(_EPISODE, reqs),
+            map(_INDEX, reqs),
+            map(get, reqs, repeat("cache_n")),
+            map(get, reqs, repeat("prompt_tokens")),
+            map(_TIER, ts),
+            map(_CERTAIN, ts),
+            map(_EVIDENCE, ts),
+        )
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
 
 
@@ -111,8 +143,14 @@ def references(on: Run, runs: list[Run]) -> list[tuple[str, Run]]:
     same_cfg = [r for r in runs if r.complete and r.manifest.get("config") == m["config"]]
 
     def find(plan, arm, k):
-        return next((r for r in same_cfg if (r.manifest.get("plan"), r.manifest.get("arm"), r.manifest.get("run"))
-                     == (plan, arm, k)), None)
+        return next(
+            (
+                r
+                for r in same_cfg
+                if (r.manifest.get("plan"), r.manifest.get("arm"), r.manifest.get("run")) == (plan, arm, k)
+            ),
+            None,
+        )
 
     out = []
     off = find(m["plan"], "off", 1)
@@ -155,8 +193,16 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
             changed = Counter(compress(names, differ))
             for tier, n in Counter(names).items():
                 counts[("request", tier)] = [n, changed[tier]]
-            pairs += zip(repeat(m["config"]), repeat(m["plan"]), repeat(m["run"]), repeat(ref_name),  # PAIR_COLUMNS
-                         map(_INDEX, qas), names, map(_CERTAIN, ts), differ)
+            pairs += zip(
+                repeat(m["config"]),
+                repeat(m["plan"]),
+                repeat(m["run"]),
+                repeat(ref_name),  # PAIR_COLUMNS
+                map(_INDEX, qas),
+                names,
+                map(_CERTAIN, ts),
+                differ,
+            )
             # an episode's divergence and evidence are the same whichever run is compared with which (only they are
             # read here): the comparison made already either way round (`compare.made_comparison`: the paper tables'
             # reruns are run i vs a later run j), else groups.comparison's
@@ -169,9 +215,21 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
                     c[1] += int(e.diverged)
             for (level, tier), (n, k) in sorted(counts.items()):
                 lo, hi = wilson_interval(k, n)
-                rows.append({"config": m["config"], "plan": m["plan"], "run": m["run"], "reference": ref_name,
-                             "level": level, "tier": tier, "n": n, "differ": k, "rate": k / n if n else None,
-                             "wilson_lo": lo, "wilson_hi": hi})
+                rows.append(
+                    {
+                        "config": m["config"],
+                        "plan": m["plan"],
+                        "run": m["run"],
+                        "reference": ref_name,
+                        "level": level,
+                        "tier": tier,
+                        "n": n,
+                        "differ": k,
+                        "rate": k / n if n else None,
+                        "wilson_lo": lo,
+                        "wilson_hi": hi,
+                    }
+                )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), pd.DataFrame(pairs, columns=PAIR_COLUMNS)
 
 
@@ -179,19 +237,25 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
     """BEYOND-TIERS per configuration and plan whose ON reruns share one server (the paper's condition): rerun
     requests served from host memory differ from the earlier ON run more often than those served from the slot
     (certain attributions only). A plan with a server per run (lifecycle fresh) is the control, in the evidence."""
-    from scipy.stats import fisher_exact  # noqa: PLC0415  (scipy: a slow import, not needed to draw the figures)
+    from scipy.stats import fisher_exact  # scipy: a slow import, not needed to draw the figures
+
     out = []
-    claim = ("ON-rerun requests whose cached prefix came from host memory differ from the earlier ON run more often "
-             "than requests served from the slot's own cache")
-    shared = {(r.manifest.get("config"), r.manifest.get("plan")) for r in runs
-              if r.manifest.get("arm") == "on" and not is_fresh(r)}
+    claim = (
+        "ON-rerun requests whose cached prefix came from host memory differ from the earlier ON run more often "
+        "than requests served from the slot's own cache"
+    )
+    shared = {
+        (r.manifest.get("config"), r.manifest.get("plan"))
+        for r in runs
+        if r.manifest.get("arm") == "on" and not is_fresh(r)
+    }
     # the certain ON-vs-earlier-ON pairs counted once: (config, plan, tier) -> [differ, pairs] over first requests
     # and over all
     tally: dict[tuple, list[int]] = {}
     if not pairs.empty:
         for config, plan, ref, certain, index, tier, differ in zip(
-                *(pairs[c].tolist() for c in ("config", "plan", "reference", "certain", "request_index", "tier",
-                                              "differ"))):
+            *(pairs[c].tolist() for c in ("config", "plan", "reference", "certain", "request_index", "tier", "differ"))
+        ):
             if ref.startswith("on run") and certain:
                 t = tally.setdefault((config, plan, tier), [0, 0, 0, 0])
                 t[2] += differ
@@ -220,40 +284,65 @@ def verdicts(pairs: pd.DataFrame, requests: pd.DataFrame, runs: list[Run]) -> li
         for c, p in sorted(scopes - shared):
             if c == config:
                 kh, nh, ks, ns = counts(c, p)
-                evidence.append(f"control, plan {p} (a server per run): first requests host {kh}/{nh}, slot "
-                                f"{ks}/{ns} differ")
+                evidence.append(
+                    f"control, plan {p} (a server per run): first requests host {kh}/{nh}, slot {ks}/{ns} differ"
+                )
         ah, anh, as_, ans = counts(config, plan, first_only=False)
         evidence.append(f"all same-prompt rerun requests: host {ah}/{anh}, slot {as_}/{ans} differ")
         kh, nh, ks, ns = counts(config, plan)
         scope = f"{config}/{plan}"
         if not anh and ans and req["evidence"].str.contains("host prompt cache off").any():
-            out.append(Verdict.beyond("BEYOND-TIERS", claim, scope, NOT_RUN,
-                               f"host prompt cache off: every hit from the slot; {as_}/{ans} same-prompt rerun "
-                               "requests differ", evidence))
+            out.append(
+                Verdict.beyond(
+                    "BEYOND-TIERS",
+                    claim,
+                    scope,
+                    NOT_RUN,
+                    f"host prompt cache off: every hit from the slot; {as_}/{ans} same-prompt rerun requests differ",
+                    evidence,
+                )
+            )
             continue
         if not nh or not ns:
             unknown = req[req["tier"] == "unknown"]["evidence"]
-            why = (f"tiers unknown for {len(unknown)} ON requests: {unknown.mode().iloc[0]}" if len(unknown) else
-                   f"no {'host' if not nh else 'slot'}-served first request of a rerun episode with the same prompt "
-                   "as the earlier run")
+            why = (
+                f"tiers unknown for {len(unknown)} ON requests: {unknown.mode().iloc[0]}"
+                if len(unknown)
+                else f"no {'host' if not nh else 'slot'}-served first request of a rerun episode with the same prompt "
+                "as the earlier run"
+            )
             out.append(Verdict.beyond("BEYOND-TIERS", claim, scope, NOT_RUN, why, evidence))
             continue
         _, p_value = fisher_exact([[kh, nh - kh], [ks, ns - ks]], alternative="greater")
         strata.append((scope, (kh, nh - kh, ks, ns - ks)))
-        out.append(Verdict.beyond("BEYOND-TIERS", claim, scope, _status(p_value, kh / nh, ks / ns),
-                           f"episodes' first requests: host {kh}/{nh} ({100 * kh / nh:.1f}%) vs slot {ks}/{ns} "
-                           f"({100 * ks / ns:.1f}%) differ from the earlier ON run; Fisher one-sided p = "
-                           f"{p_value:.2g}", evidence))
+        out.append(
+            Verdict.beyond(
+                "BEYOND-TIERS",
+                claim,
+                scope,
+                _status(p_value, kh / nh, ks / ns),
+                f"episodes' first requests: host {kh}/{nh} ({100 * kh / nh:.1f}%) vs slot {ks}/{ns} "
+                f"({100 * ks / ns:.1f}%) differ from the earlier ON run; Fisher one-sided p = "
+                f"{p_value:.2g}",
+                evidence,
+            )
+        )
     if len(strata) > 1:  # the same question over every configuration-plan, each its own stratum
         odds, p_value = mantel_haenszel([t for _, t in strata], alternative="greater")
         kh, nh = sum(t[0] for _, t in strata), sum(t[0] + t[1] for _, t in strata)
         ks, ns = sum(t[2] for _, t in strata), sum(t[2] + t[3] for _, t in strata)
-        out.append(Verdict.beyond("BEYOND-TIERS", claim, f"pooled over {len(strata)} configuration-plans",
-                           _status(p_value, kh / nh, ks / ns),
-                           f"episodes' first requests: host {kh}/{nh} ({100 * kh / nh:.1f}%) vs slot {ks}/{ns} "
-                           f"({100 * ks / ns:.1f}%) differ from the earlier ON run; Mantel-Haenszel (strata: "
-                           f"configuration-plans) common odds ratio {odds:.2f}, one-sided p = {p_value:.2g}",
-                           [f"strata: {', '.join(name for name, _ in strata)}"]))
+        out.append(
+            Verdict.beyond(
+                "BEYOND-TIERS",
+                claim,
+                f"pooled over {len(strata)} configuration-plans",
+                _status(p_value, kh / nh, ks / ns),
+                f"episodes' first requests: host {kh}/{nh} ({100 * kh / nh:.1f}%) vs slot {ks}/{ns} "
+                f"({100 * ks / ns:.1f}%) differ from the earlier ON run; Mantel-Haenszel (strata: "
+                f"configuration-plans) common odds ratio {odds:.2f}, one-sided p = {p_value:.2g}",
+                [f"strata: {', '.join(name for name, _ in strata)}"],
+            )
+        )
     return out
 
 
@@ -282,8 +371,9 @@ def figure(summary: pd.DataFrame, path: Path) -> Path | None:
     df = df.groupby(["config", "plan", "tier", "kind"], as_index=False)[["n", "differ"]].sum()
     groups = sorted({(c, p) for c, p in zip(df["config"], df["plan"])})
     names = [f"{c} [{p}]" for c, p in groups]
-    fig = new_figure(10.0, 4.4, bottom=0.2 + text_room(names, 6, 35), left=0.75 + overhang(names[0], 6, 35),
-                     wspace=0.12)
+    fig = new_figure(
+        10.0, 4.4, bottom=0.2 + text_room(names, 6, 35), left=0.75 + overhang(names[0], 6, 35), wspace=0.12
+    )
     axes = fig.subplots(1, 2, sharey=True)
     width = 0.38
     for ax, kind in zip(axes, ("OFF run 1", "the earlier ON run")):

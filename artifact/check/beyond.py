@@ -50,44 +50,111 @@ class Beyond:
             df = self.tables[name]
             return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict("records")]
 
-        return {"verdicts": [v.as_dict() for v in self.verdicts], "recommendation": self.recommendation,
-                "margins": recs("margins.csv"), "first_divergence_margins": recs("first_divergence_margins.csv"),
-                "flip_trend": recs("flip_trend.csv"), "margin_trend": recs("margin_trend.csv"),
-                "benefit": recs("benefit_ratios.csv"), "mitigation": recs("mitigation.csv"),
-                "tiers": recs("tiers.csv"), "quant_mechanism": recs("quant_mechanism.csv"),
-                "quant_mechanism_pairs": recs("quant_mechanism_pairs.csv"),
-                "tenants": recs("tenants.csv"), "tenants_runs": recs("tenants_runs.csv")}
+        return {
+            "verdicts": [v.as_dict() for v in self.verdicts],
+            "recommendation": self.recommendation,
+            "margins": recs("margins.csv"),
+            "first_divergence_margins": recs("first_divergence_margins.csv"),
+            "flip_trend": recs("flip_trend.csv"),
+            "margin_trend": recs("margin_trend.csv"),
+            "benefit": recs("benefit_ratios.csv"),
+            "mitigation": recs("mitigation.csv"),
+            "tiers": recs("tiers.csv"),
+            "quant_mechanism": recs("quant_mechanism.csv"),
+            "quant_mechanism_pairs": recs("quant_mechanism_pairs.csv"),
+            "tenants": recs("tenants.csv"),
+            "tenants_runs": recs("tenants_runs.csv"),
+        }
 
     def report_context(self, data_uri) -> dict:
         """The report's `beyond` block; `data_uri(path)` inlines a figure."""
         t = self.tables
         cols = tier_columns(t["tiers.csv"]["tier"].unique() if "tier" in t["tiers.csv"] else ())
         return {
-            "verdicts": [v.as_dict() for v in self.verdicts], "recommendation": self.recommendation,
+            "verdicts": [v.as_dict() for v in self.verdicts],
+            "recommendation": self.recommendation,
             "figures": {name: data_uri(p) for name, p in self.figures.items()},
-            "margins": _fmt(t["margins.csv"], ["config", "plan", "quant", "positions", "median", "q10",
-                                                *(f"share_below_{x:g}" for x in margins.THRESHOLDS)]),
+            "margins": _fmt(
+                t["margins.csv"],
+                [
+                    "config",
+                    "plan",
+                    "quant",
+                    "positions",
+                    "median",
+                    "q10",
+                    *(f"share_below_{x:g}" for x in margins.THRESHOLDS),
+                ],
+            ),
             "thresholds": [f"{x:g}" for x in margins.THRESHOLDS],
-            "first": _fmt(t["first_divergence_margins.csv"].head(30),
-                          ["config", "plan", "run", "episode_id", "request", "token", "margin_off", "margin_on"]),
+            "first": _fmt(
+                t["first_divergence_margins.csv"].head(30),
+                ["config", "plan", "run", "episode_id", "request", "token", "margin_off", "margin_on"],
+            ),
             "margin_trend": _fmt(t["margin_trend.csv"], ["model_name", "levels", "episodes", "L", "p_value", "note"]),
             "flip_trend": _fmt(t["flip_trend.csv"], ["config", "plan", "positions", "flips", "z", "p_value"]),
-            "arms": _fmt(t["benefit_arms.csv"], ["config", "plan", "arm", "runs", "prompt_tokens", "cached_tokens",
-                                                 "evaluated_tokens", "cached_share", "prompt_ms", "ttft_ms_mean",
-                                                 "wall_s"]),
-            "ratios": [{**r, "prompt": _ci(r, "prompt_ms"), "server": _ci(r, "server_ms"),
-                        "evaluated": _ci(r, "evaluated_tokens"),
-                        "wall": f"{_n(r['wall_ratio'])} ({_n(r['wall_ratio_min'])}-{_n(r['wall_ratio_max'])})"}
-                       for r in t["benefit_ratios.csv"].to_dict("records")],
+            "arms": _fmt(
+                t["benefit_arms.csv"],
+                [
+                    "config",
+                    "plan",
+                    "arm",
+                    "runs",
+                    "prompt_tokens",
+                    "cached_tokens",
+                    "evaluated_tokens",
+                    "cached_share",
+                    "prompt_ms",
+                    "ttft_ms_mean",
+                    "wall_s",
+                ],
+            ),
+            "ratios": [
+                {
+                    **r,
+                    "prompt": _ci(r, "prompt_ms"),
+                    "server": _ci(r, "server_ms"),
+                    "evaluated": _ci(r, "evaluated_tokens"),
+                    "wall": f"{_n(r['wall_ratio'])} ({_n(r['wall_ratio_min'])}-{_n(r['wall_ratio_max'])})",
+                }
+                for r in t["benefit_ratios.csv"].to_dict("records")
+            ],
             "mitigation": [_mitigation_row(r) for r in t["mitigation.csv"].to_dict("records")],
             "tier_columns": [h for _, h in cols],
             "tiers": _tier_rows(t["tiers.csv"], cols),
-            "quant": _fmt(t["quant_mechanism.csv"], ["config", "plan", "quant", "level", "positions", "flips",
-                                                     "flip_rate", "margin_median", "delta_median", "delta_q90"]),
-            "quant_pairs": _fmt(t["quant_mechanism_pairs.csv"], [
-                "config", "reference", "plan", "reference_kind", "flip_rate", "reference_flip_rate",
-                "margin_median", "reference_margin_median", "delta_median", "reference_delta_median",
-                "margin_only_rate", "kernel_only_rate", "mh_odds_ratio"]),
+            "quant": _fmt(
+                t["quant_mechanism.csv"],
+                [
+                    "config",
+                    "plan",
+                    "quant",
+                    "level",
+                    "positions",
+                    "flips",
+                    "flip_rate",
+                    "margin_median",
+                    "delta_median",
+                    "delta_q90",
+                ],
+            ),
+            "quant_pairs": _fmt(
+                t["quant_mechanism_pairs.csv"],
+                [
+                    "config",
+                    "reference",
+                    "plan",
+                    "reference_kind",
+                    "flip_rate",
+                    "reference_flip_rate",
+                    "margin_median",
+                    "reference_margin_median",
+                    "delta_median",
+                    "reference_delta_median",
+                    "margin_only_rate",
+                    "kernel_only_rate",
+                    "mh_odds_ratio",
+                ],
+            ),
             "tenants": tenants.report_rows(t["tenants.csv"]),
         }
 
@@ -120,15 +187,23 @@ def _ci(r: dict, name: str) -> str:
 def _mitigation_row(r: dict) -> dict:
     rate = _plain(r.get("on_vs_off_rate"))
     return {
-        "config": r["config"], "plan": r["plan"], "setting": r["server_overrides"] or "(defaults)",
+        "config": r["config"],
+        "plan": r["plan"],
+        "setting": r["server_overrides"] or "(defaults)",
         "lifecycle": r["lifecycle"],
-        "on_vs_off": (f"{int(r['on_vs_off_diverged'])}/{int(r['on_vs_off_episodes'])}"
-                      if r["on_vs_off_episodes"] else "-") + ("" if rate is None else f" ({100 * rate:.0f}%)"),
+        "on_vs_off": (
+            f"{int(r['on_vs_off_diverged'])}/{int(r['on_vs_off_episodes'])}" if r["on_vs_off_episodes"] else "-"
+        )
+        + ("" if rate is None else f" ({100 * rate:.0f}%)"),
         "gap": _n(r["on_vs_off_max_logprob_gap"]),
-        "on_rerun": _rerun(r, "on"), "off_rerun": _rerun(r, "off"),
-        "on_wall": _n(r["on_wall_s"]), "off_wall": _n(r["off_wall_s"]),
-        "on_prompt_ms": _n(r["on_prompt_ms"]), "off_prompt_ms": _n(r["off_prompt_ms"]),
-        "on_vs_main": _n(r["on_wall_s_vs_main"]), "on_vs_main_off": _n(r["on_wall_vs_main_off"]),
+        "on_rerun": _rerun(r, "on"),
+        "off_rerun": _rerun(r, "off"),
+        "on_wall": _n(r["on_wall_s"]),
+        "off_wall": _n(r["off_wall_s"]),
+        "on_prompt_ms": _n(r["on_prompt_ms"]),
+        "off_prompt_ms": _n(r["off_prompt_ms"]),
+        "on_vs_main": _n(r["on_wall_s_vs_main"]),
+        "on_vs_main_off": _n(r["on_wall_vs_main_off"]),
     }
 
 
@@ -160,8 +235,10 @@ def _tier_rows(df: pd.DataFrame, columns: list[tuple[str, str]]) -> list[dict]:
         if any(v is None or v != v for v in key):  # groupby leaves out rows whose key holds a NaN (dropna)
             continue
         groups.setdefault(key, {})[r["tier"]] = f"{int(r['differ'])}/{int(r['n'])} ({100 * r['rate']:.0f}%)"
-    return [{**dict(zip(_TIER_KEYS, key)), "cells": [cells.get(t, "-") for t, _ in columns]}
-            for key, cells in sorted(groups.items())]  # keys are unique: the cells are never compared
+    return [
+        {**dict(zip(_TIER_KEYS, key)), "cells": [cells.get(t, "-") for t, _ in columns]}
+        for key, cells in sorted(groups.items())
+    ]  # keys are unique: the cells are never compared
 
 
 def _rerun(r: dict, arm: str) -> str:
@@ -185,8 +262,11 @@ def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
     alone = [r for r in runs if not tenant_plan(r)]
     quant_tables, quant_verdicts, positions = quantization.analyse(alone)
     lap("beyond: quantization")
-    draw("quant_mechanism.png", quantization.draw_figure,
-         quantization.figure_data(positions, quant_tables["quant_mechanism_pairs.csv"]))
+    draw(
+        "quant_mechanism.png",
+        quantization.draw_figure,
+        quantization.figure_data(positions, quant_tables["quant_mechanism_pairs.csv"]),
+    )
     lap("beyond: quantization figure data")
     curve = margins.flip_by_margin(runs)
     margin_tables = {
@@ -199,8 +279,11 @@ def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
     lap("beyond: margins")
     draw("flip_margin.png", flip_margin_figure, curve)
     costs = benefit.costs_frame(runs)
-    benefit_tables = {"benefit_runs.csv": costs, "benefit_arms.csv": benefit.arm_summary(costs),
-                      "benefit_ratios.csv": benefit.ratios_frame(runs)}
+    benefit_tables = {
+        "benefit_runs.csv": costs,
+        "benefit_arms.csv": benefit.arm_summary(costs),
+        "benefit_ratios.csv": benefit.ratios_frame(runs),
+    }
     lap("beyond: benefit")
     rows = mitigation.plan_rows(runs, costs)
     fresh = mitigation.fresh_verdicts(runs)
@@ -221,8 +304,10 @@ def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
         **quant_tables,
         "tenants.csv": load.plans,
         "tenants_runs.csv": load.runs,
-        "beyond_verdicts.csv": pd.DataFrame([{**v.as_dict(), "evidence": " | ".join(v.evidence)} for v in verdicts],
-                                            columns=["id", "claim", "scope", "status", "observed", "evidence"]),
+        "beyond_verdicts.csv": pd.DataFrame(
+            [{**v.as_dict(), "evidence": " | ".join(v.evidence)} for v in verdicts],
+            columns=["id", "claim", "scope", "status", "observed", "evidence"],
+        ),
     }
     b = Beyond(verdicts, tables, mitigation.recommendation(rows, fresh))
     b.positions = positions
@@ -230,6 +315,7 @@ def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
 
 
 # --- figures --------------------------------------------------------------------------------------------------
+
 
 def flip_margin_figure(curve: pd.DataFrame, path: Path) -> Path | None:
     """Left: flip probability per margin bin (95% Wilson); right: where the at-risk positions lie."""
@@ -243,8 +329,10 @@ def flip_margin_figure(curve: pd.DataFrame, path: Path) -> Path | None:
     for (config, plan), g in ran.groupby(["config", "plan"], sort=True):
         g = g.sort_values("bin")
         rate = g["flip_rate"].astype(float)
-        yerr = [(100 * (rate - g["wilson_lo"])).clip(lower=0).tolist(),
-                (100 * (g["wilson_hi"] - rate)).clip(lower=0).tolist()]
+        yerr = [
+            (100 * (rate - g["wilson_lo"])).clip(lower=0).tolist(),
+            (100 * (g["wilson_hi"] - rate)).clip(lower=0).tolist(),
+        ]
         ax.errorbar(g["bin"], 100 * rate, yerr=yerr, marker="o", capsize=3, label=f"{config} [{plan}]")
         ax2.plot(g["bin"], 100 * g["positions"] / g["positions"].sum(), marker="s", label=f"{config} [{plan}]")
     for a in (ax, ax2):
@@ -279,8 +367,13 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
         rate = float(r["on_vs_off_rate"])
         err = [[100 * max(0.0, rate - r["on_vs_off_wilson_lo"])], [100 * max(0.0, r["on_vs_off_wilson_hi"] - rate)]]
         ax.errorbar([r["x"]], [100 * rate], yerr=err, marker="o", capsize=3)
-        ax.annotate(f"{r['config']} [{r['plan']}]", (r["x"], 100 * rate), fontsize=6,
-                    xytext=(4, 4 + 9 * (i % 3)), textcoords="offset points")
+        ax.annotate(
+            f"{r['config']} [{r['plan']}]",
+            (r["x"], 100 * rate),
+            fontsize=6,
+            xytext=(4, 4 + 9 * (i % 3)),
+            textcoords="offset points",
+        )
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xlabel("ON wall / wall with the cache off (plan main); < 1: the cache saves time", fontsize=9)
     ax.set_ylabel("ON vs OFF episode pairs diverging (%)")
@@ -294,8 +387,9 @@ def price_figure(rows: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path |
 BEYOND_FIGURES = ("flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png")
 
 
-def write_beyond(runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | None = None,
-                 meanwhile=lambda: None) -> Beyond:
+def write_beyond(
+    runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | None = None, meanwhile=lambda: None
+) -> Beyond:
     """Analyse, write the CSVs into `out` (which exists), and the figures, through `drawing` (asked for each as soon
     as its inputs are ready: artifact.check.worker; without one, drawn here once the CSVs are written). Returns
     once every figure asked of `drawing` is drawn; `meanwhile()` is done before waiting for them."""

@@ -33,8 +33,6 @@ from artifact.check.facts import engine_of
 from artifact.engines.base import OBSERVES
 
 
-
-
 ALPHA = 0.05
 
 
@@ -94,7 +92,7 @@ def model_matches(paper_model: str | None, family: str | None, name: str | None)
         return False  # the paper does not name the model: no run can be shown to be that configuration
     for cand in (name, family):
         words = word_list(cand)
-        if any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1)):
+        if any(words[i : i + len(want)] == want for i in range(len(words) - len(want) + 1)):
             return True
     return False
 
@@ -120,8 +118,12 @@ def paper_configs_for(meta: dict, configs: list[dict], *, with_quant: bool = Tru
 
 
 # comparison in expected/paper.toml -> (comparison kind in the tables, plan)
-PAPER_COMPARISONS = {"off_rerun": ("off_rerun", "main"), "on_rerun": ("on_rerun", "main"),
-                     "on_vs_off": ("on_vs_off", "main"), "on_rerun_cram0": ("on_rerun", "cram0")}
+PAPER_COMPARISONS = {
+    "off_rerun": ("off_rerun", "main"),
+    "on_rerun": ("on_rerun", "main"),
+    "on_vs_off": ("on_vs_off", "main"),
+    "on_rerun_cram0": ("on_rerun", "cram0"),
+}
 
 
 class Paper:
@@ -146,8 +148,7 @@ class Paper:
         return v if v and v["reported"] else None
 
     def for_group(self, g: PlanGroup, kind: str) -> list[dict]:
-        return [v for cid in paper_configs_for(g.meta, self.configs)
-                for v in self.by_slot.get((cid, kind, g.plan), [])]
+        return [v for cid in paper_configs_for(g.meta, self.configs) for v in self.by_slot.get((cid, kind, g.plan), [])]
 
     def n_of(self, v: dict) -> int:
         return int(v.get("n") or self.meta["episodes"])
@@ -168,8 +169,16 @@ def band_verdict(claim: str, s: dict | None, v: dict, paper: Paper, scope: str, 
     p_lo, p_hi = wilson_interval(k0, n0)
     expected = f"{pct(p0)} ({v['source']}; paper Wilson 95% {pct(p_lo)}-{pct(p_hi)} at n = {n0})"
     if not s or not s.get("n"):
-        return Verdict.of_claim(claim, scope, "band", NOT_RUN, "not run", expected, "not applicable: not run",
-                       evidence or [f"no run of {v['config']} under the plan this value needs"])
+        return Verdict.of_claim(
+            claim,
+            scope,
+            "band",
+            NOT_RUN,
+            "not run",
+            expected,
+            "not applicable: not run",
+            evidence or [f"no run of {v['config']} under the plan this value needs"],
+        )
     lo, hi = widest_interval(s)
     b_lo, b_hi = value_band(s["rate"], lo, hi, p0, p_lo, p_hi)
     status = PASS if b_lo <= p0 <= b_hi else OUT
@@ -194,11 +203,30 @@ def rollup(details: list[Verdict]) -> str:
     return next((s for s in SEVERITY if s in statuses), NOT_RUN)
 
 
-def make_claim(cid: str, rule: dict, details: list[Verdict], observed: str, expected: str, band: str,
-               evidence: list[str], status: str | None = None) -> Claim:
+def make_claim(
+    cid: str,
+    rule: dict,
+    details: list[Verdict],
+    observed: str,
+    expected: str,
+    band: str,
+    evidence: list[str],
+    status: str | None = None,
+) -> Claim:
     """A claim module's verdict from its rule (the module's ID and RULE), its details and their most severe status."""
-    return Claim(cid, rule["statement"], rule["hard"], rule["rule"], status or rollup(details), observed, expected,
-                 band, evidence, details, rule["minimum_evidence"])
+    return Claim(
+        cid,
+        rule["statement"],
+        rule["hard"],
+        rule["rule"],
+        status or rollup(details),
+        observed,
+        expected,
+        band,
+        evidence,
+        details,
+        rule["minimum_evidence"],
+    )
 
 
 def group_problems(g: PlanGroup | None) -> list[str]:
@@ -260,8 +288,14 @@ def unobserved(runs: list, key: str) -> list[str]:
 def observation_note(runs: list) -> list[str]:
     """An evidence line naming what the runs' engine could not observe of its server (none if it observed all)."""
     keys = sorted({k for r in runs for k, v in observes(r).items() if v in (False, None)})
-    return [f"not observable by the engine (a server the artifact did not start): {', '.join(keys)}; the verdict is "
-            "about that server as it answered, not about a pinned build"] if keys else []
+    return (
+        [
+            f"not observable by the engine (a server the artifact did not start): {', '.join(keys)}; the verdict is "
+            "about that server as it answered, not about a pinned build"
+        ]
+        if keys
+        else []
+    )
 
 
 def cache_unverified(run) -> str | None:
@@ -275,8 +309,10 @@ def cache_unverified(run) -> str | None:
     null = sum(dict.get(r, "cache_n") is None for r in served)
     if not null:
         return None
-    return (f"{run.label} reports no cache use on {null} of its {len(served)} served requests (cache_n null), "
-            f"although {engine.kind} reports it on every request it serves: not shown to be served no cached token")
+    return (
+        f"{run.label} reports no cache use on {null} of its {len(served)} served requests (cache_n null), "
+        f"although {engine.kind} reports it on every request it serves: not shown to be served no cached token"
+    )
 
 
 def paired_flags(x: Pair, y: Pair) -> tuple[int, int, int]:

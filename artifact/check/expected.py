@@ -23,23 +23,50 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "expected" / "paper.toml"
 
 UNITS = {"fraction", "count", "index", "z", "p_value", "percentage_points", "ratio", "MiB"}
 COMPARISONS = {
-    "off_rerun", "on_rerun", "on_rerun_cram0", "on_vs_off", "on_vs_off_within_run",
-    "cold_vs_warm", "cold_rerun", "warm_rerun",
+    "off_rerun",
+    "on_rerun",
+    "on_rerun_cram0",
+    "on_vs_off",
+    "on_vs_off_within_run",
+    "cold_vs_warm",
+    "cold_rerun",
+    "warm_rerun",
 }
 NUMBER = (int, float)
 META_FIELDS = {
-    "title": str, "summary_title": str, "transcribed_from": str, "gpu": str, "os": str, "cuda": str,
-    "llama_cpp_build": str, "llama_cpp_commit": str, "vllm": str, "torch": str, "transformers": str,
-    "episodes": int, "seed": int, "decoding": str, "batch_size": int, "kv_cache_precision": str,
-    "workload": str, "configurations": int,
+    "title": str,
+    "summary_title": str,
+    "transcribed_from": str,
+    "gpu": str,
+    "os": str,
+    "cuda": str,
+    "llama_cpp_build": str,
+    "llama_cpp_commit": str,
+    "vllm": str,
+    "torch": str,
+    "transformers": str,
+    "episodes": int,
+    "seed": int,
+    "decoding": str,
+    "batch_size": int,
+    "kv_cache_precision": str,
+    "workload": str,
+    "configurations": int,
 }
 CONFIG_REQUIRED = {"id": str, "engine": str, "quant": str, "engine_stated": bool}
 CONFIG_OPTIONAL = {"model": str, "note": str}
 CLAIM_OPTIONAL = {"server_family": str, "context": list}
 VALUE_REQUIRED = {"key": str, "unit": str, "source": str, "quote": str}
 VALUE_OPTIONAL = {
-    "value": NUMBER, "reported": bool, "config": str, "quant": str, "comparison": str,
-    "k": int, "n": int, "approximate": bool, "note": str,
+    "value": NUMBER,
+    "reported": bool,
+    "config": str,
+    "quant": str,
+    "comparison": str,
+    "k": int,
+    "n": int,
+    "approximate": bool,
+    "note": str,
 }
 
 
@@ -99,7 +126,9 @@ def load_document(path: str | Path | None = None) -> dict:
             raise ArtifactError(f"{path}: config '{cfg['id']}': duplicate id")
         config_ids.add(cfg["id"])
     if len(config_ids) != doc["meta"]["configurations"]:
-        raise ArtifactError(f"{path}: [meta]: configurations = {doc['meta']['configurations']} but {len(config_ids)} [[config]] tables")
+        raise ArtifactError(
+            f"{path}: [meta]: configurations = {doc['meta']['configurations']} but {len(config_ids)} [[config]] tables"
+        )
     values: dict[str, dict] = {}
     for entry in doc["value"]:
         checked = _check_value(path, entry, config_ids)

@@ -77,6 +77,7 @@ def _tenant_spec(m: dict) -> dict:
 
 # --- labels against facts: corruption ----------------------------------------------------------------------------
 
+
 def plan_problem(run: Run, engine) -> str | None:
     """The plan's labels against the server command line, and the plan's name against its definition."""
     m = run.manifest
@@ -87,10 +88,12 @@ def plan_problem(run: Run, engine) -> str | None:
         return f"field 'lifecycle' is {m['lifecycle']!r}, plan_data.lifecycle is {pd['lifecycle']!r}"
     shown = engine.command_settings(m) if engine is not None else {}
     key = engine.settings_key if engine is not None else None
-    labels = (("plan_data.server_overrides", _table(pd.get("server_overrides"))),
-              ("plan_data", {k: pd[k] for k in (engine.cache_keys if engine is not None else ()) if k in pd}),
-              (f"plan_data.engine_settings.{key}", _table(_table(pd.get("engine_settings")).get(key))),
-              ("cache_condition.settings", _table(_table(m.get("cache_condition")).get("settings"))))
+    labels = (
+        ("plan_data.server_overrides", _table(pd.get("server_overrides"))),
+        ("plan_data", {k: pd[k] for k in (engine.cache_keys if engine is not None else ()) if k in pd}),
+        (f"plan_data.engine_settings.{key}", _table(_table(pd.get("engine_settings")).get(key))),
+        ("cache_condition.settings", _table(_table(m.get("cache_condition")).get("settings"))),
+    )
     for where, table in labels:
         for k, v in table.items():
             if k in shown and not _same(shown[k], v):
@@ -102,13 +105,16 @@ def plan_problem(run: Run, engine) -> str | None:
     table = _table(plan.get(key)) if engine is not None else {}
     for k, v in table.items():
         if k in shown and not _same(shown[k], v):
-            return (f"field 'plan' is {name!r}, but the server command line (server_cmd) shows {k} = {shown[k]!r}, "
-                    f"where {where} sets {v!r}")
+            return (
+                f"field 'plan' is {name!r}, but the server command line (server_cmd) shows {k} = {shown[k]!r}, "
+                f"where {where} sets {v!r}"
+            )
     if engine is not None and isinstance(pd.get("server_overrides"), dict):
         want = {k: v for k, v in table.items() if k not in engine.cache_keys}  # as Engine.overrides(plan)
         if pd["server_overrides"] != want:
-            return (f"field 'plan_data.server_overrides' is {pd['server_overrides']}, {where} overrides "
-                    f"{want or 'nothing'}")
+            return (
+                f"field 'plan_data.server_overrides' is {pd['server_overrides']}, {where} overrides {want or 'nothing'}"
+            )
     lifecycle, arms = plan.get("lifecycle", "shared"), list(plan.get("arms") or [])
     if isinstance(m.get("lifecycle"), str) and m["lifecycle"] != lifecycle:
         return f"field 'lifecycle' is {m['lifecycle']!r}, {where} has lifecycle {lifecycle!r}"
@@ -116,8 +122,10 @@ def plan_problem(run: Run, engine) -> str | None:
         return f"field 'arm' is {m['arm']!r}, {where} runs arm(s) {', '.join(map(str, arms))}"
     recorded, planned = _tenant_spec(m) or _table(pd.get("tenants")), _table(plan.get("tenants"))
     if bool(recorded) != bool(planned):
-        return (f"field 'tenants' records {recorded or 'no background tenants'}, {where} has "
-                f"{planned or 'no background tenants'}")
+        return (
+            f"field 'tenants' records {recorded or 'no background tenants'}, {where} has "
+            f"{planned or 'no background tenants'}"
+        )
     for k, v in planned.items():
         if k in recorded and recorded[k] != v:
             return f"field 'tenants.spec.{k}' is {recorded[k]!r}, {where} sets {v!r}"
@@ -141,8 +149,9 @@ def _pinned_level_problem(run: Run, model: dict) -> str | None:
     label = model.get("quant")
     if level is None or not isinstance(label, str) or label.upper() == level:
         return None
-    return (f"field 'model.quant' is {label!r}, but its weights (sha256 {digests[0][:16]}...) are pinned as "
-            f"level {level}")
+    return (
+        f"field 'model.quant' is {label!r}, but its weights (sha256 {digests[0][:16]}...) are pinned as level {level}"
+    )
 
 
 def _derived_problem(model: dict, source: str) -> str | None:
@@ -153,12 +162,16 @@ def _derived_problem(model: dict, source: str) -> str | None:
         return f"field 'model.source' ({source!r}) cannot be checked against a pin: {exc}"
     pin = _table(recipe.get("products")).get(level)
     if not isinstance(pin, str):
-        return (f"field 'model.source' names level {level!r}, which recipe {recipe_name!r} does not make (its "
-                f"products: {', '.join(sorted(_table(recipe.get('products'))))})")
+        return (
+            f"field 'model.source' names level {level!r}, which recipe {recipe_name!r} does not make (its "
+            f"products: {', '.join(sorted(_table(recipe.get('products'))))})"
+        )
     sha = model.get("sha256")
     if sha != pin:
-        return (f"field 'model.sha256' is {str(sha)[:16]}..., recipe {recipe_name}'s pin for {level} is "
-                f"{pin[:16]}...: the weights are not the product model.source names")
+        return (
+            f"field 'model.sha256' is {str(sha)[:16]}..., recipe {recipe_name}'s pin for {level} is "
+            f"{pin[:16]}...: the weights are not the product model.source names"
+        )
     quant = level.rsplit("-as-", 1)[-1]
     if isinstance(model.get("quant"), str) and model["quant"].upper() != quant.upper():
         return f"field 'model.quant' is {model['quant']!r}, the level model.source names ({level}) is {quant!r}"
@@ -183,27 +196,37 @@ def tenants_problem(run: Run) -> str | None:
     rows = read_tenants(run)
     if rows is None:
         if count and run.complete:
-            return (f"{mf}: field 'tenants' records {count} background tenant(s), but the run holds no {TENANTS}: "
-                    "the load it claims was not recorded")
+            return (
+                f"{mf}: field 'tenants' records {count} background tenant(s), but the run holds no {TENANTS}: "
+                "the load it claims was not recorded"
+            )
         return None
     valid = TENANT.valid
     if not all(valid(r) for r in rows):
         i, bad = next((i, r) for i, r in enumerate(rows, 1) if not valid(r))
         return f"{path}:{i}: {TENANT.problem(bad)}"
     if not (spec or planned or paired):
-        return (f"{path}: the run holds background tenants' records, but its manifest records no tenants (fields "
-                "'tenants', 'plan_data.tenants')")
+        return (
+            f"{path}: the run holds background tenants' records, but its manifest records no tenants (fields "
+            "'tenants', 'plan_data.tenants')"
+        )
     c = tenant_counts(rows)
     if run.complete and count is not None and c["tenants"] != count:
-        return (f"{path}: holds the requests of {c['tenants']} tenant(s), the manifest's tenants count is {count}")
+        return f"{path}: holds the requests of {c['tenants']} tenant(s), the manifest's tenants count is {count}"
     rec = _table(m.get("tenants"))
     sent, meas = _table(rec.get("sent")), _table(rec.get("measured"))
     for where, table, k, value, what in (
-            ("tenants.sent.requests", sent, "requests", c["requests"], "tenant requests"),
-            ("tenants.sent.failed", sent, "failed", c["failed"], "failed tenant requests"),
-            ("tenants.measured.requests", meas, "requests", c["measured"], "measured requests"),
-            ("tenants.measured.overlapped", meas, "overlapped", c["overlapped"],
-             "measured requests during which a tenant request was in flight")):
+        ("tenants.sent.requests", sent, "requests", c["requests"], "tenant requests"),
+        ("tenants.sent.failed", sent, "failed", c["failed"], "failed tenant requests"),
+        ("tenants.measured.requests", meas, "requests", c["measured"], "measured requests"),
+        (
+            "tenants.measured.overlapped",
+            meas,
+            "overlapped",
+            c["overlapped"],
+            "measured requests during which a tenant request was in flight",
+        ),
+    ):
         if k in table and table[k] != value:
             return f"{mf}: field '{where}' is {table[k]!r}, {TENANTS} holds {value} {what}"
     return tenant_prompts_problem(rec, rows, mf, path)
@@ -224,9 +247,11 @@ def tenant_prompts_problem(rec: dict, rows: list[dict], mf: Path, path: Path) ->
         if not isinstance(pool, list):
             return f"{path}:{i}: a tenant request during unit {r['unit']!r}, for which {mf} records no tenant prompts"
         if k >= len(pool) or pool[k] != r["prompt_sha256"]:
-            return (f"{path}:{i}: field 'prompt_sha256' is {r['prompt_sha256']!r}, but {mf} records "
-                    f"{pool[k] if k < len(pool) else 'no such prompt'!r} for prompt {k} of unit {r['unit']!r} "
-                    "(tenants.units)")
+            return (
+                f"{path}:{i}: field 'prompt_sha256' is {r['prompt_sha256']!r}, but {mf} records "
+                f"{pool[k] if k < len(pool) else 'no such prompt'!r} for prompt {k} of unit {r['unit']!r} "
+                "(tenants.units)"
+            )
     return None
 
 
@@ -234,8 +259,11 @@ def run_problem(run: Run) -> str | None:
     """The first contradiction among one run's records, as one line naming file and field, or None."""
     mf = run.path / MANIFEST
     engine = engine_of(run)
-    for why in ((engine.manifest_problem(run.manifest) if engine is not None else None),
-                plan_problem(run, engine), model_problem(run)):
+    for why in (
+        (engine.manifest_problem(run.manifest) if engine is not None else None),
+        plan_problem(run, engine),
+        model_problem(run),
+    ):
         if why:
             return f"{mf}: {why}"
     why = tenants_problem(run)
@@ -268,8 +296,10 @@ def corruption(runs: list[Run]) -> None:
         fresh = [r for r in members if r.manifest.get("lifecycle") == "fresh"]
         if fresh and len(members) > 1:
             a, b = members[0], members[1]
-            raise ArtifactError(f"{fresh[0].path / MANIFEST}: field 'lifecycle' is 'fresh' (a new server per run), "
-                                f"but {a.label} and {b.label} record the same server log {log!r}")
+            raise ArtifactError(
+                f"{fresh[0].path / MANIFEST}: field 'lifecycle' is 'fresh' (a new server per run), "
+                f"but {a.label} and {b.label} record the same server log {log!r}"
+            )
 
 
 # --- runs that are not independent evidence: INVALID ----------------------------------------------------------
@@ -330,21 +360,30 @@ def copies(rows_of: dict, out: dict) -> None:
         if len(holders) < 2:
             continue
         for i, (ra, ea) in enumerate(holders):
-            for rb, eb in holders[i + 1:]:
+            for rb, eb in holders[i + 1 :]:
                 shared.setdefault((id(ra), id(rb)), [ra, rb, []])[2].append((ea, eb))
     for ra, rb, eps in shared.values():
         ea, eb = eps[0]
         if ra is rb:
-            why = (f"{ra.label} holds episodes {ea} and {eb} with the same requests and identical server timings: a "
-                   f"duplicated episode, not one the server served twice ({ra.path})")
+            why = (
+                f"{ra.label} holds episodes {ea} and {eb} with the same requests and identical server timings: a "
+                f"duplicated episode, not one the server served twice ({ra.path})"
+            )
             out[id(ra)].append(why)
             continue
-        what = (f"the same requests with identical server timings in {len(eps)} episode(s) (first: {ea}"
-                + (f" as {eb}" if eb != ea else "") + ")")
-        out[id(ra)].append(f"{ra.label} and {rb.label} hold {what}: copied records, not independent runs "
-                           f"(rerunning changes the server's timings) ({ra.path})")
-        out[id(rb)].append(f"{rb.label} and {ra.label} hold {what}: copied records, not independent runs "
-                           f"(rerunning changes the server's timings) ({rb.path})")
+        what = (
+            f"the same requests with identical server timings in {len(eps)} episode(s) (first: {ea}"
+            + (f" as {eb}" if eb != ea else "")
+            + ")"
+        )
+        out[id(ra)].append(
+            f"{ra.label} and {rb.label} hold {what}: copied records, not independent runs "
+            f"(rerunning changes the server's timings) ({ra.path})"
+        )
+        out[id(rb)].append(
+            f"{rb.label} and {ra.label} hold {what}: copied records, not independent runs "
+            f"(rerunning changes the server's timings) ({rb.path})"
+        )
 
 
 def _prompt_identity(run: Run) -> tuple:
@@ -381,7 +420,8 @@ def first_prompts(rows_of: dict, out: dict) -> None:
                         out[id(run)].append(
                             f"{run.label}: episode {eid}'s first prompt (sha256 {str(sha)[:12]}) is not the one other "
                             f"runs of configuration {config} sent for it ({str(other)[:12]}): episodes renumbered or "
-                            f"replaced ({run.path})")
+                            f"replaced ({run.path})"
+                        )
 
 
 def server_logs(runs: list[Run], out: dict) -> None:
@@ -399,13 +439,17 @@ def server_logs(runs: list[Run], out: dict) -> None:
         cmd = members[0].manifest.get("server_cmd")
         for r in members[1:]:
             if r.manifest.get("server_cmd") != cmd:
-                out[id(r)].append(f"{r.label} records another server command line than {members[0].label}, whose "
-                                  f"server log {log} it shares ({r.path})")
-        for run, why in zip(members, engine.session_log_problems(members[0].manifest,
-                                                                 [r.requests for r in members], text)):
+                out[id(r)].append(
+                    f"{r.label} records another server command line than {members[0].label}, whose "
+                    f"server log {log} it shares ({r.path})"
+                )
+        for run, why in zip(
+            members, engine.session_log_problems(members[0].manifest, [r.requests for r in members], text)
+        ):
             if why:
-                out[id(run)].append(f"{run.label}: {why} ({log}): its records are not what its server served "
-                                    f"({run.path})")
+                out[id(run)].append(
+                    f"{run.label}: {why} ({log}): its records are not what its server served ({run.path})"
+                )
 
 
 def invalid(runs: list[Run]) -> dict[int, list[str]]:

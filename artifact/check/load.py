@@ -24,8 +24,10 @@ def check_records(run: Run) -> None:
     if problem:
         raise ArtifactError(f"{run.path / 'manifest.json'}: {problem}")
     if m["arm"] not in workloads.arms():
-        raise ArtifactError(f"{run.path / 'manifest.json'}: arm {m['arm']!r} is not one of the artifact's arms "
-                            f"({', '.join(workloads.arms())}; labels are lower-case)")
+        raise ArtifactError(
+            f"{run.path / 'manifest.json'}: arm {m['arm']!r} is not one of the artifact's arms "
+            f"({', '.join(workloads.arms())}; labels are lower-case)"
+        )
     validate_records(run)
 
 
@@ -40,5 +42,12 @@ def load_run(path: Path, manifest: dict, data: bytes | None = None, sha256: str 
     check_records(run)
     cache = cache_validated(run)
     run._data = None
-    return (run.requests, run.episodes, run.top2_arrays(), cache, run._sha256, run.requests_by_episode(),
-            run.episode_outputs())
+    return (
+        run.requests,
+        run.episodes,
+        run.top2_arrays(),
+        cache,
+        run._sha256,
+        run.requests_by_episode(),
+        run.episode_outputs(),
+    )

@@ -111,8 +111,11 @@ def _tree(paths, base: Path) -> str:
                 with contextlib.suppress(OSError):
                     h.update(f"{p.relative_to(base)}\0".encode())
                     st = p.stat()
-                    h.update(hashlib.sha256(p.read_bytes()).digest() if st.st_size <= _WHOLE_BYTES else
-                             f"{st.st_size} {st.st_mtime_ns}".encode())
+                    h.update(
+                        hashlib.sha256(p.read_bytes()).digest()
+                        if st.st_size <= _WHOLE_BYTES
+                        else f"{st.st_size} {st.st_mtime_ns}".encode()
+                    )
     return h.hexdigest()
 
 
@@ -122,8 +125,9 @@ def checker() -> str:
     Python and every installed distribution's version (the names of the *.dist-info folders on sys.path)."""
     base = _PACKAGE.parent
     dists = sorted({name for p in sys.path if os.path.isdir(p) for name in _listdir(p) if name.endswith(".dist-info")})
-    return hashlib.sha256("\n".join([
-        _tree([_PACKAGE, *(base / d for d in _CHECKOUT_INPUTS)], base), sys.version, *dists]).encode()).hexdigest()
+    return hashlib.sha256(
+        "\n".join([_tree([_PACKAGE, *(base / d for d in _CHECKOUT_INPUTS)], base), sys.version, *dists]).encode()
+    ).hexdigest()
 
 
 def _listdir(path: str) -> list[str]:
@@ -143,8 +147,18 @@ def key(root: Path, out: Path, expected_path, files: Listing) -> str:
             expected = [str(expected_path), hashlib.sha256(Path(expected_path).read_bytes()).hexdigest()]
         except OSError:
             expected = [str(expected_path), None]
-    blob = json.dumps([FORMAT, checker(), os.getcwd(), str(root), str(out), expected, settings,
-                       [(rel, kind, size) for rel, kind, size, _ in files]])
+    blob = json.dumps(
+        [
+            FORMAT,
+            checker(),
+            os.getcwd(),
+            str(root),
+            str(out),
+            expected,
+            settings,
+            [(rel, kind, size) for rel, kind, size, _ in files],
+        ]
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -172,6 +186,7 @@ def digests(root: Path, files: Listing, known: dict[str, str] | None = None) -> 
 
 
 # --- lookup and keeping ---------------------------------------------------------------------------------------
+
 
 class Pending:
     """A check about to run: what it reads (`files`, the listing before it read them) and its entry's name."""
@@ -209,7 +224,9 @@ def keep(pending: Pending, exit_code: int, printed: str, written: Path, known: d
     try:
         if listing(pending.root, pending.out) != pending.files:
             return False
-        outputs = {p.name: p.read_bytes() for p in sorted(written.iterdir()) if p.is_file() and p.name != "timings.json"}
+        outputs = {
+            p.name: p.read_bytes() for p in sorted(written.iterdir()) if p.is_file() and p.name != "timings.json"
+        }
         files = digests(pending.root, pending.files, known)
         if any(d is None for _, d in files):
             return False

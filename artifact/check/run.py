@@ -35,7 +35,13 @@ from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
 from artifact.records import decoded
 from artifact.records.store import (
-    MANIFEST, MAX_RECORD_BYTES, RECORD_FILES, REQUESTS, Run, find_runs, too_large,
+    MANIFEST,
+    MAX_RECORD_BYTES,
+    RECORD_FILES,
+    REQUESTS,
+    Run,
+    find_runs,
+    too_large,
 )
 
 if TYPE_CHECKING:  # for annotations only: imported lazily where they are used (below)
@@ -64,8 +70,9 @@ def find_results(results_dir: Path) -> list[Run]:
     try:
         runs = find_runs(results_dir)
     except TypeError:  # manifests whose sort keys have mixed types, or are not JSON objects
-        raise ArtifactError(f"{results_dir}: a manifest.json has fields of the wrong type (config, plan, arm, run)") \
-            from None
+        raise ArtifactError(
+            f"{results_dir}: a manifest.json has fields of the wrong type (config, plan, arm, run)"
+        ) from None
     if not runs:
         raise ArtifactError(f"no runs (manifest.json files) under {results_dir}")
     sizes = [(run.path / name, _size(run.path / name)) for run in runs for name in RECORD_FILES if name != MANIFEST]
@@ -74,9 +81,11 @@ def find_results(results_dir: Path) -> list[Run]:
         raise too_large(path, size, MAX_RECORD_BYTES)
     total = sum(size for _, size in sizes)
     if total > MAX_RESULTS_BYTES:
-        raise ArtifactError(f"{results_dir}: its runs' record files hold {total} bytes, more than the "
-                            f"{MAX_RESULTS_BYTES} ({MAX_RESULTS_BYTES >> 30} GiB) one check reads (paper scale is "
-                            "~0.1 GiB); check a part of them (one configuration's folder) at a time")
+        raise ArtifactError(
+            f"{results_dir}: its runs' record files hold {total} bytes, more than the "
+            f"{MAX_RESULTS_BYTES} ({MAX_RESULTS_BYTES >> 30} GiB) one check reads (paper scale is "
+            "~0.1 GiB); check a part of them (one configuration's folder) at a time"
+        )
     return runs
 
 
@@ -93,8 +102,13 @@ def _size(path: Path) -> int:
         return 0
 
 
-def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=lambda: None,
-                     then: tuple = (), cached: list[bool] | None = None) -> list[Run]:
+def validate_results(
+    runs: list[Run],
+    worker: Worker | None = None,
+    meanwhile=lambda: None,
+    then: tuple = (),
+    cached: list[bool] | None = None,
+) -> list[Run]:
     """Read and validate every run's records (`check_records`); one run per (config, plan, arm, run). With a
     `worker`, it reads runs from the front of the list while this process, once it has done `meanwhile()`, reads
     them from the back (each run the worker has not started yet); without, in the list's order. The first problem
@@ -105,8 +119,12 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
     # it; `cached`: the runs found there (their bytes already read and hashed)
     here = Worker()
     cached = cached if cached is not None else [run.in_cache() for run in runs]
-    jobs = [here.submit(load_run, run.path, run.manifest, run._data, run._sha256) if hit else
-            worker.submit(load_run, run.path, run.manifest) for run, hit in zip(runs, cached)]
+    jobs = [
+        here.submit(load_run, run.path, run.manifest, run._data, run._sha256)
+        if hit
+        else worker.submit(load_run, run.path, run.manifest)
+        for run, hit in zip(runs, cached)
+    ]
     for run in runs:
         run._data = None  # each job reads its own (this process's from what it was given)
     if then and worker.enabled:
@@ -123,14 +141,17 @@ def validate_results(runs: list[Run], worker: Worker | None = None, meanwhile=la
         job.run_here()
     seen: dict[tuple, Run] = {}
     for run, job in zip(runs, jobs):
-        (run._requests, run._episodes, run._top2_arrays, run.cache, sha256, run._by_episode,
-         run._episode_outputs) = job.result()[0]
+        (run._requests, run._episodes, run._top2_arrays, run.cache, sha256, run._by_episode, run._episode_outputs) = (
+            job.result()[0]
+        )
         run._sha256 = run._sha256 or sha256
         m = run.manifest
         key = (m["config"], m["plan"], m["arm"], m["run"])
         if key in seen:
-            raise ArtifactError(f"two runs claim to be {run.label}: {seen[key].path} and {run.path}; keep one "
-                                "(move the other out of the results directory)")
+            raise ArtifactError(
+                f"two runs claim to be {run.label}: {seen[key].path} and {run.path}; keep one "
+                "(move the other out of the results directory)"
+            )
         seen[key] = run
     return runs
 
@@ -139,8 +160,12 @@ def record_cache(runs: list[Run]) -> dict:
     """check.json's `record_cache`: whether the checker's own cache (records.decoded, outside the results) was on,
     and how many runs' records it gave ("read") and took ("written"); nothing inside the results is ever one."""
     states = [run.cache for run in runs]
-    return {"enabled": decoded.wanted(), "read": states.count("read"), "written": states.count("written"),
-            "runs": len(runs)}
+    return {
+        "enabled": decoded.wanted(),
+        "read": states.count("read"),
+        "written": states.count("written"),
+        "runs": len(runs),
+    }
 
 
 def load_results(results_dir: Path) -> list[Run]:
@@ -160,12 +185,14 @@ def workload_tables(runs: list[Run]) -> dict[str, dict[str, pd.DataFrame]]:
         try:
             out[name] = workload.tables(wruns)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ArtifactError(f"{name} records under {wruns[0].path.parent} are malformed "
-                                f"({type(exc).__name__}: {exc})") from None
+            raise ArtifactError(
+                f"{name} records under {wruns[0].path.parent} are malformed ({type(exc).__name__}: {exc})"
+            ) from None
     return out
 
 
 # --- outputs --------------------------------------------------------------------------------------------------
+
 
 def _json_safe(x):
     if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
@@ -180,24 +207,42 @@ def _json_safe(x):
 
 
 def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
-    import pandas as pd  # noqa: PLC0415  (slow imports: see the module's imports)
+    import pandas as pd  # slow imports: see the module's imports
 
-    rows = [{"claim": d.claim, "scope": d.scope, "kind": d.kind, "status": d.status, "observed": d.observed,
-             "expected": d.expected, "band": d.band, "evidence": " | ".join(d.evidence)}
-            for c in claims for d in c.details]
+    rows = [
+        {
+            "claim": d.claim,
+            "scope": d.scope,
+            "kind": d.kind,
+            "status": d.status,
+            "observed": d.observed,
+            "expected": d.expected,
+            "band": d.band,
+            "evidence": " | ".join(d.evidence),
+        }
+        for c in claims
+        for d in c.details
+    ]
     return pd.DataFrame(rows, columns=["claim", "scope", "kind", "status", "observed", "expected", "band", "evidence"])
 
 
 def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) -> list[str]:
     # lazy: pandas and scipy after the worker has started
-    from artifact.analysis.tables import quant_levels_frame  # noqa: PLC0415
+    from artifact.analysis.tables import quant_levels_frame
 
-    frames = {"tab2.csv": tables.tab2, "tab2_comparisons.csv": tables.comparisons, "runs.csv": tables.runs,
-              "fig1.csv": tables.fig1, "fig2.csv": tables.fig2, "fig2_trend.csv": tables.fig2_trend,
-              "quant_levels.csv": quant_levels_frame(), "verdicts.csv": verdict_frame(claims)}
+    frames = {
+        "tab2.csv": tables.tab2,
+        "tab2_comparisons.csv": tables.comparisons,
+        "runs.csv": tables.runs,
+        "fig1.csv": tables.fig1,
+        "fig2.csv": tables.fig2,
+        "fig2_trend.csv": tables.fig2_trend,
+        "quant_levels.csv": quant_levels_frame(),
+        "verdicts.csv": verdict_frame(claims),
+    }
     for own in wtables.values():
         frames.update(own)
-    from artifact.check.cells import safe_frame  # noqa: PLC0415 -- lazy: pandas after the worker has started
+    from artifact.check.cells import safe_frame  # lazy: pandas after the worker has started
 
     for name, df in frames.items():
         safe_frame(df).to_csv(out / name, index=False, errors=TEXT_ERRORS)
@@ -211,17 +256,48 @@ TEXT_ERRORS = "backslashreplace"
 
 # Every name a check may write into its output folder (besides the workloads' own `table_files`): what publish()
 # may replace or remove there. Never read from the folder itself (a planted check.json could name any file).
-OUTPUT_NAMES = frozenset((
-    "check.json", TIMINGS, "report.html", "tab2.csv", "tab2_comparisons.csv", "runs.csv", "fig1.csv", "fig2.csv",
-    "fig2_trend.csv", "quant_levels.csv", "verdicts.csv", "fig1.png", "fig2.png",
-    # artifact.check.beyond
-    "margins.csv", "first_divergence_margins.csv", "flip_by_margin.csv", "flip_trend.csv", "margin_trend.csv",
-    "benefit_runs.csv", "benefit_arms.csv", "benefit_ratios.csv", "mitigation.csv", "tiers.csv", "tiers_requests.csv",
-    "quant_mechanism.csv", "quant_mechanism_pairs.csv", "tenants.csv", "tenants_runs.csv", "beyond_verdicts.csv",
-    "flip_margin.png", "price.png", "tiers.png", "quant_mechanism.png", "tenants.png",
-    # artifact.report.divergences, written by the check command beside the verdicts
-    "first-divergence.json", "first-divergence.txt",
-))
+OUTPUT_NAMES = frozenset(
+    (
+        "check.json",
+        TIMINGS,
+        "report.html",
+        "tab2.csv",
+        "tab2_comparisons.csv",
+        "runs.csv",
+        "fig1.csv",
+        "fig2.csv",
+        "fig2_trend.csv",
+        "quant_levels.csv",
+        "verdicts.csv",
+        "fig1.png",
+        "fig2.png",
+        # artifact.check.beyond
+        "margins.csv",
+        "first_divergence_margins.csv",
+        "flip_by_margin.csv",
+        "flip_trend.csv",
+        "margin_trend.csv",
+        "benefit_runs.csv",
+        "benefit_arms.csv",
+        "benefit_ratios.csv",
+        "mitigation.csv",
+        "tiers.csv",
+        "tiers_requests.csv",
+        "quant_mechanism.csv",
+        "quant_mechanism_pairs.csv",
+        "tenants.csv",
+        "tenants_runs.csv",
+        "beyond_verdicts.csv",
+        "flip_margin.png",
+        "price.png",
+        "tiers.png",
+        "quant_mechanism.png",
+        "tenants.png",
+        # artifact.report.divergences, written by the check command beside the verdicts
+        "first-divergence.json",
+        "first-divergence.txt",
+    )
+)
 
 
 def output_names() -> frozenset[str]:
@@ -260,8 +336,10 @@ def publish(new: Path, out: Path) -> None:
     it would be lost."""
     foreign = foreign_entries(out, new) if out.exists() else []
     if foreign:
-        raise ArtifactError(f"refusing to replace {out}: it holds {foreign[0]}, which is not an output of check; give "
-                            "--out a new or empty directory")
+        raise ArtifactError(
+            f"refusing to replace {out}: it holds {foreign[0]}, which is not an output of check; give "
+            "--out a new or empty directory"
+        )
     if not out.exists():
         os.rename(new, out)
         return
@@ -278,7 +356,8 @@ def publish(new: Path, out: Path) -> None:
 def verdict_table(claims: list[Claim]) -> str:
     """Claim, status and observed value, one line per claim, left-aligned for a terminal."""
     rows = [("claim", "status", "observed")] + [
-        (c.id + (" (hard)" if c.hard else ""), c.status, _clip(c.observed, 110)) for c in claims]
+        (c.id + (" (hard)" if c.hard else ""), c.status, _clip(c.observed, 110)) for c in claims
+    ]
     w0, w1 = (max(len(r[i]) for r in rows) for i in (0, 1))
     return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
 
@@ -289,7 +368,7 @@ def _clip(s: str, n: int) -> str:
 
 def exit_code(claims: list[Claim], problems: list[str]) -> int:
     """`claims.EXIT_CODES`: 1 hard failure or invalid runs, 4 another claim fails, 3 nothing tested, else 0."""
-    from artifact.check.claims import FAIL, TESTED  # noqa: PLC0415 -- lazy: pandas and scipy after the worker has started
+    from artifact.check.claims import FAIL, TESTED  # lazy: pandas and scipy after the worker has started
 
     if problems or any(c.hard and c.status == FAIL for c in claims):
         return 1
@@ -300,8 +379,7 @@ def exit_code(claims: list[Claim], problems: list[str]) -> int:
     return 0
 
 
-def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
-              label: str | None = None) -> int:
+def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False, label: str | None = None) -> int:
     """Check the results under `results_dir`; returns the exit code (`claims.EXIT_CODES`). `label` names the results
     where `results_dir` is not their home (records unpacked from an evidence folder into a temporary directory: the
     folder's name); the report's header, check.json's `results_dir` and the printed summary use it.
@@ -321,8 +399,10 @@ def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = Fa
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OSError) as exc:
         if os.environ.get("ARTIFACT_DEBUG"):
             raise
-        raise ArtifactError(f"could not check {results_dir}: unexpected content in the records "
-                            f"({type(exc).__name__}: {exc}); set ARTIFACT_DEBUG=1 for the traceback") from None
+        raise ArtifactError(
+            f"could not check {results_dir}: unexpected content in the records "
+            f"({type(exc).__name__}: {exc}); set ARTIFACT_DEBUG=1 for the traceback"
+        ) from None
     finally:
         if gc_enabled:
             gc.enable()
@@ -352,8 +432,12 @@ class Laps:
 # loading jobs: `worker.preload`), while this process runs the paper's tables: it is then ready to draw when the
 # first figure is asked for.
 WORKER_MODULES = ("artifact.check.load", "numpy", "pyarrow.csv")
-FIGURE_MODULES = ("matplotlib.backends.backend_agg", "matplotlib.figure", "artifact.report.render",
-                  "artifact.check.beyond")
+FIGURE_MODULES = (
+    "matplotlib.backends.backend_agg",
+    "matplotlib.figure",
+    "artifact.report.render",
+    "artifact.check.beyond",
+)
 
 
 def _import_analyses() -> None:
@@ -361,20 +445,15 @@ def _import_analyses() -> None:
     (`_import_tests`). Both while the worker loads runs: the runs it loads meanwhile are runs this process does not
     load, so the loading shares the import's time between the two processes, where an import after the loading
     would be this process's alone."""
-    import artifact.analysis.tables  # noqa: F401, PLC0415 -- lazy: pandas after the worker has started
-    import artifact.check.beyond  # noqa: F401, PLC0415
-    import artifact.check.facts  # noqa: F401, PLC0415
-    import artifact.check.claims  # noqa: F401, PLC0415
-    import artifact.report.render  # noqa: F401, PLC0415
+    # lazy: pandas after the worker has started
 
 
 def _import_tests() -> None:
     """scipy.stats: the tests of the analyses beyond the paper (imported on its own: a step of check's timings)."""
-    import scipy.stats  # noqa: F401, PLC0415 -- lazy: after the worker has started
+    import scipy.stats  # noqa: F401 -- lazy: after the worker has started
 
 
-def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False,
-               label: str | None = None) -> int:
+def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False, label: str | None = None) -> int:
     lap = Laps()
     timings = lap.wall
     root = Path(results_dir)
@@ -394,16 +473,26 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     worker = Worker(want_worker(records_bytes(runs)), modules=FIGURE_MODULES if copies else WORKER_MODULES)
     new = None
     try:
-        validate_results(runs, worker, meanwhile=lambda: (_import_analyses(), lap("imports: pandas, analyses"),
-                                                          _import_tests(), lap("imports: scipy.stats")),
-                         then=() if copies else (preload, *FIGURE_MODULES), cached=cached)
+        validate_results(
+            runs,
+            worker,
+            meanwhile=lambda: (
+                _import_analyses(),
+                lap("imports: pandas, analyses"),
+                _import_tests(),
+                lap("imports: scipy.stats"),
+            ),
+            then=() if copies else (preload, *FIGURE_MODULES),
+            cached=cached,
+        )
         lap("load+validate")
         # lazy: pandas and scipy after the worker has started
-        from artifact.analysis.tables import build_tables  # noqa: PLC0415
+        from artifact.analysis.tables import build_tables
+
         # lazy: pandas and scipy after the worker has started
-        from artifact.check.claims import annotate_with_paper, evaluate_claims  # noqa: PLC0415
-        from artifact.check import facts  # noqa: PLC0415 -- lazy: numpy and the analyses after the worker has started
-        from artifact.check.admission import admitted  # noqa: PLC0415 -- lazy: pandas after the worker has started
+        from artifact.check.claims import annotate_with_paper, evaluate_claims
+        from artifact.check import facts  # lazy: numpy and the analyses after the worker has started
+        from artifact.check.admission import admitted  # lazy: pandas after the worker has started
 
         facts.check(runs)  # labels against facts (exit 2 on a contradiction); copies and the like made INVALID
         evidence = admitted(runs)  # the one admission gate: every analysis below reads these runs only
@@ -417,8 +506,9 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         code = exit_code(claims, tables.problems)
 
         new = staging(out)
-        summary = _write_outputs(new, root, runs, evidence, tables, wtables, claims, code, lap, Drawing(worker),
-                                  label or str(root))
+        summary = _write_outputs(
+            new, root, runs, evidence, tables, wtables, claims, code, lap, Drawing(worker), label or str(root)
+        )
         # what differs on every check goes to timings.json, never into check.json (a re-check of committed evidence
         # leaves check.json byte-identical; evidence/*/check/timings.json is git-ignored)
         laps = {k: round(v, 3) for k, v in timings.items()}
@@ -428,21 +518,27 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
         # from one check to the next and goes to timings.json with the laps
         cache = record_cache(runs)
         summary["record_cache"] = {"enabled": cache["enabled"], "counts": TIMINGS}
-        volatile = {"timings_s": laps, "cpu_s": {"checking process": round(time.process_time(), 3)},
-                    "record_cache": cache}
-        (new / "check.json").write_text(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n",
-                                        encoding="utf-8", errors=TEXT_ERRORS)
+        volatile = {
+            "timings_s": laps,
+            "cpu_s": {"checking process": round(time.process_time(), 3)},
+            "record_cache": cache,
+        }
+        (new / "check.json").write_text(
+            json.dumps(_json_safe(summary), indent=2, ensure_ascii=False) + "\n", encoding="utf-8", errors=TEXT_ERRORS
+        )
         (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
         # every admitted pair's first divergences beside the verdicts (first-divergence.json and .txt)
-        from artifact.report import divergences  # noqa: PLC0415 -- lazy: only a check that got this far writes them
+        from artifact.report import divergences  # lazy: only a check that got this far writes them
+
         _, diverged = divergences.write(evidence, new)
         publish(new, out)
     except OSError as exc:
         if new is None:
             raise
         kept = f"the previous outputs in {out} are left as they were" if out.exists() else f"{out} was not created"
-        raise ArtifactError(f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); "
-                            f"{kept}") from None
+        raise ArtifactError(
+            f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); {kept}"
+        ) from None
     finally:
         # at once: after a check every job's result has been taken (its teardown would only be waited for); leaving
         # on an error, what it has not done yet is not wanted
@@ -451,16 +547,28 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
             shutil.rmtree(new, ignore_errors=True)
     lap("write: check.json, publish")
     # read by bench/bench_check.py
-    run_check.last_timings, run_check.last_cpu, run_check.last_figures = dict(lap.wall), dict(lap.cpu), \
-        dict(lap.figures)
+    run_check.last_timings, run_check.last_cpu, run_check.last_figures = (
+        dict(lap.wall),
+        dict(lap.cpu),
+        dict(lap.figures),
+    )
     printed = _summary(Path(label) if label else root, out, runs, tables, claims, code, diverged)
     if not quiet:
         print(printed, flush=True)
     # kept for a later check of the same results (artifact.check.replay), where everything check read lies under
     # them (a run's server log lies in its plan directory: above a run directory checked on its own)
     if pending is not None and all(run.path.parent.resolve().is_relative_to(root.resolve()) for run in runs):
-        replay.keep(pending, code, printed, out, {str((run.path / REQUESTS).resolve().relative_to(root.resolve())):
-                                                  run._sha256 for run in runs if run._sha256})
+        replay.keep(
+            pending,
+            code,
+            printed,
+            out,
+            {
+                str((run.path / REQUESTS).resolve().relative_to(root.resolve())): run._sha256
+                for run in runs
+                if run._sha256
+            },
+        )
     return code
 
 
@@ -470,36 +578,58 @@ def _replay(entry, out: Path, quiet: bool, lap: Laps) -> int:
     new = staging(out)
     try:
         for name, blob in entry.outputs.items():
-            if name != Path(name).name or name not in output_names() | {"first-divergence.json",
-                                                                         "first-divergence.txt"}:
-                raise ArtifactError(f"the checker's cache entry {replay.entry_name(entry)} names an output "
-                                    f"{name!r} a check does not write; remove the entry")
+            if name != Path(name).name or name not in output_names() | {
+                "first-divergence.json",
+                "first-divergence.txt",
+            }:
+                raise ArtifactError(
+                    f"the checker's cache entry {replay.entry_name(entry)} names an output "
+                    f"{name!r} a check does not write; remove the entry"
+                )
             (new / name).write_bytes(blob)
         lap("replay")
-        volatile = {replay.REPLAYED: replay.entry_name(entry), "timings_s": {k: round(v, 3) for k, v in lap.wall.items()},
-                    "cpu_s": {"checking process": round(time.process_time(), 3)}}
+        volatile = {
+            replay.REPLAYED: replay.entry_name(entry),
+            "timings_s": {k: round(v, 3) for k, v in lap.wall.items()},
+            "cpu_s": {"checking process": round(time.process_time(), 3)},
+        }
         (new / TIMINGS).write_text(json.dumps(volatile, indent=2) + "\n", encoding="utf-8")
         publish(new, out)
     except OSError as exc:
         kept = f"the previous outputs in {out} are left as they were" if out.exists() else f"{out} was not created"
-        raise ArtifactError(f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); "
-                            f"{kept}") from None
+        raise ArtifactError(
+            f"cannot write the check outputs to {exc.filename or out} ({exc.strerror or exc}); {kept}"
+        ) from None
     finally:
         shutil.rmtree(new, ignore_errors=True)
     if not quiet:
         print(entry.printed)
-        print(f"(replayed: these results and this checker are byte for byte those of a check made before; its outputs "
-              f"come from the checker's cache. {replay.ENV}=0 checks them again)", flush=True)
+        print(
+            f"(replayed: these results and this checker are byte for byte those of a check made before; its outputs "
+            f"come from the checker's cache. {replay.ENV}=0 checks them again)",
+            flush=True,
+        )
     return entry.exit_code
 
 
-def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], tables: Tables, wtables: dict,
-                   claims: list[Claim], code: int, lap, drawing: Drawing, label: str) -> dict:
+def _write_outputs(
+    out: Path,
+    root: Path,
+    runs: list[Run],
+    evidence: list[Run],
+    tables: Tables,
+    wtables: dict,
+    claims: list[Claim],
+    code: int,
+    lap,
+    drawing: Drawing,
+    label: str,
+) -> dict:
     """Write every output but check.json into `out`; returns check.json's content (without its timings). `runs`:
     every run found (listed); `evidence`: the admitted ones (`admission.admitted`), which the analyses read."""
-    from artifact.check.beyond import write_beyond  # noqa: PLC0415 -- lazy: pandas and scipy after the worker has started
-    from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL  # noqa: PLC0415
-    from artifact.report.render import PAPER_FIGURES, compile_templates, draw_figures, write_report  # noqa: PLC0415
+    from artifact.check.beyond import write_beyond  # lazy: pandas and scipy after the worker has started
+    from artifact.check.claims import BAND_RULE, CLAIM_RULES, EXIT_CODES, FAIL
+    from artifact.report.render import PAPER_FIGURES, compile_templates, draw_figures, write_report
 
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
@@ -507,35 +637,58 @@ def _write_outputs(out: Path, root: Path, runs: list[Run], evidence: list[Run], 
     lap("csv")
     draw_figures(tables, out, drawing)
     # results beyond the paper (they never change the exit code); waits for every figure asked for
-    beyond = write_beyond(evidence, out, lap, drawing,
-                          meanwhile=lambda: (compile_templates(), lap("report: templates")))
+    beyond = write_beyond(
+        evidence, out, lap, drawing, meanwhile=lambda: (compile_templates(), lap("report: templates"))
+    )
     drawn = drawing.results()
     lap.figures.update({name: (wall, cpu) for name, (_, wall, cpu) in drawn.items()})
     figures = {name: path for name in PAPER_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}
     files += list(figures)
     files += beyond.files
 
-    report = write_report(out / "report.html", root=root, runs=runs, tables=tables, workload_tables=wtables,
-                          claims=claims, problems=problems, exit_code=code, exit_meaning=EXIT_CODES[code],
-                          band_rule=BAND_RULE, figures=figures,
-                          warnings=tables.warnings, beyond=beyond, label=label)
+    report = write_report(
+        out / "report.html",
+        root=root,
+        runs=runs,
+        tables=tables,
+        workload_tables=wtables,
+        claims=claims,
+        problems=problems,
+        exit_code=code,
+        exit_meaning=EXIT_CODES[code],
+        band_rule=BAND_RULE,
+        figures=figures,
+        warnings=tables.warnings,
+        beyond=beyond,
+        label=label,
+    )
     files.append(report.name)
     lap("report")
     return {
-        "results_dir": label, "exit_code": code, "exit_meaning": EXIT_CODES[code], "exit_codes": EXIT_CODES,
-        "hard_failures": hard_fail, "failures": [c.id for c in claims if c.status == FAIL], "invalid": problems,
-        "unisolated_runs": tables.unisolated_runs, "run_warnings": tables.warnings,
-        "runs": len(runs), "claims": [c.as_dict() for c in claims], "claim_rules": CLAIM_RULES,
-        "beyond": beyond.as_dict(), "files": files,
+        "results_dir": label,
+        "exit_code": code,
+        "exit_meaning": EXIT_CODES[code],
+        "exit_codes": EXIT_CODES,
+        "hard_failures": hard_fail,
+        "failures": [c.id for c in claims if c.status == FAIL],
+        "invalid": problems,
+        "unisolated_runs": tables.unisolated_runs,
+        "run_warnings": tables.warnings,
+        "runs": len(runs),
+        "claims": [c.as_dict() for c in claims],
+        "claim_rules": CLAIM_RULES,
+        "beyond": beyond.as_dict(),
+        "files": files,
     }
 
 
-def _summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int,
-             diverged: list[dict]) -> str:
+def _summary(
+    root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int, diverged: list[dict]
+) -> str:
     """What check prints: the verdicts, the invalid and unisolated runs, where the outputs are, and how many
     episodes first diverged where (first-divergence.txt)."""
     # lazy: pandas and scipy after the worker has started
-    from artifact.check.claims import EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT  # noqa: PLC0415
+    from artifact.check.claims import EXIT_CODES, FAIL, INCONCLUSIVE, INVALID, OUT
 
     lines: list[str] = []
     say = lines.append
@@ -543,8 +696,10 @@ def _summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: lis
     problems = tables.problems
     hard_fail = [c.id for c in claims if c.hard and c.status == FAIL]
     names = ", ".join(workloads.by_workload(runs))
-    say(f"check: {len(runs)} runs ({len(tables.groups)} configuration-plan(s) with paired ON/OFF runs; "
-        f"workloads: {names or 'none known'}) under {root}")
+    say(
+        f"check: {len(runs)} runs ({len(tables.groups)} configuration-plan(s) with paired ON/OFF runs; "
+        f"workloads: {names or 'none known'}) under {root}"
+    )
     say(verdict_table(claims))
     for c in claims:
         for d in c.details:
@@ -557,9 +712,12 @@ def _summary(root: Path, out: Path, runs: list[Run], tables: Tables, claims: lis
         for w in tables.warnings[label]:
             say(f"WARNING (not network-isolated): {w}")
     if tables.user_server:
-        from artifact.analysis.tables import USER_SERVER_UNOBSERVED  # noqa: PLC0415 -- lazy: loaded with the tables
-        say(f"NOTE: {len(tables.user_server)} run(s) against a server the artifact did not start; not observable: "
-            f"{USER_SERVER_UNOBSERVED}")
+        from artifact.analysis.tables import USER_SERVER_UNOBSERVED  # lazy: loaded with the tables
+
+        say(
+            f"NOTE: {len(tables.user_server)} run(s) against a server the artifact did not start; not observable: "
+            f"{USER_SERVER_UNOBSERVED}"
+        )
     if hard_fail:
         say(f"hard claim(s) failed: {', '.join(hard_fail)}")
     say(f"exit code {code}: {EXIT_CODES[code]}")

@@ -44,7 +44,7 @@ _THREADED = ("numpy", "pyarrow")  # libraries that may start threads of their ow
 
 
 def start_method() -> str:
-    """"fork" where forking is safe (see the module's docstring), else "spawn"."""
+    """ "fork" where forking is safe (see the module's docstring), else "spawn"."""
     safe = sys.platform == "linux" and threading.active_count() == 1 and not any(m in sys.modules for m in _THREADED)
     return "fork" if safe else "spawn"
 
@@ -112,7 +112,7 @@ def preload(*modules: str) -> None:
     for name in modules:
         importlib.import_module(name)
     if any(name.startswith("matplotlib") for name in modules):
-        from matplotlib import font_manager  # noqa: PLC0415
+        from matplotlib import font_manager
 
         font_manager.findfont("DejaVu Sans")
 
@@ -140,7 +140,7 @@ class Job:
             self._future = None
             try:
                 self._outcome = ("ok", _timed(self.fn, self.args))
-            except Exception as exc:  # noqa: BLE001  (kept, raised again by result(): the caller's order)
+            except Exception as exc:  # kept, raised again by result(): the caller's order
                 self._outcome = ("error", exc)
 
     def result(self) -> tuple:
@@ -149,14 +149,20 @@ class Job:
             try:
                 value, wall, cpu = self._future.result(timeout=TIMEOUT_S)
                 self._outcome = ("ok", (value.load() if isinstance(value, Spilled) else value, wall, cpu))
-            except (BrokenProcessPool, CancelledError, OSError):  # OSError: a spilled result could not be read  # the worker died: this process runs what it had not returned
+            except (
+                BrokenProcessPool,
+                CancelledError,
+                OSError,
+            ):  # OSError: a spilled result could not be read  # the worker died: this process runs what it had not returned
                 self._future = None
             except FutureTimeout:
                 self._worker.close(kill=True)
-                raise ArtifactError(f"check's worker process returned nothing for {TIMEOUT_S:.0f} s "
-                                    f"({self.fn.__name__}); set {WORKER_ENV}=0 to do everything in the checking "
-                                    "process") from None
-            except Exception as exc:  # noqa: BLE001  (what fn raised in the worker)
+                raise ArtifactError(
+                    f"check's worker process returned nothing for {TIMEOUT_S:.0f} s "
+                    f"({self.fn.__name__}); set {WORKER_ENV}=0 to do everything in the checking "
+                    "process"
+                ) from None
+            except Exception as exc:  # what fn raised in the worker
                 self._outcome = ("error", exc)
         if self._outcome is None:
             self.run_here()
@@ -176,8 +182,12 @@ class Worker:
         if enabled:
             try:
                 self._spill = tempfile.mkdtemp(prefix="artifact-check-worker-")
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(start_method()),
-                                                 initializer=_start, initargs=(tuple(modules),))
+                self._pool = ProcessPoolExecutor(
+                    1,
+                    mp_context=multiprocessing.get_context(start_method()),
+                    initializer=_start,
+                    initargs=(tuple(modules),),
+                )
                 self._pool.submit(int)  # starts the worker now
             except (OSError, ImportError, NotImplementedError, RuntimeError):  # no processes here: all in process
                 self.close()

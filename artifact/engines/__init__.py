@@ -27,8 +27,10 @@ DEFAULT = "llama.cpp"  # records made before manifests named their engine are of
 def get(kind: str):
     """The adapter of an implemented engine kind; any other kind is refused before anything runs."""
     if kind not in REGISTRY:
-        raise ArtifactError(f"engine.kind = {kind!r} is not implemented in this version of the artifact "
-                            f"(implemented: {', '.join(REGISTRY)})")
+        raise ArtifactError(
+            f"engine.kind = {kind!r} is not implemented in this version of the artifact "
+            f"(implemented: {', '.join(REGISTRY)})"
+        )
     return importlib.import_module(REGISTRY[kind]).ENGINE
 
 
@@ -76,8 +78,11 @@ def network(manifest: dict) -> tuple[str, str | None]:
     engine = of_manifest(manifest)
     remote = engine.remote_servers(manifest) if engine is not None else None
     if remote is None:
-        why = ("its records show no address of the server it talked to" if engine is not None else
-               f"its engine ({manifest.get('engine')!r}) is not one this version knows")
+        why = (
+            "its records show no address of the server it talked to"
+            if engine is not None
+            else f"its engine ({manifest.get('engine')!r}) is not one this version knows"
+        )
         return "not known to be loopback-only", why
     if remote:
         return "host network (not isolated)", f"its server {remote[0]} is not a loopback address"
@@ -104,5 +109,7 @@ def check_needs(cfg, plan, needs: dict, who: str) -> None:
     engine = get(cfg.engine.kind)
     missing = engine.capabilities_for(cfg).missing({"arms": tuple(plan.arms), **needs})
     if missing:
-        raise ArtifactError(f"{cfg.name}: {who} needs {', '.join(missing)}, which engine {engine.kind} does not "
-                            f"have (plan '{plan.name}'); run it on an engine that does")
+        raise ArtifactError(
+            f"{cfg.name}: {who} needs {', '.join(missing)}, which engine {engine.kind} does not "
+            f"have (plan '{plan.name}'); run it on an engine that does"
+        )

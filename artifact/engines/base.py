@@ -106,8 +106,15 @@ OBSERVES = {
     "logprobs": "the top-2 log-probabilities of every generated token",
     "exclusive": "that no other client's requests reached the server during the runs",
 }
-STARTED_BY_ARTIFACT = {"server_cmd": True, "binary": True, "weights_sha256": True, "cache_use": "per request",
-                       "cache_control": "the artifact", "logprobs": True, "exclusive": True}
+STARTED_BY_ARTIFACT = {
+    "server_cmd": True,
+    "binary": True,
+    "weights_sha256": True,
+    "cache_use": "per request",
+    "cache_control": "the artifact",
+    "logprobs": True,
+    "exclusive": True,
+}
 
 
 @dataclass(frozen=True)
@@ -210,8 +217,9 @@ class Engine:
             table.update(plan.engine_settings.get(self.settings_key, {}))
         if self.settings_type is None:
             if table:
-                raise ArtifactError(f"{where or cfg.path}: engine {self.kind} takes no settings "
-                                    f"(got {', '.join(sorted(table))})")
+                raise ArtifactError(
+                    f"{where or cfg.path}: engine {self.kind} takes no settings (got {', '.join(sorted(table))})"
+                )
             return None
         settings = build_table(self.settings_type, table, where or cfg.path, "engine.settings.")
         for problem in self.problems(cfg, settings):
@@ -249,7 +257,7 @@ class Engine:
         return dict(STARTED_BY_ARTIFACT)
 
     def loopback_servers(self, cfg) -> list[str]:
-        """"host:port" of loopback servers outside the run's network namespace that its sessions talk to (the
+        """ "host:port" of loopback servers outside the run's network namespace that its sessions talk to (the
         isolation forwards exactly these; scripts/isolate.sh). An engine that starts its own server has none."""
         return []
 
@@ -269,8 +277,10 @@ class Engine:
     def dry_run(self, cfg, plan) -> list[str]:
         """`./run.sh run CONFIG --dry-run`: what it can say before a run, as lines (the endpoint engine: its servers'
         identity, which claims they can decide, about how long the budget takes)."""
-        raise ArtifactError(f"engine {self.kind} has no dry run of its own: `./run.sh all --dry-run` shows what a "
-                            "run of its configurations would do")
+        raise ArtifactError(
+            f"engine {self.kind} has no dry run of its own: `./run.sh all --dry-run` shows what a "
+            "run of its configurations would do"
+        )
 
     # --- what `./run.sh all` needs of it: its image, where it can run, what it builds natively ------------------
     def image(self, args) -> ImageSpec | None:
@@ -319,15 +329,20 @@ class Engine:
         if isinstance(ident, dict):
             missing = [k for k in self.identity_keys if k not in ident]
             if missing:
-                return (f"field 'pairing_inputs.engine' lacks {', '.join(missing)}, which every {self.kind} identity "
-                        f"records (its keys: {', '.join(sorted(map(str, ident)))}): not a {self.kind} server's record")
-        if self.capabilities.loads_weights and not (isinstance(manifest.get("server_cmd"), list)
-                                                    and manifest["server_cmd"]):
+                return (
+                    f"field 'pairing_inputs.engine' lacks {', '.join(missing)}, which every {self.kind} identity "
+                    f"records (its keys: {', '.join(sorted(map(str, ident)))}): not a {self.kind} server's record"
+                )
+        if self.capabilities.loads_weights and not (
+            isinstance(manifest.get("server_cmd"), list) and manifest["server_cmd"]
+        ):
             # an engine that starts its own server records the command line it started: without one, nothing shows
             # that this engine served the run (a server the artifact did not start, relabelled), so its facts
             # (weights loaded, loopback address, server family) are not this engine's to read
-            return (f"field 'server_cmd' is missing: every {self.kind} run records the command line of the server "
-                    f"it started, so the manifest's engine {self.kind!r} is not shown by its records")
+            return (
+                f"field 'server_cmd' is missing: every {self.kind} run records the command line of the server "
+                f"it started, so the manifest's engine {self.kind!r} is not shown by its records"
+            )
         return None
 
     def start_problem(self, manifest: dict, requests: list[dict]) -> str | None:

@@ -50,8 +50,12 @@ def server_env(home: Path, extra: dict | None = None) -> dict:
     """The allowlisted environment with a private, empty HOME and XDG_CONFIG_HOME (no user config file applies)."""
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), XDG_CACHE_HOME=str(home / "cache"),
-               TMPDIR=str(home / "tmp"))
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        TMPDIR=str(home / "tmp"),
+    )
     env.update(extra or {})
     return env
 
@@ -88,14 +92,20 @@ class ServerProcess:
             log.flush()
             try:
                 self.proc = subprocess.Popen(
-                    self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
-                    start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                    self.cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                 )
             except OSError as exc:
                 self.stop()
                 raise ArtifactError(f"cannot start {self.name} ({exc.strerror}): {self.cmd[0]}") from None
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=self.request_timeout_s,
-                                   trust_env=False)
+        self.client = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}", timeout=self.request_timeout_s, trust_env=False
+        )
         self._wait_healthy(health)
         self.mps = provenance.mps_served(provenance.process_group(self.proc.pid))
 
@@ -113,8 +123,9 @@ class ServerProcess:
             if code is not None:
                 tail = self.log_tail()
                 self.stop()
-                raise ArtifactError(f"{self.name} exited during start-up (exit code {code}): {tail[-400:]} "
-                                    f"(full log: {self.log_path})")
+                raise ArtifactError(
+                    f"{self.name} exited during start-up (exit code {code}): {tail[-400:]} (full log: {self.log_path})"
+                )
             try:
                 if self.client.get(health, timeout=2).status_code == 200:
                     return
@@ -130,8 +141,9 @@ class ServerProcess:
             return self.client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             code = self.proc.poll() if self.proc else None
-            raise ArtifactError(f"{self.name} stopped answering ({type(exc).__name__}; exit code {code}); "
-                                f"see {self.log_path}") from None
+            raise ArtifactError(
+                f"{self.name} stopped answering ({type(exc).__name__}; exit code {code}); see {self.log_path}"
+            ) from None
 
     def stop(self) -> None:
         if self.client is not None:

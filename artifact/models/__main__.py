@@ -33,8 +33,17 @@ def main(argv: list[str]) -> int:
         for name in argv[1:]:
             cfg = load_config(name)
             for f in weights_files(cfg.model):
-                entry = out.setdefault(f.rel, {"rel": f.rel, "sha256": f.sha256, "bytes": f.size,
-                                               "present": f.path.is_file(), "path": str(f.path), "configs": []})
+                entry = out.setdefault(
+                    f.rel,
+                    {
+                        "rel": f.rel,
+                        "sha256": f.sha256,
+                        "bytes": f.size,
+                        "present": f.path.is_file(),
+                        "path": str(f.path),
+                        "configs": [],
+                    },
+                )
                 entry["configs"].append(cfg.name)
     except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)

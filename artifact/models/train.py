@@ -32,8 +32,12 @@ END = "<|im_end|>"
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m artifact.models.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, required=True,
-                   help="training pairs: JSON lines with prompt and reply (python -m artifact.workloads.bfcl.oracle)")
+    p.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="training pairs: JSON lines with prompt and reply (python -m artifact.workloads.bfcl.oracle)",
+    )
     p.add_argument("--base", type=Path, required=True, help="base model directory (Hugging Face format)")
     p.add_argument("--out", type=Path, required=True, help="adapter output directory")
     p.add_argument("--rank", type=int, default=8)
@@ -49,8 +53,9 @@ def parse_args(argv):
 
 def load_pairs(path: Path) -> tuple[list[dict], str]:
     raw = path.read_bytes()
-    return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()], \
-        hashlib.sha256(raw).hexdigest()
+    return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()], hashlib.sha256(
+        raw
+    ).hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pairs, data_sha = load_pairs(args.data)
     if args.limit:
-        pairs = pairs[:args.limit]
+        pairs = pairs[: args.limit]
     tok = AutoTokenizer.from_pretrained(str(args.base))
     end_id = tok.convert_tokens_to_ids(END)
     examples = []
@@ -81,10 +86,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def build(attn: str):
         torch.manual_seed(args.seed)
-        model = AutoModelForCausalLM.from_pretrained(str(args.base), torch_dtype=torch.float32,
-                                                     attn_implementation=attn)
-        cfg = LoraConfig(r=args.rank, lora_alpha=args.alpha, lora_dropout=0.0, target_modules=TARGETS,
-                         bias="none", task_type="CAUSAL_LM")
+        model = AutoModelForCausalLM.from_pretrained(
+            str(args.base), torch_dtype=torch.float32, attn_implementation=attn
+        )
+        cfg = LoraConfig(
+            r=args.rank,
+            lora_alpha=args.alpha,
+            lora_dropout=0.0,
+            target_modules=TARGETS,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
         return get_peft_model(model, cfg).to(device)
 
     def loss_of(model, prompt, reply):
@@ -101,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         if attn == "eager":
             raise
-        print(f"train: {attn} attention refused in deterministic mode ({str(exc)[:120]}); using eager",
-              file=sys.stderr)
+        print(f"train: {attn} attention refused in deterministic mode ({str(exc)[:120]}); using eager", file=sys.stderr)
         attn = "eager"
     model = build(attn)  # fresh weights either way (the probe step touched the gradients)
 
@@ -135,28 +146,57 @@ def main(argv: list[str] | None = None) -> int:
             step += 1
             if step % 50 == 0:
                 log.append({"step": step, "loss": round(loss.item(), 5), "s": round(time.monotonic() - t0, 1)})
-                print(f"train: step {step}/{total} loss {loss.item():.4f} ({time.monotonic() - t0:.0f} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"train: step {step}/{total} loss {loss.item():.4f} ({time.monotonic() - t0:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         epochs.append({"epoch": epoch + 1, "mean_loss": round(running / len(examples), 5)})
     wall = time.monotonic() - t0
 
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(args.out))
     record = {
-        "base": str(args.base), "data": args.data.name, "data_sha256": data_sha, "pairs": len(examples),
-        "reply_tokens": sum(len(r) for _, r in examples), "prompt_tokens": sum(len(p) for p, _ in examples),
-        "lora": {"r": args.rank, "alpha": args.alpha, "dropout": 0.0, "targets": TARGETS,
-                 "trainable_parameters": n_trainable},
-        "optimizer": {"name": "AdamW", "lr": args.lr, "weight_decay": 0.0, "warmup_steps": args.warmup,
-                      "schedule": "linear warm-up, cosine to 10 %", "grad_clip": 1.0, "batch": 1,
-                      "epochs": args.epochs, "steps": total},
+        "base": str(args.base),
+        "data": args.data.name,
+        "data_sha256": data_sha,
+        "pairs": len(examples),
+        "reply_tokens": sum(len(r) for _, r in examples),
+        "prompt_tokens": sum(len(p) for p, _ in examples),
+        "lora": {
+            "r": args.rank,
+            "alpha": args.alpha,
+            "dropout": 0.0,
+            "targets": TARGETS,
+            "trainable_parameters": n_trainable,
+        },
+        "optimizer": {
+            "name": "AdamW",
+            "lr": args.lr,
+            "weight_decay": 0.0,
+            "warmup_steps": args.warmup,
+            "schedule": "linear warm-up, cosine to 10 %",
+            "grad_clip": 1.0,
+            "batch": 1,
+            "epochs": args.epochs,
+            "steps": total,
+        },
         "precision": "fp32 weights, bf16 autocast" if device == "cuda" else "fp32",
-        "attention": attn, "seed": args.seed, "deterministic_algorithms": True,
+        "attention": attn,
+        "seed": args.seed,
+        "deterministic_algorithms": True,
         "loss": "mean cross-entropy over reply tokens and the closing <|im_end|> (prompt tokens carry none)",
-        "epochs": epochs, "log": log, "wall_s": round(wall, 1),
+        "epochs": epochs,
+        "log": log,
+        "wall_s": round(wall, 1),
         "device": torch.cuda.get_device_name(0) if device == "cuda" else platform.processor(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "peft": peft.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "peft": peft.__version__,
+            "cuda": torch.version.cuda,
+            "python": platform.python_version(),
+        },
     }
     (args.out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"train: {total} steps in {wall:.0f} s; epoch losses {[e['mean_loss'] for e in epochs]}", file=sys.stderr)

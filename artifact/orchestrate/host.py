@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from artifact.errors import ArtifactError
 
-NVIDIA_TOOLKIT = ("install the NVIDIA Container Toolkit (https://docs.nvidia.com/datacenter/cloud-native/"
-                  "container-toolkit/latest/install-guide.html), then `sudo nvidia-ctk runtime configure "
-                  "--runtime=docker && sudo systemctl restart docker`; or run the CPU variant with --cpu")
+NVIDIA_TOOLKIT = (
+    "install the NVIDIA Container Toolkit (https://docs.nvidia.com/datacenter/cloud-native/"
+    "container-toolkit/latest/install-guide.html), then `sudo nvidia-ctk runtime configure "
+    "--runtime=docker && sudo systemctl restart docker`; or run the CPU variant with --cpu"
+)
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,10 @@ def docker_client():
         client.ping()
     except Exception as exc:  # DockerException: socket missing, permission denied, daemon down
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise ArtifactError(f"cannot reach the Docker daemon ({reason}): start it (`sudo systemctl start docker`) "
-                            "and make sure your user may use it (the `docker` group), or set DOCKER_HOST") from None
+        raise ArtifactError(
+            f"cannot reach the Docker daemon ({reason}): start it (`sudo systemctl start docker`) "
+            "and make sure your user may use it (the `docker` group), or set DOCKER_HOST"
+        ) from None
     return client
 
 
@@ -54,12 +58,18 @@ def parse_nvidia_smi(text: str) -> list[Gpu]:
 
 def host_gpus() -> list[Gpu]:
     if not shutil.which("nvidia-smi"):
-        raise ArtifactError("no NVIDIA driver found (nvidia-smi is not on PATH): install the driver (>= 560 for "
-                            "CUDA 12.6), or run the CPU variant with --cpu")
+        raise ArtifactError(
+            "no NVIDIA driver found (nvidia-smi is not on PATH): install the driver (>= 560 for "
+            "CUDA 12.6), or run the CPU variant with --cpu"
+        )
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60,
-                             check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
     except (subprocess.SubprocessError, OSError) as exc:
         raise ArtifactError(f"nvidia-smi failed ({type(exc).__name__}): check the NVIDIA driver") from None
     gpus = parse_nvidia_smi(out)
@@ -78,8 +88,10 @@ def select_gpus(gpus: list[Gpu], wanted: str | None) -> list[Gpu]:
     known = {g.index: g for g in gpus}
     bad = [i for i in ids if i not in known]
     if bad or not ids:
-        raise ArtifactError(f"--gpus {wanted}: no GPU {bad[0] if bad else ''} on this host "
-                            f"(nvidia-smi lists {', '.join(str(g.index) for g in gpus)})")
+        raise ArtifactError(
+            f"--gpus {wanted}: no GPU {bad[0] if bad else ''} on this host "
+            f"(nvidia-smi lists {', '.join(str(g.index) for g in gpus)})"
+        )
     return [known[i] for i in dict.fromkeys(ids)]
 
 
@@ -91,8 +103,11 @@ def gpu_request(device_ids: list[str]):
 
 def is_gpu_runtime_error(exc: Exception) -> bool:
     text = str(getattr(exc, "explanation", "") or exc)
-    return "could not select device driver" in text or "nvidia-container-cli" in text or \
-        "unknown or invalid runtime name: nvidia" in text
+    return (
+        "could not select device driver" in text
+        or "nvidia-container-cli" in text
+        or "unknown or invalid runtime name: nvidia" in text
+    )
 
 
 def gpu_runtime_error(exc: Exception) -> ArtifactError:
@@ -107,8 +122,9 @@ def probe_gpu_runtime(client, image: str, device_id: str) -> None:
 
     container = None
     try:
-        container = client.containers.create(image, entrypoint=["true"], network_mode="none",
-                                             device_requests=gpu_request([device_id]))
+        container = client.containers.create(
+            image, entrypoint=["true"], network_mode="none", device_requests=gpu_request([device_id])
+        )
         container.start()
         container.wait(timeout=120)
     except docker.errors.APIError as exc:

@@ -26,8 +26,22 @@ from artifact import engines
 # Never in an image's build context: environments (.venv-cuda, --native's; and each engine's own, `host_folders`, e.g.
 # an ~8 GB one), results, weights and models, tests. Top-level folders only (the package has its own
 # artifact/models/), caches at any depth.
-EXCLUDE_TOP = {".git", ".venv", ".venv-cuda", "results", "weights", "models", "build", ".whl", ".gl",
-               "tests", "bench", ".ci", ".device", "node_modules"}
+EXCLUDE_TOP = {
+    ".git",
+    ".venv",
+    ".venv-cuda",
+    "results",
+    "weights",
+    "models",
+    "build",
+    ".whl",
+    ".gl",
+    "tests",
+    "bench",
+    ".ci",
+    ".device",
+    "node_modules",
+}
 EXCLUDE_DIRS = {"__pycache__", ".pytest_cache"}
 BUILD_INPUTS = "docker/build-inputs"
 
@@ -43,8 +57,11 @@ def context_files(root: Path = REPO) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
         top = exclude if rel_dir == Path(".") else set()
-        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDE_DIRS and d not in top
-                             and (rel_dir / d).as_posix() not in (f"{BUILD_INPUTS}/cache",))
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in EXCLUDE_DIRS and d not in top and (rel_dir / d).as_posix() not in (f"{BUILD_INPUTS}/cache",)
+        )
         for name in sorted(filenames):
             rel = rel_dir / name
             # GGUF files stay out (weights, derived models), except the package's own committed data (the agent
@@ -81,8 +98,14 @@ def build_context(ca_bundle: Path | None = None, extra: list[tuple[str, Path]] =
     return buf.getvalue(), h.hexdigest()
 
 
-def ensure_image(client, spec: ImageSpec, log_dir: Path, ca_bundle: Path | None = None, rebuild: bool = False,
-                 say=lambda m: print(m, file=sys.stderr, flush=True)):
+def ensure_image(
+    client,
+    spec: ImageSpec,
+    log_dir: Path,
+    ca_bundle: Path | None = None,
+    rebuild: bool = False,
+    say=lambda m: print(m, file=sys.stderr, flush=True),
+):
     """The image for `spec`: reused when its tag exists, else built (Docker's layer cache makes a rebuild after a
     code change take seconds). Returns the SDK Image; build failures are one line plus the log's path."""
     import docker
@@ -103,9 +126,16 @@ def ensure_image(client, spec: ImageSpec, log_dir: Path, ca_bundle: Path | None 
     error = None
     with open(log_path, "w") as log:
         try:
-            for chunk in client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True,
-                                          dockerfile=spec.dockerfile, buildargs=spec.buildargs, decode=True,
-                                          forcerm=True):
+            for chunk in client.api.build(
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                rm=True,
+                dockerfile=spec.dockerfile,
+                buildargs=spec.buildargs,
+                decode=True,
+                forcerm=True,
+            ):
                 text = chunk.get("stream") or ""
                 log.write(text)
                 if text.startswith("Step "):
@@ -127,5 +157,10 @@ def ensure_image(client, spec: ImageSpec, log_dir: Path, ca_bundle: Path | None 
 
 def image_facts(image) -> dict:
     labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-    return {"id": image.id, "tags": image.tags, "size_bytes": image.attrs.get("Size"),
-            "llama_build_info": labels.get("artifact.llama_build_info"), "labels": json.loads(json.dumps(labels))}
+    return {
+        "id": image.id,
+        "tags": image.tags,
+        "size_bytes": image.attrs.get("Size"),
+        "llama_build_info": labels.get("artifact.llama_build_info"),
+        "labels": json.loads(json.dumps(labels)),
+    }

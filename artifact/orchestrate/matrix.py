@@ -49,8 +49,9 @@ def _entry(path: Path, i: int, run: dict, plans: dict) -> list[Job]:
     try:
         rel = cfg_file.relative_to(REPO)
     except ValueError:
-        raise ArtifactError(f"{where}: {cfg_file} lies outside the repository; the images carry only its "
-                            "configs/ directory") from None
+        raise ArtifactError(
+            f"{where}: {cfg_file} lies outside the repository; the images carry only its configs/ directory"
+        ) from None
     cfg = load_config(str(cfg_file))
     jobs = []
     for plan in run["plans"]:
@@ -75,7 +76,9 @@ def load_jobs(path: Path = DEFAULT_MATRIX, only: list[str] | None = None) -> lis
         names = {j.cfg.name for j in jobs} | {Path(j.config_path).stem for j in jobs}
         missing = [n for n in only if n not in names]
         if missing:
-            raise ArtifactError(f"--configs: '{missing[0]}' is not in {path.name} "
-                                f"(known: {', '.join(dict.fromkeys(j.cfg.name for j in jobs))})")
+            raise ArtifactError(
+                f"--configs: '{missing[0]}' is not in {path.name} "
+                f"(known: {', '.join(dict.fromkeys(j.cfg.name for j in jobs))})"
+            )
         jobs = [j for j in jobs if j.cfg.name in only or Path(j.config_path).stem in only]
     return jobs

@@ -39,16 +39,24 @@ from artifact.config import REPO
 from artifact.errors import ArtifactError
 from artifact.engines.base import native_venv as base_native_venv
 from artifact.orchestrate import engines, host
-from artifact.orchestrate.common import (conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say,
-                                          split_runnable)
-from artifact.orchestrate.fanout import FanoutBase, Outcome, FAILED, Progress, Slot, job_logs, runs_per_session, \
-    simulate
+from artifact.orchestrate.common import conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say, split_runnable
+from artifact.orchestrate.fanout import (
+    FanoutBase,
+    Outcome,
+    FAILED,
+    Progress,
+    Slot,
+    job_logs,
+    runs_per_session,
+    simulate,
+)
 from artifact.orchestrate.matrix import Job
 from artifact.fetch import fetch as fetch_weights
 from artifact.models.derive import SOURCE_PREFIX, locate
 from artifact.catalog import load_plan
 from artifact.models.hub import weights_root
 from artifact.orchestrate.staging import MANIFEST, StageError, load_manifest, place_weights, summary
+
 
 def native_venv() -> Path:
     """Where `./run.sh all --native` keeps its engines' builds (run.sh passes the same)."""
@@ -72,12 +80,22 @@ def expected_builds(labels: dict | None) -> dict:
 
 def job_argv(job: Job, results: Path, episodes: int | None) -> list[str]:
     """One job the way --native runs it (run.sh: no set-up, empty environment plus its allowlist, no network)."""
-    return [str(REPO / "run.sh"), "all", "--job", job.config_path, "--plan", job.plan, "--results", str(results),
-            *(["--episodes", str(episodes)] if episodes else [])]
+    return [
+        str(REPO / "run.sh"),
+        "all",
+        "--job",
+        job.config_path,
+        "--plan",
+        job.plan,
+        "--results",
+        str(results),
+        *(["--episodes", str(episodes)] if episodes else []),
+    ]
 
 
-def job_command(job: Job, slot: Slot, *, results: Path, episodes: int | None,
-                sharing: "Sharing | None" = None) -> tuple[list[str], dict]:
+def job_command(
+    job: Job, slot: Slot, *, results: Path, episodes: int | None, sharing: "Sharing | None" = None
+) -> tuple[list[str], dict]:
     env = {**os.environ, "ARTIFACT_VENV": sys.prefix}
     if slot.device_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.device_ids)
@@ -102,6 +120,7 @@ def mps_running(pipe: Path | None = None) -> bool:
 @dataclass
 class Sharing:
     """How the jobs share a GPU: mode, jobs per GPU, and for MPS its control daemon (who started it, its pipe)."""
+
     mode: str
     jobs_per_gpu: int
     reason: str = ""
@@ -115,15 +134,22 @@ class Sharing:
         if self.mode == ONE:
             return f"{ONE} at a time"
         return f"up to {self.jobs_per_gpu} jobs per GPU at once, through {self.mode}" + (
-            f" ({self.reason})" if self.reason else "")
+            f" ({self.reason})" if self.reason else ""
+        )
 
     def record(self, slot: Slot) -> dict:
         """What every manifest of a job on `slot` carries as host.gpu_sharing."""
-        rec = {"mode": self.mode, ("jobs_at_once" if self.mode == CPU else "jobs_per_gpu"): self.jobs_per_gpu,
-               "slot": slot.label, "gpus": list(slot.device_ids)}
+        rec = {
+            "mode": self.mode,
+            ("jobs_at_once" if self.mode == CPU else "jobs_per_gpu"): self.jobs_per_gpu,
+            "slot": slot.label,
+            "gpus": list(slot.device_ids),
+        }
         if self.mode == MPS:
-            rec.update(mps_pipe_directory=str(self.pipe), mps_daemon="started by ./run.sh all --native"
-                       if self.started_here else "already running")
+            rec.update(
+                mps_pipe_directory=str(self.pipe),
+                mps_daemon="started by ./run.sh all --native" if self.started_here else "already running",
+            )
         return rec
 
     def job_env(self, slot: Slot) -> dict:
@@ -149,9 +175,11 @@ def plan_sharing(args) -> Sharing:
     if control:
         return Sharing(MPS, n, f"a control daemon started for the run ({control}, pipe {pipe})", pipe)
     if args.gpu_sharing == "mps":
-        raise ArtifactError(f"--gpu-sharing mps: no {MPS_CONTROL} on PATH and no MPS control daemon at {pipe} "
-                            "(CUDA_MPS_PIPE_DIRECTORY): install the NVIDIA driver's MPS tools, or use "
-                            "--gpu-sharing time-slices")
+        raise ArtifactError(
+            f"--gpu-sharing mps: no {MPS_CONTROL} on PATH and no MPS control daemon at {pipe} "
+            "(CUDA_MPS_PIPE_DIRECTORY): install the NVIDIA driver's MPS tools, or use "
+            "--gpu-sharing time-slices"
+        )
     return Sharing(SLICES, n, f"no {MPS_CONTROL} on PATH: the driver's time slices")
 
 
@@ -164,8 +192,9 @@ def start_sharing(plan: Sharing, log_dir: Path) -> Sharing:
     env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(plan.pipe), "CUDA_MPS_LOG_DIRECTORY": str(log_dir)}
     try:
         plan.pipe.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run([shutil.which(MPS_CONTROL) or MPS_CONTROL, "-d"], env=env, capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(
+            [shutil.which(MPS_CONTROL) or MPS_CONTROL, "-d"], env=env, capture_output=True, text=True, timeout=60
+        )
         deadline = time.monotonic() + 15
         while r.returncode == 0 and not mps_running(plan.pipe) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -173,27 +202,42 @@ def start_sharing(plan: Sharing, log_dir: Path) -> Sharing:
     except (OSError, subprocess.SubprocessError) as exc:
         ok, why = False, str(exc)[:160]
     if not ok:
-        say(f"GPU sharing: {MPS_CONTROL} -d did not start a control daemon at {plan.pipe} ({why or 'no control '}"
-            f"socket); the jobs share the GPU in time slices")
+        say(
+            f"GPU sharing: {MPS_CONTROL} -d did not start a control daemon at {plan.pipe} ({why or 'no control '}"
+            f"socket); the jobs share the GPU in time slices"
+        )
         return Sharing(SLICES, plan.jobs_per_gpu, f"{MPS_CONTROL} -d failed: {why}")
     say(f"GPU sharing: MPS control daemon started (pipe {plan.pipe}, log {log_dir})")
-    return Sharing(MPS, plan.jobs_per_gpu, f"a control daemon started for the run (pipe {plan.pipe})", plan.pipe,
-                   log_dir, started_here=True)
+    return Sharing(
+        MPS,
+        plan.jobs_per_gpu,
+        f"a control daemon started for the run (pipe {plan.pipe})",
+        plan.pipe,
+        log_dir,
+        started_here=True,
+    )
 
 
 def stop_sharing(sharing: Sharing) -> None:
     """Stop the MPS control daemon this run started (never one that served before it)."""
     if not sharing.started_here:
         return
-    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(sharing.pipe),
-           "CUDA_MPS_LOG_DIRECTORY": str(sharing.log_dir)}
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(sharing.pipe), "CUDA_MPS_LOG_DIRECTORY": str(sharing.log_dir)}
     try:
-        subprocess.run([shutil.which(MPS_CONTROL) or MPS_CONTROL], input="quit\n", env=env, capture_output=True,
-                       text=True, timeout=60)
+        subprocess.run(
+            [shutil.which(MPS_CONTROL) or MPS_CONTROL],
+            input="quit\n",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         say(f"GPU sharing: MPS control daemon stopped (pipe {sharing.pipe})")
     except (OSError, subprocess.SubprocessError) as exc:
-        say(f"GPU sharing: could not stop the MPS control daemon at {sharing.pipe} ({exc}); stop it with "
-            f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={sharing.pipe} {MPS_CONTROL}`")
+        say(
+            f"GPU sharing: could not stop the MPS control daemon at {sharing.pipe} ({exc}); stop it with "
+            f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={sharing.pipe} {MPS_CONTROL}`"
+        )
 
 
 def shared_slots(gpu_slots_: list[Slot], n: int) -> list[Slot]:
@@ -201,8 +245,11 @@ def shared_slots(gpu_slots_: list[Slot], n: int) -> list[Slot]:
     order interleaves the GPUs, so that jobs spread over GPUs before they double up."""
     if n == 1:
         return gpu_slots_
-    return [Slot(f"{s.label}.{k}", s.device_ids, None if s.memory_gib is None else s.memory_gib / n)
-            for k in range(n) for s in gpu_slots_]
+    return [
+        Slot(f"{s.label}.{k}", s.device_ids, None if s.memory_gib is None else s.memory_gib / n)
+        for k in range(n)
+        for s in gpu_slots_
+    ]
 
 
 @dataclass
@@ -210,6 +257,7 @@ class NativeFanout(FanoutBase):
     """One process per job (`command(job, slot) -> (argv, env)`), in a session of its own so that a stop reaches
     everything it started. forward_signals=False where the signal reaches the jobs anyway (a Slurm task: scancel
     and the time limit signal every process of the job) and a second one would cut into the protocol's clean-up."""
+
     results: Path
     expect_build: dict  # engine kind -> the label every manifest must read (or None)
     command: Callable
@@ -230,8 +278,15 @@ class NativeFanout(FanoutBase):
         log_path = job_logs(self.results, job, self.kind, slot)
         argv, env = self.command(job, slot)
         try:
-            proc = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
             return Outcome(job, FAILED, slot.label, 0.0, f"cannot start {argv[0]}: {exc.strerror or exc}")
         with self.lock:
@@ -241,8 +296,11 @@ class NativeFanout(FanoutBase):
         if late and self.forward_signals:
             _signal_group(proc, signal.SIGTERM)
         devices = env.get("CUDA_VISIBLE_DEVICES")
-        say(f"[{slot.label}] {job.key}: started ({job.engine}, pid {proc.pid}"
-            + (f", CUDA_VISIBLE_DEVICES={devices}" if devices is not None else "") + f", log {log_path})")
+        say(
+            f"[{slot.label}] {job.key}: started ({job.engine}, pid {proc.pid}"
+            + (f", CUDA_VISIBLE_DEVICES={devices}" if devices is not None else "")
+            + f", log {log_path})"
+        )
         try:
             self.follow(job, slot, iter(lambda: proc.stdout.read1(1 << 16), b""), log_path, progress, per_session)
             code = proc.wait()
@@ -311,8 +369,10 @@ def place_staged_weights() -> None:
     try:
         placed = place_weights(Path(d), load_manifest(Path(d) / MANIFEST), root)
     except (OSError, StageError) as exc:
-        raise ArtifactError(f"--offline {d}: cannot put its weights files under {root} ({exc}); set "
-                            "ARTIFACT_WEIGHTS to a writable directory") from None
+        raise ArtifactError(
+            f"--offline {d}: cannot put its weights files under {root} ({exc}); set "
+            "ARTIFACT_WEIGHTS to a writable directory"
+        ) from None
     if placed:
         say(f"offline: {len(placed)} weights file(s) from the stage put under {root}: {', '.join(placed)}")
 
@@ -339,15 +399,24 @@ def dry_run(jobs: list[Job], args) -> int:
         print(f"offline: {offline}")
     print(f"GPU sharing: {sharing.words()}")
     builds = expected_builds(labels)
-    runnable = print_plan(jobs, args, "./run.sh all --native --dry-run",
-                          ("runs with", lambda j: f"build {builds[j.engine]}" if builds.get(j.engine) else
-                           "the installed engine"),
-                          lambda j: engines.unavailable(j, "native", gpu=gpu))
+    runnable = print_plan(
+        jobs,
+        args,
+        "./run.sh all --native --dry-run",
+        ("runs with", lambda j: f"build {builds[j.engine]}" if builds.get(j.engine) else "the installed engine"),
+        lambda j: engines.unavailable(j, "native", gpu=gpu),
+    )
     slots, what = planned_slots(args)
     print_gpu_time(runnable, slots, what)
-    print("schedule (estimated hours; longest first, each slot takes the next job that fits its memory"
-          + ("; the estimates are of a job alone on its GPU: jobs sharing one take longer each" if
-             sharing.jobs_per_gpu > 1 and gpu else "") + "):")
+    print(
+        "schedule (estimated hours; longest first, each slot takes the next job that fits its memory"
+        + (
+            "; the estimates are of a job alone on its GPU: jobs sharing one take longer each"
+            if sharing.jobs_per_gpu > 1 and gpu
+            else ""
+        )
+        + "):"
+    )
     for slot in slots:
         mine = [f"{j.key} {s:.2f}-{e:.2f}" for sl, j, s, e in simulate(runnable, slots) if sl.label == slot.label]
         mem = f" ({slot.memory_gib:.0f} GiB)" if slot.memory_gib is not None else ""
@@ -356,9 +425,15 @@ def dry_run(jobs: list[Job], args) -> int:
     example = runnable[0] if runnable else (jobs[0] if jobs else None)
     if example:
         env = "CUDA_VISIBLE_DEVICES=<its GPU> " if gpu else ""
-        print(f"each job: {env}" + " ".join(job_argv(example, results, args.episodes)[0:1] + [
-            "all", "--job", "CONFIG", "--plan", "PLAN", "--results", str(results)]) + "   (no network: "
-              "scripts/isolate.sh)")
+        print(
+            f"each job: {env}"
+            + " ".join(
+                job_argv(example, results, args.episodes)[0:1]
+                + ["all", "--job", "CONFIG", "--plan", "PLAN", "--results", str(results)]
+            )
+            + "   (no network: "
+            "scripts/isolate.sh)"
+        )
     return 0
 
 
@@ -379,11 +454,17 @@ def cmd_native(jobs: list[Job], args) -> int:
     prepare_models(runnable, fetch=not (args.no_fetch or offline))
     sharing = start_sharing(sharing, results / "logs" / "mps") if runnable else sharing
     try:
-        fan = NativeFanout(results, expected_builds(labels), partial(job_command, results=results,
-                                                                    episodes=args.episodes, sharing=sharing),
-                           progress_every=args.progress_every, sharing=sharing)
-        say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}; GPU sharing: "
-            f"{sharing.words()}")
+        fan = NativeFanout(
+            results,
+            expected_builds(labels),
+            partial(job_command, results=results, episodes=args.episodes, sharing=sharing),
+            progress_every=args.progress_every,
+            sharing=sharing,
+        )
+        say(
+            f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}; GPU sharing: "
+            f"{sharing.words()}"
+        )
         outcomes += fan.run(runnable, slots)
     finally:
         stop_sharing(sharing)

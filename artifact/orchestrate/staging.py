@@ -48,7 +48,10 @@ MIB = 1 << 20
 # The platforms of an x86-64 Linux host with glibc >= 2.17; pip matches each manylinux tag exactly, so every one
 # that a wheel may carry is named (e.g. a host with glibc 2.39).
 MANYLINUX_X86_64 = tuple(f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)) + (
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
 
 
 class StageError(Exception):
@@ -67,6 +70,7 @@ def sha256_file(path: Path) -> str:
 class Target:
     """The Python and platform the staged wheels are for: this interpreter (`here`), or another one named by version
     and platform tags (pip download --python-version/--platform)."""
+
     python: str  # "3.12"
     platforms: tuple = ()  # () = this interpreter's own tags
     implementation: str = "cp"
@@ -74,8 +78,12 @@ class Target:
 
     @classmethod
     def here(cls) -> "Target":
-        return cls(f"{sys.version_info[0]}.{sys.version_info[1]}", (), "cp" if
-                   sys.implementation.name == "cpython" else sys.implementation.name, platform.machine())
+        return cls(
+            f"{sys.version_info[0]}.{sys.version_info[1]}",
+            (),
+            "cp" if sys.implementation.name == "cpython" else sys.implementation.name,
+            platform.machine(),
+        )
 
     @classmethod
     def preset(cls, name: str) -> "Target":
@@ -99,11 +107,18 @@ class Target:
         return args
 
     def record(self) -> dict:
-        rec = {"python": self.python, "implementation": self.implementation, "machine": self.machine,
-               "platforms": list(self.platforms) or "this interpreter's own tags"}
+        rec = {
+            "python": self.python,
+            "implementation": self.implementation,
+            "machine": self.machine,
+            "platforms": list(self.platforms) or "this interpreter's own tags",
+        }
         if self.is_here:
-            rec.update(interpreter=sys.version.split()[0], platform=sysconfig.get_platform(),
-                       libc=" ".join(platform.libc_ver()).strip() or None)
+            rec.update(
+                interpreter=sys.version.split()[0],
+                platform=sysconfig.get_platform(),
+                libc=" ".join(platform.libc_ver()).strip() or None,
+            )
         return rec
 
     def words(self) -> str:
@@ -112,20 +127,40 @@ class Target:
         return f"{impl} {self.python} {self.machine} ({where})"
 
 
-def pip_download(requirements: list[str], dest: Path, target: Target, *, requirement_files: tuple = (),
-                 no_deps: bool = False, python: str = sys.executable) -> list[Path]:
+def pip_download(
+    requirements: list[str],
+    dest: Path,
+    target: Target,
+    *,
+    requirement_files: tuple = (),
+    no_deps: bool = False,
+    python: str = sys.executable,
+) -> list[Path]:
     """Wheels of `requirements` (and of `requirement_files`) for `target`, through pip download (binary only); returns
     the files pip wrote (dest may hold earlier ones)."""
     dest.mkdir(parents=True, exist_ok=True)
     before = set(dest.iterdir())
-    cmd = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-           *(["--no-deps"] if no_deps else []), *target.pip_args(), "-d", str(dest), *requirements]
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        *(["--no-deps"] if no_deps else []),
+        *target.pip_args(),
+        "-d",
+        str(dest),
+        *requirements,
+    ]
     for f in requirement_files:
         cmd += ["-r", str(f)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        lines = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.startswith("ERROR")] or \
-            (r.stderr or r.stdout or "no output").splitlines()[-1:]
+        lines = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.startswith("ERROR")] or (
+            r.stderr or r.stdout or "no output"
+        ).splitlines()[-1:]
         raise StageError(f"pip download for {target.words()} failed: {lines[0][:300]}")
     return sorted(set(dest.iterdir()) - before)
 
@@ -172,8 +207,15 @@ def cut(items: list[Item], room: int) -> list[Call]:
     return calls
 
 
-def stage(items: list[Item], out: Path, *, limit_bytes: int, carried_bytes: int, margin_bytes: int = MIB // 4,
-          meta: dict | None = None) -> dict:
+def stage(
+    items: list[Item],
+    out: Path,
+    *,
+    limit_bytes: int,
+    carried_bytes: int,
+    margin_bytes: int = MIB // 4,
+    meta: dict | None = None,
+) -> dict:
     """Write `items` as OUT/call1, OUT/call2, ... each at most limit - carried - margin bytes; returns the manifest
     (also written to OUT/STAGE.json and into every call directory)."""
     names = {}
@@ -185,16 +227,24 @@ def stage(items: list[Item], out: Path, *, limit_bytes: int, carried_bytes: int,
     items = list(names.values())
     room = limit_bytes - carried_bytes - margin_bytes
     if room < 4 * MIB:
-        raise StageError(f"what every transfer carries ({carried_bytes / MIB:.1f} MiB) leaves "
-                         f"{max(room, 0) / MIB:.1f} MiB under the {limit_bytes / MIB:g} MiB limit")
+        raise StageError(
+            f"what every transfer carries ({carried_bytes / MIB:.1f} MiB) leaves "
+            f"{max(room, 0) / MIB:.1f} MiB under the {limit_bytes / MIB:g} MiB limit"
+        )
     calls = cut(items, room)
     if out.exists():
         shutil.rmtree(out)
     files: dict[tuple, dict] = {}
     for it in items:
-        files[(it.group, it.name)] = {"name": it.name, "group": it.group, "bytes": it.path.stat().st_size,
-                                      "sha256": sha256_file(it.path), "source": it.source,
-                                      **({"note": it.note} if it.note else {}), "parts": []}
+        files[(it.group, it.name)] = {
+            "name": it.name,
+            "group": it.group,
+            "bytes": it.path.stat().st_size,
+            "sha256": sha256_file(it.path),
+            "source": it.source,
+            **({"note": it.note} if it.note else {}),
+            "parts": [],
+        }
     nparts = {}
     for call in calls:
         for it, _, _, part in call.pieces:
@@ -220,13 +270,24 @@ def stage(items: list[Item], out: Path, *, limit_bytes: int, carried_bytes: int,
                     h.update(block)
                     left -= len(block)
             files[key]["parts"].append({"call": call.index, "path": rel, "bytes": n, "sha256": h.hexdigest()})
-        record_calls.append({"dir": f"call{call.index}", "bytes": call.nbytes,
-                             "mib": round(call.nbytes / MIB, 2), "files": len(call.pieces)})
+        record_calls.append(
+            {
+                "dir": f"call{call.index}",
+                "bytes": call.nbytes,
+                "mib": round(call.nbytes / MIB, 2),
+                "files": len(call.pieces),
+            }
+        )
     manifest = {
-        "format": FORMAT, "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "limit_mib": round(limit_bytes / MIB, 2), "carried_mib": round(carried_bytes / MIB, 2),
-        "room_mib": round(room / MIB, 2), "total_mib": round(sum(f["bytes"] for f in files.values()) / MIB, 2),
-        **(meta or {}), "files": list(files.values()), "calls": record_calls,
+        "format": FORMAT,
+        "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "limit_mib": round(limit_bytes / MIB, 2),
+        "carried_mib": round(carried_bytes / MIB, 2),
+        "room_mib": round(room / MIB, 2),
+        "total_mib": round(sum(f["bytes"] for f in files.values()) / MIB, 2),
+        **(meta or {}),
+        "files": list(files.values()),
+        "calls": record_calls,
     }
     manifest = {"id": hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16], **manifest}
     text = json.dumps(manifest, indent=1) + "\n"
@@ -240,12 +301,16 @@ def stage(items: list[Item], out: Path, *, limit_bytes: int, carried_bytes: int,
 def carried_tree_bytes(repo: Path) -> int:
     """What every transfer to the host carries besides the staged files (the repository): tracked files and untracked files
     git does not ignore."""
-    out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         check=True, capture_output=True).stdout
+    out = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+    ).stdout
     return sum((repo / p).stat().st_size for p in out.decode().split("\0") if p and (repo / p).is_file())
 
 
 # --- the host side -----------------------------------------------------------------------------------------------
+
 
 def load_manifest(path: Path) -> dict:
     try:
@@ -290,8 +355,10 @@ def receive(dest: Path, sources: list[Path], say=print) -> dict:
             dest.mkdir(parents=True, exist_ok=True)
             have = dest / MANIFEST
             if have.is_file() and load_manifest(have).get("id") != m.get("id"):
-                raise StageError(f"{dest} holds another stage (made {load_manifest(have).get('made_at')}); "
-                                 "receive into an empty directory")
+                raise StageError(
+                    f"{dest} holds another stage (made {load_manifest(have).get('made_at')}); "
+                    "receive into an empty directory"
+                )
             have.write_text((d / MANIFEST).read_text())
         elif m.get("id") != manifest.get("id"):
             raise StageError(f"{d} belongs to another stage than {dirs[0]}")
@@ -356,7 +423,7 @@ def place_weights(dest: Path, manifest: dict, root: Path) -> list[str]:
         group = f["group"]
         if group != WEIGHTS and not group.startswith(WEIGHTS + "/"):
             continue
-        rel = PurePosixPath(group[len(WEIGHTS) + 1:], f["name"])
+        rel = PurePosixPath(group[len(WEIGHTS) + 1 :], f["name"])
         if rel.is_absolute() or ".." in rel.parts:
             raise StageError(f"stage file {group}/{f['name']}: not a path inside the weights directory")
         dst = root / rel
@@ -391,8 +458,10 @@ def fits_this_python(manifest: dict) -> str | None:
     t = manifest.get("target") or {}
     here = Target.here()
     if t.get("python") and t["python"] != here.python:
-        return (f"it was staged for Python {t['python']}, this is {sys.version.split()[0]} ({sys.executable}): stage "
-                f"again for this Python, or point PYTHON= at a Python {t['python']}")
+        return (
+            f"it was staged for Python {t['python']}, this is {sys.version.split()[0]} ({sys.executable}): stage "
+            f"again for this Python, or point PYTHON= at a Python {t['python']}"
+        )
     if t.get("machine") and t["machine"] != here.machine:
         return f"it was staged for {t['machine']}, this machine is {here.machine}"
     if t.get("implementation") and t["implementation"] != here.implementation:
@@ -407,14 +476,18 @@ def verify(dest: Path, repo: Path | None = None, *, full: bool = True) -> dict:
     manifest = load_manifest(dest / MANIFEST)
     gone = missing(dest, manifest)
     if gone:
-        raise StageError(f"{dest} is incomplete: {len(gone)} staged file(s) missing, e.g. {gone[0]}: receive the "
-                         "remaining calls first (python3 -m artifact.orchestrate.staging receive DEST CALL_DIR)")
+        raise StageError(
+            f"{dest} is incomplete: {len(gone)} staged file(s) missing, e.g. {gone[0]}: receive the "
+            "remaining calls first (python3 -m artifact.orchestrate.staging receive DEST CALL_DIR)"
+        )
     if full:
         for f in manifest["files"]:
             p = dest / f["group"] / f["name"]
             if sha256_file(p) != f["sha256"]:
-                raise StageError(f"{p}: sha256 differs from the staging manifest (a damaged or replaced file): "
-                                 "receive its call again")
+                raise StageError(
+                    f"{p}: sha256 differs from the staging manifest (a damaged or replaced file): "
+                    "receive its call again"
+                )
     why = fits_this_python(manifest)
     if why:
         raise StageError(f"{dest}: {why}")
@@ -423,8 +496,10 @@ def verify(dest: Path, repo: Path | None = None, *, full: bool = True) -> dict:
             break
         p = repo / rel
         if not p.is_file() or sha256_file(p) != want:
-            raise StageError(f"{p}: not the file the stage was made with (sha256 {want[:16]}...): use the same "
-                             "commit of the repository on both machines")
+            raise StageError(
+                f"{p}: not the file the stage was made with (sha256 {want[:16]}...): use the same "
+                "commit of the repository on both machines"
+            )
     return manifest
 
 
@@ -434,13 +509,17 @@ def summary(manifest: dict) -> str:
         groups.setdefault(f["group"], []).append(f["bytes"])
     parts = ", ".join(f"{g} {len(v)} ({sum(v) / MIB:.1f} MiB)" for g, v in groups.items())
     t = manifest.get("target") or {}
-    return (f"stage {manifest.get('id')}: {len(manifest['files'])} files, {manifest.get('total_mib')} MiB for Python "
-            f"{t.get('python', '?')} {t.get('machine', '')}: {parts}; made {manifest.get('made_at')}")
+    return (
+        f"stage {manifest.get('id')}: {len(manifest['files'])} files, {manifest.get('total_mib')} MiB for Python "
+        f"{t.get('python', '?')} {t.get('machine', '')}: {parts}; made {manifest.get('made_at')}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m artifact.orchestrate.staging",
-                                 description="Receive and verify a staged bundle on a host without internet.")
+    ap = argparse.ArgumentParser(
+        prog="python3 -m artifact.orchestrate.staging",
+        description="Receive and verify a staged bundle on a host without internet.",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("receive", help="copy call directories into DEST, verify, join")
     r.add_argument("dest", type=Path)
@@ -455,9 +534,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "receive":
             manifest = receive(args.dest, args.sources)
             gone = missing(args.dest, manifest)
-            print(f"stage: {len(manifest['files']) - len(gone)} of {len(manifest['files'])} files complete in "
-                  f"{args.dest}" + (f"; still to carry: {', '.join(gone[:4])}{', ...' if len(gone) > 4 else ''}"
-                                     if gone else ""))
+            print(
+                f"stage: {len(manifest['files']) - len(gone)} of {len(manifest['files'])} files complete in "
+                f"{args.dest}"
+                + (f"; still to carry: {', '.join(gone[:4])}{', ...' if len(gone) > 4 else ''}" if gone else "")
+            )
             return 0
         manifest = verify(args.dest, args.repo, full=not args.quick)
         if not args.quiet:

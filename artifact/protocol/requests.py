@@ -20,11 +20,22 @@ Write = Callable[[dict], None]
 
 def new_record(episode_id: str, turn: int, step: int, request_index: int, prompt: str) -> dict:
     return {
-        "episode_id": episode_id, "turn": turn, "step": step, "request_index": request_index,
+        "episode_id": episode_id,
+        "turn": turn,
+        "step": step,
+        "request_index": request_index,
         "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest(),
-        "prompt_tokens": None, "output_tokens": [], "output_text": "", "top_logprobs": [],
-        "cache_n": 0, "prompt_n": 0, "prompt_ms": 0.0, "predicted_ms": 0.0, "stop_type": None,
-        "n_predict": 0, "error": None,
+        "prompt_tokens": None,
+        "output_tokens": [],
+        "output_text": "",
+        "top_logprobs": [],
+        "cache_n": 0,
+        "prompt_n": 0,
+        "prompt_ms": 0.0,
+        "predicted_ms": 0.0,
+        "stop_type": None,
+        "n_predict": 0,
+        "error": None,
     }
 
 
@@ -32,8 +43,10 @@ def _write(write: Write, record: dict) -> None:
     try:
         write(record)
     except OSError as exc:  # a full disk or a vanished results directory: the run cannot be recorded
-        raise ArtifactError(f"cannot write the request record ({exc.strerror or exc}); the run stays incomplete "
-                            "and is re-run on the next invocation") from None
+        raise ArtifactError(
+            f"cannot write the request record ({exc.strerror or exc}); the run stays incomplete "
+            "and is re-run on the next invocation"
+        ) from None
 
 
 def send(server: EngineSession, cfg: Config, prompt: str, cache_prompt: bool, record: dict, write: Write) -> dict:
@@ -51,9 +64,15 @@ def send(server: EngineSession, cfg: Config, prompt: str, cache_prompt: bool, re
         _write(write, record)
         raise
     record.update(
-        prompt_tokens=done.prompt_tokens, output_tokens=done.tokens, output_text=done.text,
-        top_logprobs=done.top_logprobs, cache_n=done.cache_n, prompt_n=done.prompt_n,
-        prompt_ms=done.prompt_ms, predicted_ms=done.predicted_ms, stop_type=done.stop_type,
+        prompt_tokens=done.prompt_tokens,
+        output_tokens=done.tokens,
+        output_text=done.text,
+        top_logprobs=done.top_logprobs,
+        cache_n=done.cache_n,
+        prompt_n=done.prompt_n,
+        prompt_ms=done.prompt_ms,
+        predicted_ms=done.predicted_ms,
+        stop_type=done.stop_type,
     )
     if done.extra:
         record["engine_extra"] = done.extra

@@ -40,15 +40,25 @@ class UnitQuery:
         self.server, self.cfg, self.writer, self.unit_id, self.arm = server, cfg, writer, unit_id, arm
         self.count = 0
 
-    def __call__(self, prompt: str, *, turn: int = 0, step: int = 0, cache_prompt: bool | None = None,
-                 tags: dict | None = None, annotate=None) -> dict:
+    def __call__(
+        self,
+        prompt: str,
+        *,
+        turn: int = 0,
+        step: int = 0,
+        cache_prompt: bool | None = None,
+        tags: dict | None = None,
+        annotate=None,
+    ) -> dict:
         record = {**new_record(self.unit_id, turn, step, self.count, prompt), **(tags or {})}
         self.count += 1
         write = self.writer.request
         if annotate is not None:
+
             def write(rec: dict, _write=self.writer.request) -> None:
                 annotate(rec)
                 _write(rec)
+
         try:
             return send(self.server, self.cfg, prompt, cache_prompt, record, write)
         except RequestError as exc:
@@ -59,8 +69,16 @@ class UnitQuery:
 class RunExecutor:
     """Executes one run of a workload on a started server and writes its records."""
 
-    def __init__(self, cfg: Config, server: EngineSession, workload: Workload, prepared: Prepared, base: dict,
-                 events: EventLog, load: tenants.Pools | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        server: EngineSession,
+        workload: Workload,
+        prepared: Prepared,
+        base: dict,
+        events: EventLog,
+        load: tenants.Pools | None = None,
+    ):
         self.cfg, self.server, self.workload, self.prepared, self.base = cfg, server, workload, prepared, base
         self.events, self.load = events, load
 
@@ -93,7 +111,17 @@ def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
     prepared = workload.prepare(cfg)
     load = tenants.prepare(cfg, plan, workload, prepared)  # None unless the plan has background tenants
     fps = fingerprints(cfg, plan, prepared.ids, prepared.identity, load=tenants.pairing(load))
-    base = {**manifest_base(cfg, plan, prepared.ids, fps), **prepared.manifest,
-            **({"tenants": load.identity} if load else {})}
-    return run_sessions(cfg, plan, results, fps, prepared.label, len(prepared.ids),
-                        lambda server, events: RunExecutor(cfg, server, workload, prepared, base, events, load))
+    base = {
+        **manifest_base(cfg, plan, prepared.ids, fps),
+        **prepared.manifest,
+        **({"tenants": load.identity} if load else {}),
+    }
+    return run_sessions(
+        cfg,
+        plan,
+        results,
+        fps,
+        prepared.label,
+        len(prepared.ids),
+        lambda server, events: RunExecutor(cfg, server, workload, prepared, base, events, load),
+    )

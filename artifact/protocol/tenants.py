@@ -48,9 +48,40 @@ TENANTS_FILE = "tenants.jsonl"
 GENERATOR = "artifact.protocol.tenants v1"
 # The synthetic text of "unshared" prompts: words drawn by random.Random(seed) from this list (stable across Python
 # versions for an integer seed).
-WORDS = ("river", "stone", "garden", "window", "market", "silver", "paper", "orange", "harbor", "engine", "valley",
-         "candle", "forest", "bridge", "winter", "copper", "meadow", "pocket", "signal", "ladder", "island", "basket",
-         "thunder", "violet", "canvas", "marble", "lantern", "feather", "compass", "velvet", "quarry", "meteor")
+WORDS = (
+    "river",
+    "stone",
+    "garden",
+    "window",
+    "market",
+    "silver",
+    "paper",
+    "orange",
+    "harbor",
+    "engine",
+    "valley",
+    "candle",
+    "forest",
+    "bridge",
+    "winter",
+    "copper",
+    "meadow",
+    "pocket",
+    "signal",
+    "ladder",
+    "island",
+    "basket",
+    "thunder",
+    "violet",
+    "canvas",
+    "marble",
+    "lantern",
+    "feather",
+    "compass",
+    "velvet",
+    "quarry",
+    "meteor",
+)
 SEED = 42
 
 
@@ -105,9 +136,11 @@ def prepare(cfg: Config, plan: Plan, workload, prepared) -> Pools | None:
     engine = engines.get(cfg.engine.kind)
     have = engine.slots(cfg, plan)
     if spec.count + 1 > have:
-        raise ArtifactError(f"plan '{plan.name}' runs {spec.count} tenant(s) beside the measured requests, but its "
-                            f"{engine.kind} server serves {have} request(s) at a time: give it at least "
-                            f"{spec.count + 1} slots in the plan's {engine.settings_key} table")
+        raise ArtifactError(
+            f"plan '{plan.name}' runs {spec.count} tenant(s) beside the measured requests, but its "
+            f"{engine.kind} server serves {have} request(s) at a time: give it at least "
+            f"{spec.count + 1} slots in the plan's {engine.settings_key} table"
+        )
     raw, how = workload.tenant_prompts(cfg, prepared, spec.prompts)
     pools, units = [], []
     for i, (first, prompts) in enumerate(raw):
@@ -117,17 +150,33 @@ def prepare(cfg: Config, plan: Plan, workload, prepared) -> Pools | None:
             prompts = [filler[:c] + p[c:] for c, p in zip(common, prompts)]
             common = [len(os.path.commonprefix([first, p])) for p in prompts]
         pools.append(prompts)
-        units.append({"unit": prepared.ids[i], "first_prompt_sha256": _sha(first), "first_prompt_chars": len(first),
-                      "prompts_sha256": [_sha(p) for p in prompts], "prompt_chars": [len(p) for p in prompts],
-                      "shared_prefix_chars": common})
+        units.append(
+            {
+                "unit": prepared.ids[i],
+                "first_prompt_sha256": _sha(first),
+                "first_prompt_chars": len(first),
+                "prompts_sha256": [_sha(p) for p in prompts],
+                "prompt_chars": [len(p) for p in prompts],
+                "shared_prefix_chars": common,
+            }
+        )
     digest = hashlib.sha256(json.dumps([u["prompts_sha256"] for u in units]).encode()).hexdigest()
     identity = {
-        "spec": dataclasses.asdict(spec), "slots": have, "generator": GENERATOR, "prompts_made_by": how,
-        "unshared_filler": (f"synthetic_text(shared prefix length, seed {SEED} + unit index): words of "
-                            f"random.Random over a fixed list of {len(WORDS)}") if spec.prefix == "unshared" else None,
+        "spec": dataclasses.asdict(spec),
+        "slots": have,
+        "generator": GENERATOR,
+        "prompts_made_by": how,
+        "unshared_filler": (
+            f"synthetic_text(shared prefix length, seed {SEED} + unit index): words of "
+            f"random.Random over a fixed list of {len(WORDS)}"
+        )
+        if spec.prefix == "unshared"
+        else None,
         "schedule": "during unit i, tenant j sends prompt (j + c) mod prompts for its c-th request of that unit; "
-                    "tenants start with the run and have all stopped before it is marked complete",
-        "prompts_sha256": digest, "units": units, "file": TENANTS_FILE,
+        "tenants start with the run and have all stopped before it is marked complete",
+        "prompts_sha256": digest,
+        "units": units,
+        "file": TENANTS_FILE,
     }
     return Pools(spec, pools, identity)
 
@@ -153,8 +202,15 @@ class _Timed:
         try:
             return self._inner.complete(prompt, n_predict, cache_prompt)
         finally:
-            self._load.measured.append({"kind": "measured", "unit": self._load.unit_id, "t_start": t0,
-                                        "t_end": self._load.now(), "tenants_in_flight_at_start": in_flight})
+            self._load.measured.append(
+                {
+                    "kind": "measured",
+                    "unit": self._load.unit_id,
+                    "t_start": t0,
+                    "t_end": self._load.now(),
+                    "tenants_in_flight_at_start": in_flight,
+                }
+            )
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -206,9 +262,16 @@ class Load:
                 unit, c = self.unit_index, 0
             pool = self.pools.prompts[unit]
             k = (j + c) % len(pool)
-            row = {"kind": "tenant", "tenant": j, "unit": self.pools.identity["units"][unit]["unit"], "request": c,
-                   "prompt": k, "prompt_sha256": self.pools.identity["units"][unit]["prompts_sha256"][k],
-                   "t_start": self.now(), "error": None}
+            row = {
+                "kind": "tenant",
+                "tenant": j,
+                "unit": self.pools.identity["units"][unit]["unit"],
+                "request": c,
+                "prompt": k,
+                "prompt_sha256": self.pools.identity["units"][unit]["prompts_sha256"][k],
+                "t_start": self.now(),
+                "error": None,
+            }
             c += 1
             with self.lock:
                 self.in_flight.add(j)
@@ -242,21 +305,41 @@ class Load:
         def total(key):
             return sum(r.get(key) or 0 for r in ok)
 
-        per = [{"tenant": j, "requests": sum(r["tenant"] == j for r in self.rows),
-                "failed": sum(r["tenant"] == j and bool(r["error"]) for r in self.rows)}
-               for j in range(self.pools.spec.count)]
+        per = [
+            {
+                "tenant": j,
+                "requests": sum(r["tenant"] == j for r in self.rows),
+                "failed": sum(r["tenant"] == j and bool(r["error"]) for r in self.rows),
+            }
+            for j in range(self.pools.spec.count)
+        ]
         m_time = sum(m["t_end"] - m["t_start"] for m in self.measured)
         covered = sum(m.get("overlap_s", 0.0) for m in self.measured)
-        return {"tenants": {**self.pools.identity, "sent": {
-            "requests": len(self.rows), "completed": len(ok), "failed": len(self.rows) - len(ok),
-            "prompt_tokens": total("prompt_tokens"), "cache_n": total("cache_n"), "prompt_n": total("prompt_n"),
-            "predicted_n": total("predicted_n"), "busy_s": round(sum(r["t_end"] - r["t_start"] for r in self.rows), 3),
-            "slots_used": sorted({r["slot"] for r in ok if r.get("slot") is not None}), "per_tenant": per,
-            "first_error": next((r["error"] for r in self.rows if r["error"]), None)},
-            "measured": {"requests": len(self.measured),
-                         "overlapped": sum(m.get("tenant_requests_overlapping", 0) > 0 for m in self.measured),
-                         "seconds": round(m_time, 3), "overlap_s": round(covered, 3),
-                         "overlap_share": round(covered / m_time, 4) if m_time else None}}}
+        return {
+            "tenants": {
+                **self.pools.identity,
+                "sent": {
+                    "requests": len(self.rows),
+                    "completed": len(ok),
+                    "failed": len(self.rows) - len(ok),
+                    "prompt_tokens": total("prompt_tokens"),
+                    "cache_n": total("cache_n"),
+                    "prompt_n": total("prompt_n"),
+                    "predicted_n": total("predicted_n"),
+                    "busy_s": round(sum(r["t_end"] - r["t_start"] for r in self.rows), 3),
+                    "slots_used": sorted({r["slot"] for r in ok if r.get("slot") is not None}),
+                    "per_tenant": per,
+                    "first_error": next((r["error"] for r in self.rows if r["error"]), None),
+                },
+                "measured": {
+                    "requests": len(self.measured),
+                    "overlapped": sum(m.get("tenant_requests_overlapping", 0) > 0 for m in self.measured),
+                    "seconds": round(m_time, 3),
+                    "overlap_s": round(covered, 3),
+                    "overlap_share": round(covered / m_time, 4) if m_time else None,
+                },
+            }
+        }
 
 
 def _covered(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:

@@ -224,7 +224,7 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple, sha256: str 
         # the records are in the file's order; any place with the same bytes would do. The key written before the
         # text is found first (a short pattern: a search for the whole text costs ~5 us a record at paper scale)
         at = data.find(_KEY, pos) + len(_KEY)
-        if at < len(_KEY) or data[at:at + len(raw)] != raw:
+        if at < len(_KEY) or data[at : at + len(raw)] != raw:
             at = data.find(raw, pos)
         if at < 0:
             return None
@@ -232,9 +232,18 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple, sha256: str 
         pos = at + len(raw)
     index = {id(r): i for i, r in enumerate(records)}
     top_records, counts, ids, lps = top2
-    copy = Copy(FORMAT, reader_key(), sha256 or digest(data), complete, [dict(r) for r in records], raws,
-                [index[id(r)] for r in top_records], list(counts), ids.astype("=i8").tobytes(),
-                lps.astype("=f8").tobytes())
+    copy = Copy(
+        FORMAT,
+        reader_key(),
+        sha256 or digest(data),
+        complete,
+        [dict(r) for r in records],
+        raws,
+        [index[id(r)] for r in top_records],
+        list(counts),
+        ids.astype("=i8").tobytes(),
+        lps.astype("=f8").tobytes(),
+    )
     try:
         return msgspec.msgpack.encode(copy)
     except (msgspec.EncodeError, OverflowError, TypeError, ValueError):  # a value MessagePack cannot hold
@@ -244,24 +253,32 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple, sha256: str 
 _DECODER = msgspec.msgpack.Decoder(Copy)
 
 
-def decode(blob: bytes, data: bytes, complete: bool, make_record, sha256: str | None = None) -> tuple[list, tuple] | None:
+def decode(
+    blob: bytes, data: bytes, complete: bool, make_record, sha256: str | None = None
+) -> tuple[list, tuple] | None:
     """(records, top-2 arrays) from a copy made from exactly `data` by this reader for a run in this state, or None
     (another file, another state, another reader, or not a copy). `make_record(dict, raw text or None)`: the
     reader's record."""
-    import numpy as np  # noqa: PLC0415  (the protocol's writer imports this module; numpy only where a run is read)
+    import numpy as np  # the protocol's writer imports this module; numpy only where a run is read
 
     try:
         copy = _DECODER.decode(blob)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    if copy.format != FORMAT or copy.key != reader_key() or copy.complete != complete \
-            or copy.sha256 != (sha256 or digest(data)):
+    if (
+        copy.format != FORMAT
+        or copy.key != reader_key()
+        or copy.complete != complete
+        or copy.sha256 != (sha256 or digest(data))
+    ):
         return None
     if len(copy.raw) != len(copy.records):
         return None
     try:
-        records = [make_record(rec, None if at is None else data[at[0]:at[0] + at[1]])
-                   for rec, at in zip(copy.records, copy.raw)]
+        records = [
+            make_record(rec, None if at is None else data[at[0] : at[0] + at[1]])
+            for rec, at in zip(copy.records, copy.raw)
+        ]
         ids = np.frombuffer(copy.ids, dtype="=i8").reshape(-1, 2).copy()
         lps = np.frombuffer(copy.logprobs, dtype="=f8").reshape(-1, 2).copy()
         top = [records[i] for i in copy.top2]

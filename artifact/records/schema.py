@@ -108,8 +108,15 @@ class Schema:
 
     def describe(self) -> list[dict]:
         """The schema as data, one entry per field (the records docs/records.md describes in words)."""
-        return [{"field": f.name, "type": "/".join("null" if k is NoneType else k.__name__ for k in f.kinds),
-                 "required": f.required and not f.served, "doc": f.doc} for f in self.fields]
+        return [
+            {
+                "field": f.name,
+                "type": "/".join("null" if k is NoneType else k.__name__ for k in f.kinds),
+                "required": f.required and not f.served,
+                "doc": f.doc,
+            }
+            for f in self.fields
+        ]
 
 
 _MISSING = object()
@@ -138,7 +145,7 @@ def _compile(fields: tuple, rules: tuple, typed: bool = False) -> Callable[[dict
         env[f"r{i}"] = rule.check
         lines.append(f" if r{i}(r): return False")
     lines.append(" return True")
-    exec("\n".join(lines), env)  # noqa: S102 (our own field table, not input)
+    exec("\n".join(lines), env)  # our own field table, not input
     return env["valid"]
 
 
@@ -192,8 +199,10 @@ def _cache_accounting(r: dict) -> str | None:
     cn, pn, pt = _get(r, "cache_n"), _get(r, "prompt_n"), _get(r, "prompt_tokens")
     if pt is None:
         if _get(r, "error") is None and (cn or pn is not None):
-            return ("field 'prompt_tokens' is null in a served request that reports cache_n or prompt_n: its cache "
-                    "accounting cannot be checked")
+            return (
+                "field 'prompt_tokens' is null in a served request that reports cache_n or prompt_n: its cache "
+                "accounting cannot be checked"
+            )
         return None
     for name, v in (("cache_n", cn), ("prompt_n", pn)):
         if v is not None and v > pt:
@@ -201,10 +210,14 @@ def _cache_accounting(r: dict) -> str | None:
     if _get(r, "error") is not None or pn is None or (cn or 0) + pn == pt:
         return None
     if cn is None:
-        return (f"field 'cache_n' is null (not reported) although prompt_n ({pn}) < prompt_tokens ({pt}): "
-                "the other prompt tokens were served from somewhere")
-    return (f"field 'cache_n' ({cn}) + prompt_n ({pn}) must equal prompt_tokens ({pt}) in a served request: "
-            "the record's cache accounting does not add up")
+        return (
+            f"field 'cache_n' is null (not reported) although prompt_n ({pn}) < prompt_tokens ({pt}): "
+            "the other prompt tokens were served from somewhere"
+        )
+    return (
+        f"field 'cache_n' ({cn}) + prompt_n ({pn}) must equal prompt_tokens ({pt}) in a served request: "
+        "the record's cache accounting does not add up"
+    )
 
 
 # What a softmax can give, within the rounding of the engines' float32 arithmetic: the H200 evidence holds
@@ -224,24 +237,31 @@ def top_logprobs_problem(top: list, tokens: list) -> str | None:
     for i, (tok, at) in enumerate(zip(tokens, top)):
         if at is None:
             continue
-        if not (type(at) is list and at and all(type(e) is list and len(e) == 2 and type(e[0]) is int
-                                                and type(e[1]) in Number for e in at)):
+        if not (
+            type(at) is list
+            and at
+            and all(type(e) is list and len(e) == 2 and type(e[0]) is int and type(e[1]) in Number for e in at)
+        ):
             return f"field 'top_logprobs' position {i} must be null or a list of [token id, logprob] pairs"
         lps = [e[1] for e in at]
         bad = next((lp for lp in lps if not math.isfinite(lp)), None)
         if bad is not None:
             return f"field 'top_logprobs' position {i}: log-probability {bad} is not finite"
         if max(lps) > LOGPROB_TOLERANCE:
-            return (f"field 'top_logprobs' position {i}: log-probability {max(lps)!r} is above 0 (tolerance "
-                    f"{LOGPROB_TOLERANCE:g}): no softmax gives it")
+            return (
+                f"field 'top_logprobs' position {i}: log-probability {max(lps)!r} is above 0 (tolerance "
+                f"{LOGPROB_TOLERANCE:g}): no softmax gives it"
+            )
         ids = [e[0] for e in at]
         if len(set(ids)) != len(ids):
             twice = next(t for k, t in enumerate(ids) if t in ids[:k])
             return f"field 'top_logprobs' position {i}: token {twice} is listed twice"
         total = math.fsum(math.exp(lp) for lp in lps)
         if total > 1 + PROB_SUM_TOLERANCE:
-            return (f"field 'top_logprobs' position {i}: the probabilities sum to {total:.9g} > 1 (tolerance "
-                    f"{PROB_SUM_TOLERANCE:g}): no softmax gives them")
+            return (
+                f"field 'top_logprobs' position {i}: the probabilities sum to {total:.9g} > 1 (tolerance "
+                f"{PROB_SUM_TOLERANCE:g}): no softmax gives them"
+            )
         if any(not a >= b for a, b in zip(lps, lps[1:])):
             return f"field 'top_logprobs' position {i} is not ordered best first"
         if not any(e[0] == tok and e[1] == lps[0] for e in at):
@@ -277,9 +297,15 @@ def _pairing(m: dict) -> str | None:
     engine = _get(inputs, "engine")
     engine = _get(engine, "engine") if isinstance(engine, dict) else engine
     model = _get(m, "model")
-    facts = (("model_sha256", inputs.get("model_sha256"), "model.sha256",
-              _get(model, "sha256") if isinstance(model, dict) else None),
-             ("engine", engine, "engine", _get(m, "engine")))
+    facts = (
+        (
+            "model_sha256",
+            inputs.get("model_sha256"),
+            "model.sha256",
+            _get(model, "sha256") if isinstance(model, dict) else None,
+        ),
+        ("engine", engine, "engine", _get(m, "engine")),
+    )
     for name, theirs, field_name, ours in facts:
         if theirs is None or theirs != ours:
             return f"field 'pairing_inputs' names {name} {theirs!r}, the manifest's {field_name} is {ours!r}"
@@ -293,6 +319,7 @@ def _pairing(m: dict) -> str | None:
 # never reads JSON true as an int nor 2.0 as an int, and its constraints are the checks' (`meta`, `elements`). A
 # check without an entry there cannot be typed (`_decoder` raises TypeError): only REQUEST is decoded this way.
 
+
 def _kind_type(kind, element=Any):
     if kind is NoneType:
         return None
@@ -305,10 +332,13 @@ def _kind_type(kind, element=Any):
 
 @cache
 def _decoder(schema: Schema, raw: tuple[str, ...]):
-    import msgspec  # noqa: PLC0415  (the writer never decodes)
+    import msgspec  # the writer never decodes
 
-    meta = {_nonneg: msgspec.Meta(ge=0), _positive: msgspec.Meta(ge=1),
-            _hex64: msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")}  # msgspec searches: anchored, no final newline
+    meta = {
+        _nonneg: msgspec.Meta(ge=0),
+        _positive: msgspec.Meta(ge=1),
+        _hex64: msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z"),
+    }  # msgspec searches: anchored, no final newline
     elements = {_ints: Annotated[int, msgspec.Meta(ge=0)], _strs: str}
     types = {}
     for f in schema.fields:
@@ -333,8 +363,11 @@ def decoded_text_fields(schema: Schema, raw: tuple[str, ...] = ()) -> tuple[str,
     named = next((f.name for f in schema.fields if ":" in f.name), None)
     if named is not None:
         raise TypeError(f"field '{named}': a field name holds ':'")
-    return tuple(f.name for f in schema.fields if f.name not in raw
-                 and any(k in (str, dict) or (k is list and f.check is not _ints) for k in f.kinds))
+    return tuple(
+        f.name
+        for f in schema.fields
+        if f.name not in raw and any(k in (str, dict) or (k is list and f.check is not _ints) for k in f.kinds)
+    )
 
 
 # The records' schema version, in every manifest from version 2 on (`schema_version`). A manifest without one was
@@ -348,102 +381,182 @@ def _schema_version(value: int) -> str | None:
     if value < 1:
         return f"must be >= 1, not {value}"
     if value > SCHEMA_VERSION:
-        return (f"is {value}: written by a newer version of the artifact (this one reads records up to schema "
-                f"{SCHEMA_VERSION}); check them with that version")
+        return (
+            f"is {value}: written by a newer version of the artifact (this one reads records up to schema "
+            f"{SCHEMA_VERSION}); check them with that version"
+        )
     return None
 
 
-MANIFEST = Schema("manifest", "manifest.json", (
-    Field("schema_version", (int,), "the records' schema version (records.schema.SCHEMA_VERSION); absent: 1",
-          required=False, check=_schema_version),
-    Field("config", (str,), "the configuration's name"),
-    Field("plan", (str,), "the plan's name (configs/plans.toml)"),
-    Field("arm", (str,), "off, on, or a workload's own arm (bridge)"),
-    Field("run", (int,), "the run's number within its arm", check=_positive),
-    Field("episodes", (list,), "the units of the run, in order (episode or item ids)", check=_strs),
-    Field("status", (str,), "incomplete until the run finished, then complete", check=_status),
-    Field("started_at", (str,), "UTC, ISO 8601", required=False, check=_iso),
-    Field("finished_at", (str, NoneType), "UTC, ISO 8601; null while incomplete, not before started_at",
-          required=False, check=_iso),
-    Field("wall_s", Number, "the run's wall time", required=False, check=_nonneg),
-    Field("workload", (str,), "the workload (artifact.workloads.REGISTRY)", required=False),
-    Field("engine", (str,), "the engine kind (artifact.engines.REGISTRY)", required=False),
-    Field("engine_build", (str, NoneType), "the engine's own build string", required=False),
-    Field("server_family", (str, NoneType), "the family of server that served the run, as the server calls itself "
-          "(/v1/models owned_by; Engine.server_family); null where it is not known; older records have none "
-          "(their engine's)", required=False),
-    Field("model", (dict,), "family, name, quant, sha256, source (and a derived model's derivation, a pypi-parts "
-          "model's origin)", required=False),
-    Field("session", (str,), "the server session the run belongs to", required=False),
-    Field("lifecycle", (str,), "shared or fresh", required=False),
-    Field("plan_data", (dict,), "the plan as run", required=False),
-    Field("cache_condition", (dict,), "the engine's own description of the cache condition", required=False),
-    Field("pairing_inputs", (dict,), "what produced the tokens (engine, model, workload, protocol); names the "
-          "manifest's engine and model.sha256 (and its episodes, as units)", required=False),
-    Field("pairing_fingerprint", (str, NoneType), "digest of pairing_inputs (recomputed): runs are compared only if "
-          "equal (missing or null: made by an older version, INVALID for comparisons)", required=False),
-    Field("fingerprint", (str,), "resume identity (configuration and plan as written)", required=False),
-    Field("host", (dict,), "CPU, GPUs, driver, OS, Python, CUDA MPS", required=False),
-    Field("packages", (dict,), "installed distributions", required=False),
-    Field("isolation", (dict,), "network namespace, host loopback ports forwarded into it, scrubbed environment",
-          required=False),
-    Field("observes", (dict,), "what the engine observed of its server (server_cmd, binary, weights_sha256, "
-          "cache_use, cache_control, logprobs, exclusive: artifact.engines.base.OBSERVES); missing: everything "
-          "(an engine that starts its own server)", required=False),
-    Field("server_cmd", (list,), "the server's full command line", required=False),
-    Field("server_log", (str, NoneType), "the server session's log, relative to the plan directory (null: none)",
-          required=False),
-    Field("tenants", (dict,), "background tenants (plans with tenants): spec, prompt hashes, schedule, and at the "
-          "end what they sent (artifact/protocol/tenants.py; every request in tenants.jsonl)", required=False),
-), rules=(
-    Rule("finished_at is not before started_at", _timestamps),
-    Rule("pairing_fingerprint is the digest of pairing_inputs, which name the manifest's model and engine",
-         _pairing),
-))
+MANIFEST = Schema(
+    "manifest",
+    "manifest.json",
+    (
+        Field(
+            "schema_version",
+            (int,),
+            "the records' schema version (records.schema.SCHEMA_VERSION); absent: 1",
+            required=False,
+            check=_schema_version,
+        ),
+        Field("config", (str,), "the configuration's name"),
+        Field("plan", (str,), "the plan's name (configs/plans.toml)"),
+        Field("arm", (str,), "off, on, or a workload's own arm (bridge)"),
+        Field("run", (int,), "the run's number within its arm", check=_positive),
+        Field("episodes", (list,), "the units of the run, in order (episode or item ids)", check=_strs),
+        Field("status", (str,), "incomplete until the run finished, then complete", check=_status),
+        Field("started_at", (str,), "UTC, ISO 8601", required=False, check=_iso),
+        Field(
+            "finished_at",
+            (str, NoneType),
+            "UTC, ISO 8601; null while incomplete, not before started_at",
+            required=False,
+            check=_iso,
+        ),
+        Field("wall_s", Number, "the run's wall time", required=False, check=_nonneg),
+        Field("workload", (str,), "the workload (artifact.workloads.REGISTRY)", required=False),
+        Field("engine", (str,), "the engine kind (artifact.engines.REGISTRY)", required=False),
+        Field("engine_build", (str, NoneType), "the engine's own build string", required=False),
+        Field(
+            "server_family",
+            (str, NoneType),
+            "the family of server that served the run, as the server calls itself "
+            "(/v1/models owned_by; Engine.server_family); null where it is not known; older records have none "
+            "(their engine's)",
+            required=False,
+        ),
+        Field(
+            "model",
+            (dict,),
+            "family, name, quant, sha256, source (and a derived model's derivation, a pypi-parts model's origin)",
+            required=False,
+        ),
+        Field("session", (str,), "the server session the run belongs to", required=False),
+        Field("lifecycle", (str,), "shared or fresh", required=False),
+        Field("plan_data", (dict,), "the plan as run", required=False),
+        Field("cache_condition", (dict,), "the engine's own description of the cache condition", required=False),
+        Field(
+            "pairing_inputs",
+            (dict,),
+            "what produced the tokens (engine, model, workload, protocol); names the "
+            "manifest's engine and model.sha256 (and its episodes, as units)",
+            required=False,
+        ),
+        Field(
+            "pairing_fingerprint",
+            (str, NoneType),
+            "digest of pairing_inputs (recomputed): runs are compared only if "
+            "equal (missing or null: made by an older version, INVALID for comparisons)",
+            required=False,
+        ),
+        Field("fingerprint", (str,), "resume identity (configuration and plan as written)", required=False),
+        Field("host", (dict,), "CPU, GPUs, driver, OS, Python, CUDA MPS", required=False),
+        Field("packages", (dict,), "installed distributions", required=False),
+        Field(
+            "isolation",
+            (dict,),
+            "network namespace, host loopback ports forwarded into it, scrubbed environment",
+            required=False,
+        ),
+        Field(
+            "observes",
+            (dict,),
+            "what the engine observed of its server (server_cmd, binary, weights_sha256, "
+            "cache_use, cache_control, logprobs, exclusive: artifact.engines.base.OBSERVES); missing: everything "
+            "(an engine that starts its own server)",
+            required=False,
+        ),
+        Field("server_cmd", (list,), "the server's full command line", required=False),
+        Field(
+            "server_log",
+            (str, NoneType),
+            "the server session's log, relative to the plan directory (null: none)",
+            required=False,
+        ),
+        Field(
+            "tenants",
+            (dict,),
+            "background tenants (plans with tenants): spec, prompt hashes, schedule, and at the "
+            "end what they sent (artifact/protocol/tenants.py; every request in tenants.jsonl)",
+            required=False,
+        ),
+    ),
+    rules=(
+        Rule("finished_at is not before started_at", _timestamps),
+        Rule(
+            "pairing_fingerprint is the digest of pairing_inputs, which name the manifest's model and engine", _pairing
+        ),
+    ),
+)
 
-REQUEST = Schema("request", "requests.jsonl", (
-    Field("episode_id", (str,), "the unit the request belongs to"),
-    Field("request_index", (int,), "0, 1, ... within the unit, in the order sent", check=_nonneg),
-    Field("turn", (int,), "the unit's turn", required=False, check=_nonneg),
-    Field("step", (int,), "the step within the turn", required=False, check=_nonneg),
-    Field("prompt_sha256", (str,), "sha256 of the prompt text", check=_hex64),
-    Field("output_tokens", (list,), "generated token ids", check=_ints),
-    Field("output_text", (str,), "generated text", required=False),
-    Field("top_logprobs", (list,), "per generated position: [[token id, logprob], ...] best first, or null; "
-          "one per output token, the emitted token the most likely", required=False),
-    Field("prompt_tokens", (int, NoneType), "prompt length as the engine tokenized it", served=True,
-          check=_nonneg),
-    Field("cache_n", (int, NoneType), "prompt tokens served from cache; null = not reported, never 0",
-          served=True, check=_nonneg),
-    Field("prompt_n", (int, NoneType), "prompt tokens computed: cache_n + prompt_n = prompt_tokens when served",
-          required=False, check=_nonneg),
-    Field("prompt_ms", (int, float, NoneType), "the engine's prompt time", required=False, check=_nonneg),
-    Field("predicted_ms", (int, float, NoneType), "the engine's generation time", required=False, check=_nonneg),
-    Field("stop_type", (str, NoneType), "why generation stopped", required=False),
-    Field("n_predict", (int,), "the per-request cap", required=False, check=_nonneg),
-    Field("error", (str, NoneType), "why the engine could not serve it (null when served)", required=False),
-    Field("engine_extra", (dict,), "engine-specific evidence", required=False),
-), rules=(
-    Rule("cache_n, prompt_n <= prompt_tokens; served: cache_n + prompt_n = prompt_tokens", _cache_accounting),
-    Rule("top_logprobs: one position per output token, best first, the emitted token the most likely",
-         _top_logprobs),
-))
+REQUEST = Schema(
+    "request",
+    "requests.jsonl",
+    (
+        Field("episode_id", (str,), "the unit the request belongs to"),
+        Field("request_index", (int,), "0, 1, ... within the unit, in the order sent", check=_nonneg),
+        Field("turn", (int,), "the unit's turn", required=False, check=_nonneg),
+        Field("step", (int,), "the step within the turn", required=False, check=_nonneg),
+        Field("prompt_sha256", (str,), "sha256 of the prompt text", check=_hex64),
+        Field("output_tokens", (list,), "generated token ids", check=_ints),
+        Field("output_text", (str,), "generated text", required=False),
+        Field(
+            "top_logprobs",
+            (list,),
+            "per generated position: [[token id, logprob], ...] best first, or null; "
+            "one per output token, the emitted token the most likely",
+            required=False,
+        ),
+        Field("prompt_tokens", (int, NoneType), "prompt length as the engine tokenized it", served=True, check=_nonneg),
+        Field(
+            "cache_n",
+            (int, NoneType),
+            "prompt tokens served from cache; null = not reported, never 0",
+            served=True,
+            check=_nonneg,
+        ),
+        Field(
+            "prompt_n",
+            (int, NoneType),
+            "prompt tokens computed: cache_n + prompt_n = prompt_tokens when served",
+            required=False,
+            check=_nonneg,
+        ),
+        Field("prompt_ms", (int, float, NoneType), "the engine's prompt time", required=False, check=_nonneg),
+        Field("predicted_ms", (int, float, NoneType), "the engine's generation time", required=False, check=_nonneg),
+        Field("stop_type", (str, NoneType), "why generation stopped", required=False),
+        Field("n_predict", (int,), "the per-request cap", required=False, check=_nonneg),
+        Field("error", (str, NoneType), "why the engine could not serve it (null when served)", required=False),
+        Field("engine_extra", (dict,), "engine-specific evidence", required=False),
+    ),
+    rules=(
+        Rule("cache_n, prompt_n <= prompt_tokens; served: cache_n + prompt_n = prompt_tokens", _cache_accounting),
+        Rule(
+            "top_logprobs: one position per output token, best first, the emitted token the most likely", _top_logprobs
+        ),
+    ),
+)
 
-UNIT = Schema("unit", "episodes.jsonl", (
-    Field("episode_id", (str,), "the unit's id (an episode or an item)"),
-    Field("n_requests", (int,), "requests the unit made (its requests.jsonl lines)", check=_nonneg),
-    Field("verdict", (str,), "the workload's verdict", required=False),
-    Field("valid", (bool,), "whether the workload judged the unit correct", required=False),
-    Field("error", (str, NoneType), "why the unit ended early", required=False),
-    Field("steps", (list,), "an agent trajectory: per request, calls and their results", required=False),
-))
-
+UNIT = Schema(
+    "unit",
+    "episodes.jsonl",
+    (
+        Field("episode_id", (str,), "the unit's id (an episode or an item)"),
+        Field("n_requests", (int,), "requests the unit made (its requests.jsonl lines)", check=_nonneg),
+        Field("verdict", (str,), "the workload's verdict", required=False),
+        Field("valid", (bool,), "whether the workload judged the unit correct", required=False),
+        Field("error", (str, NoneType), "why the unit ended early", required=False),
+        Field("steps", (list,), "an agent trajectory: per request, calls and their results", required=False),
+    ),
+)
 
 
 # tenants.jsonl (plans with background tenants, artifact/protocol/tenants.py): one line per tenant request and one per
 # measured request (its interval, and the tenant requests in flight during it).
-TENANT_KINDS = {"tenant": ("tenant", "request", "prompt", "prompt_sha256", "error"),
-                "measured": ("tenants_in_flight_at_start",)}
+TENANT_KINDS = {
+    "tenant": ("tenant", "request", "prompt", "prompt_sha256", "error"),
+    "measured": ("tenants_in_flight_at_start",),
+}
 
 
 def _tenant_kind(r: dict) -> str | None:
@@ -458,32 +571,55 @@ def _tenant_kind(r: dict) -> str | None:
     return None
 
 
-TENANT = Schema("tenant", "tenants.jsonl", (
-    Field("kind", (str,), "tenant (a background tenant's request) or measured (a measured request's interval)"),
-    Field("unit", (str,), "the measured unit during which it ran"),
-    Field("t_start", Number, "seconds from the run's start", check=_nonneg),
-    Field("t_end", Number, "seconds from the run's start, not before t_start", check=_nonneg),
-    Field("tenant", (int,), "tenant: which tenant (0, 1, ...)", required=False, check=_nonneg),
-    Field("request", (int,), "tenant: its request number within the unit", required=False, check=_nonneg),
-    Field("prompt", (int,), "tenant: the prompt's position in the unit's pool", required=False, check=_nonneg),
-    Field("prompt_sha256", (str,), "tenant: sha256 of the prompt text", required=False, check=_hex64),
-    Field("error", (str, NoneType), "tenant: why the server did not serve it (null when served)", required=False),
-    Field("slot", (int, NoneType), "tenant: the server's slot", required=False),
-    Field("prompt_tokens", (int, NoneType), "tenant: prompt length", required=False, check=_nonneg),
-    Field("cache_n", (int, NoneType), "tenant: prompt tokens served from cache", required=False, check=_nonneg),
-    Field("prompt_n", (int, NoneType), "tenant: prompt tokens computed", required=False, check=_nonneg),
-    Field("predicted_n", (int, NoneType), "tenant: tokens generated", required=False, check=_nonneg),
-    Field("prompt_ms", (int, float, NoneType), "tenant: the server's prompt time", required=False, check=_nonneg),
-    Field("predicted_ms", (int, float, NoneType), "tenant: the server's generation time", required=False,
-          check=_nonneg),
-    Field("tenants_in_flight_at_start", (int,), "measured: tenant requests in flight when it was sent",
-          required=False, check=_nonneg),
-    Field("tenant_requests_overlapping", (int,), "measured: tenant requests whose interval overlaps it",
-          required=False, check=_nonneg),
-    Field("overlap_s", Number, "measured: seconds of it during which a tenant request was in flight",
-          required=False, check=_nonneg),
-), rules=(
-    Rule("kind is tenant or measured, with that kind's fields; t_end is not before t_start", _tenant_kind),
-))
+TENANT = Schema(
+    "tenant",
+    "tenants.jsonl",
+    (
+        Field("kind", (str,), "tenant (a background tenant's request) or measured (a measured request's interval)"),
+        Field("unit", (str,), "the measured unit during which it ran"),
+        Field("t_start", Number, "seconds from the run's start", check=_nonneg),
+        Field("t_end", Number, "seconds from the run's start, not before t_start", check=_nonneg),
+        Field("tenant", (int,), "tenant: which tenant (0, 1, ...)", required=False, check=_nonneg),
+        Field("request", (int,), "tenant: its request number within the unit", required=False, check=_nonneg),
+        Field("prompt", (int,), "tenant: the prompt's position in the unit's pool", required=False, check=_nonneg),
+        Field("prompt_sha256", (str,), "tenant: sha256 of the prompt text", required=False, check=_hex64),
+        Field("error", (str, NoneType), "tenant: why the server did not serve it (null when served)", required=False),
+        Field("slot", (int, NoneType), "tenant: the server's slot", required=False),
+        Field("prompt_tokens", (int, NoneType), "tenant: prompt length", required=False, check=_nonneg),
+        Field("cache_n", (int, NoneType), "tenant: prompt tokens served from cache", required=False, check=_nonneg),
+        Field("prompt_n", (int, NoneType), "tenant: prompt tokens computed", required=False, check=_nonneg),
+        Field("predicted_n", (int, NoneType), "tenant: tokens generated", required=False, check=_nonneg),
+        Field("prompt_ms", (int, float, NoneType), "tenant: the server's prompt time", required=False, check=_nonneg),
+        Field(
+            "predicted_ms",
+            (int, float, NoneType),
+            "tenant: the server's generation time",
+            required=False,
+            check=_nonneg,
+        ),
+        Field(
+            "tenants_in_flight_at_start",
+            (int,),
+            "measured: tenant requests in flight when it was sent",
+            required=False,
+            check=_nonneg,
+        ),
+        Field(
+            "tenant_requests_overlapping",
+            (int,),
+            "measured: tenant requests whose interval overlaps it",
+            required=False,
+            check=_nonneg,
+        ),
+        Field(
+            "overlap_s",
+            Number,
+            "measured: seconds of it during which a tenant request was in flight",
+            required=False,
+            check=_nonneg,
+        ),
+    ),
+    rules=(Rule("kind is tenant or measured, with that kind's fields; t_end is not before t_start", _tenant_kind),),
+)
 
 SCHEMAS = {s.kind: s for s in (MANIFEST, REQUEST, UNIT, TENANT)}

@@ -35,7 +35,12 @@ from artifact.errors import ArtifactError
 from artifact.records import decoded
 from artifact.records.schema import MANIFEST as MANIFEST_SCHEMA
 from artifact.records.schema import (
-    LOGPROB_TOLERANCE, PROB_SUM_TOLERANCE, REQUEST, UNIT, Schema, decoded_text_fields,
+    LOGPROB_TOLERANCE,
+    PROB_SUM_TOLERANCE,
+    REQUEST,
+    UNIT,
+    Schema,
+    decoded_text_fields,
     top_logprobs_problem,
 )
 
@@ -72,8 +77,10 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 def _valid(schema: Schema, record: dict, where: Path) -> dict:
     """The writer's side of the schema: a record that breaks it is a bug of the artifact, never written."""
     if not schema.valid(record):
-        raise ArtifactError(f"refusing to write a {schema.kind} record to {where}: {schema.problem(record)} "
-                            "(a bug of the artifact: please report it)")
+        raise ArtifactError(
+            f"refusing to write a {schema.kind} record to {where}: {schema.problem(record)} "
+            "(a bug of the artifact: please report it)"
+        )
     return record
 
 
@@ -84,8 +91,11 @@ class RunWriter:
         if (run_dir / MANIFEST).exists():
             raise ArtifactError(f"{run_dir} already holds a run; refusing to overwrite it")
         self.dir = run_dir
-        self.manifest = _valid(MANIFEST_SCHEMA, {**manifest, "status": "incomplete", "started_at": now_iso(),
-                                                 "finished_at": None}, run_dir / MANIFEST)
+        self.manifest = _valid(
+            MANIFEST_SCHEMA,
+            {**manifest, "status": "incomplete", "started_at": now_iso(), "finished_at": None},
+            run_dir / MANIFEST,
+        )
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_dir / MANIFEST, self.manifest)
         self._requests = open(run_dir / REQUESTS, "a", encoding="utf-8")
@@ -169,8 +179,10 @@ MAX_MANIFEST_BYTES = 16 << 20  # manifest.json
 
 def too_large(path: Path, size: int, limit: int) -> ArtifactError:
     """The one-line refusal of a record file larger than its bound."""
-    return ArtifactError(f"{path}: {size} bytes, more than the {limit} ({limit >> 20} MiB) a record file of this kind "
-                         "may hold; refusing to read it (a corrupt or padded file?)")
+    return ArtifactError(
+        f"{path}: {size} bytes, more than the {limit} ({limit >> 20} MiB) a record file of this kind "
+        "may hold; refusing to read it (a corrupt or padded file?)"
+    )
 
 
 def _read_bounded(path: Path, limit: int) -> bytes:
@@ -188,8 +200,10 @@ def _read_bounded(path: Path, limit: int) -> bytes:
     except OSError as exc:
         raise ArtifactError(f"cannot read {path} ({exc.strerror or exc})") from None
     if len(data) > limit:
-        raise ArtifactError(f"{path}: more than the {limit} bytes ({limit >> 20} MiB) a record file of this kind may "
-                            "hold; refusing to read it (a corrupt or padded file?)")
+        raise ArtifactError(
+            f"{path}: more than the {limit} bytes ({limit >> 20} MiB) a record file of this kind may "
+            "hold; refusing to read it (a corrupt or padded file?)"
+        )
     return data
 
 
@@ -375,7 +389,7 @@ def _all_keys_decoded(data: bytes, lines: list[bytes], typed: list, held: list) 
     of it was dropped at any depth, and more otherwise (a dropped key takes its ':' with it); and the typed lines
     hold their `held` in all only when each holds its own, which one count over the file tells (the lines are
     counted one by one only where it does not)."""
-    import numpy as np  # noqa: PLC0415  (the protocol's writer never reads; bytes.count takes 4-5 times as long)
+    import numpy as np  # the protocol's writer never reads; bytes.count takes 4-5 times as long
 
     others = sum(line.count(b":") for line, record in zip(lines, typed) if record is None)
     if int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == ord(":"))) - others == sum(held):
@@ -413,9 +427,9 @@ def _parse_pairs(texts: list[bytes], joined: bytes | None = None):
     positions), positions in order; None if a pair is not separated from the one before it by '], [' (as json
     writes them), an id is not an integer (or not an int64) or a log-probability not a number. `joined`: the texts
     each followed by '\\n' (b"\\n".join([*texts, b""])), where the caller has them."""
-    import numpy as np  # noqa: PLC0415  (the protocol's writer never reads)
-    import pyarrow as pa  # noqa: PLC0415
-    import pyarrow.csv as csv  # noqa: PLC0415
+    import numpy as np  # the protocol's writer never reads
+    import pyarrow as pa
+    import pyarrow.csv as csv
 
     if b"[]" in texts:  # no positions (a row of their own would be a lone ',')
         texts, joined = [t for t in texts if t != b"[]"], None
@@ -426,11 +440,16 @@ def _parse_pairs(texts: list[bytes], joined: bytes | None = None):
     try:
         # one thread: Arrow's thread pool can abort the interpreter at exit ("terminate called without an active
         # exception", apache/arrow#34314; seen once here on `compare`), and check's two processes use both cores anyway
-        table = csv.read_csv(pa.py_buffer(joined.translate(_ROWS, b"] ")),
-                             read_options=csv.ReadOptions(column_names=["id", "lp", "end"], use_threads=False),
-                             convert_options=csv.ConvertOptions(column_types={"id": pa.int64(), "lp": pa.float64()},
-                                                                include_columns=["id", "lp"], null_values=[],
-                                                                quoted_strings_can_be_null=False))
+        table = csv.read_csv(
+            pa.py_buffer(joined.translate(_ROWS, b"] ")),
+            read_options=csv.ReadOptions(column_names=["id", "lp", "end"], use_threads=False),
+            convert_options=csv.ConvertOptions(
+                column_types={"id": pa.int64(), "lp": pa.float64()},
+                include_columns=["id", "lp"],
+                null_values=[],
+                quoted_strings_can_be_null=False,
+            ),
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     # the rows read any spacing between pairs: a text of n positions (2n rows) holds '], [' 2n - 1 times (between
@@ -446,7 +465,7 @@ def _parse_pairs(texts: list[bytes], joined: bytes | None = None):
 def _numpy(column, dtype):
     """A column of numbers as a writable numpy array (None where it holds a null), from its data buffer: pyarrow's
     own `to_numpy` imports pandas (~0.5 s; in check's worker, before its first run is loaded)."""
-    import numpy as np  # noqa: PLC0415 -- lazy: the protocol's writer never reads
+    import numpy as np  # lazy: the protocol's writer never reads
 
     arr = column.combine_chunks()
     if arr.null_count:  # none is read as a null (null_values=[]): refused as a number that is not one
@@ -471,10 +490,12 @@ def _top2_parse(records: list) -> tuple[list, list, object, object]:
         one = [(rec, t, _parse_pairs([t])) for rec, t in zip(records, texts)]
         one = [x for x in one if x[2] is not None]
         records, texts = [x[0] for x in one], [x[1] for x in one]
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
-        parsed = (np.concatenate([x[2][0] for x in one] or [np.empty((0, 2), dtype=np.int64)]),
-                  np.concatenate([x[2][1] for x in one] or [np.empty((0, 2))]))
+        parsed = (
+            np.concatenate([x[2][0] for x in one] or [np.empty((0, 2), dtype=np.int64)]),
+            np.concatenate([x[2][1] for x in one] or [np.empty((0, 2))]),
+        )
         counts = [0 if t == b"[]" else t.count(b"]], [[") + 1 for t in texts]
     return records, counts, parsed[0], parsed[1]
 
@@ -571,7 +592,7 @@ class Run:
         id(request record) -> (first row, rows) of its positions there, for the records of `top2_arrays` (memoised;
         the analyses index it for many requests at once)."""
         if self._top2 is None:
-            import numpy as np  # noqa: PLC0415
+            import numpy as np
 
             records, counts, ids, lps = self.top2_arrays()
             table = np.column_stack([ids[:, 0], lps[:, 0], ids[:, 1], lps[:, 1]]).astype(float)
@@ -583,7 +604,7 @@ class Run:
         """id(request record) -> its top_logprobs as an (n, 4) array [id1, logprob1, id2, logprob2] (a view of
         `top2_table`), for the records of `top2_arrays`; the others are left out (read their `top_logprobs`)."""
         table, rows = self.top2_table()
-        return {key: table[start:start + n] for key, (start, n) in rows.items()}
+        return {key: table[start : start + n] for key, (start, n) in rows.items()}
 
     def requests_by_episode(self) -> dict[str, list[dict]]:
         """episode id -> its requests in request_index order (memoised: the analyses ask for it per comparison; do
@@ -621,8 +642,12 @@ def outputs(reqs: list[dict]) -> tuple[list, list, list, list]:
     """(output_tokens, prompt_sha256, error, number of output tokens) of each request, as four lists (dict.get: never
     decodes lazy fields): what comparing two runs reads of them (analysis.compare)."""
     tokens = list(map(_TOKENS, reqs))
-    return (tokens, list(map(_PROMPT, reqs)), list(map(dict.get, reqs, itertools.repeat("error"))),
-            list(map(len, tokens)))
+    return (
+        tokens,
+        list(map(_PROMPT, reqs)),
+        list(map(dict.get, reqs, itertools.repeat("error"))),
+        list(map(len, tokens)),
+    )
 
 
 def validate_records(run: Run) -> None:
@@ -634,8 +659,7 @@ def validate_records(run: Run) -> None:
         valid, typed = schema.valid, schema.valid_decoded
         if all((typed if type(r) is LazyRecord else valid)(r) for r in records):  # one compiled test per record
             continue
-        i, record = next((i, r) for i, r in enumerate(records, 1)
-                         if not (typed if type(r) is LazyRecord else valid)(r))
+        i, record = next((i, r) for i, r in enumerate(records, 1) if not (typed if type(r) is LazyRecord else valid)(r))
         # a LazyRecord's fields were typed by its decoder: its problem is a required field or a rule (its top_logprobs
         # text, still undecoded, is left to top2_problem)
         raise ArtifactError(f"{run.path / schema.file}:{i}: {schema.problem(dict(record))}")
@@ -664,9 +688,12 @@ def cache_validated(run: Run) -> str:
         stored = decoded.store(data, run.sha256(), run.complete, run.requests, run.top2_arrays())
     except (ArtifactError, OSError):
         return "none"
-    except Exception as exc:  # noqa: BLE001  (a bug in making the shortcut must not fail a check)
-        print(f"warning: {run.path} not cached ({type(exc).__name__}: {exc}); its {REQUESTS} is decoded next time "
-              "too (please report this)", file=sys.stderr)
+    except Exception as exc:  # a bug in making the shortcut must not fail a check
+        print(
+            f"warning: {run.path} not cached ({type(exc).__name__}: {exc}); its {REQUESTS} is decoded next time "
+            "too (please report this)",
+            file=sys.stderr,
+        )
         return "none"
     return "written" if stored else "none"
 
@@ -677,8 +704,11 @@ def _text_problem(rec: LazyRecord, complete: bool) -> str | None:
         top = rec._decode()
     except (ValueError, RecursionError) as exc:
         return _why(exc, complete)
-    return top_logprobs_problem(top, dict.__getitem__(rec, "output_tokens")) if isinstance(top, list) else \
-        f"field 'top_logprobs' must be list, not {type(top).__name__}"
+    return (
+        top_logprobs_problem(top, dict.__getitem__(rec, "output_tokens"))
+        if isinstance(top, list)
+        else f"field 'top_logprobs' must be list, not {type(top).__name__}"
+    )
 
 
 def top2_problem(run: Run) -> tuple[int, str] | None:
@@ -688,7 +718,7 @@ def top2_problem(run: Run) -> tuple[int, str] | None:
     ids whose probabilities sum to <= 1 (PROB_SUM_TOLERANCE), best first, the emitted token the most likely (a tie
     may list another first). A text of another shape, and a record the bulk check finds wrong, is decoded and
     judged by the rule itself, which words the reason."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     records, counts, ids, lps = run.top2_arrays()
     parsed = set(map(id, records))
@@ -702,8 +732,11 @@ def top2_problem(run: Run) -> tuple[int, str] | None:
     kept = records if everywhere else [r for r, a in zip(records, aligned) if a]
     ends = np.cumsum(counts if everywhere else counts[aligned])
     try:
-        t = np.fromiter(itertools.chain.from_iterable(r["output_tokens"] for r in kept), dtype=np.int64,
-                        count=int(ends[-1]) if kept else 0)
+        t = np.fromiter(
+            itertools.chain.from_iterable(r["output_tokens"] for r in kept),
+            dtype=np.int64,
+            count=int(ends[-1]) if kept else 0,
+        )
     except OverflowError:  # a token id beyond int64: each record is judged by the rule itself
         suspects += kept
     else:
@@ -711,8 +744,15 @@ def top2_problem(run: Run) -> tuple[int, str] | None:
         (i1, i2), (l1, l2) = ids[at].T, lps[at].T
         with np.errstate(over="ignore"):  # exp of a log-probability far above 0: refused below anyway
             total = np.exp(l1) + np.exp(l2)
-        ok = (np.isfinite(l1) & np.isfinite(l2) & (l1 <= LOGPROB_TOLERANCE) & (i1 != i2)
-              & (total <= 1 + PROB_SUM_TOLERANCE) & (l1 >= l2) & ((i1 == t) | ((i2 == t) & (l2 == l1))))
+        ok = (
+            np.isfinite(l1)
+            & np.isfinite(l2)
+            & (l1 <= LOGPROB_TOLERANCE)
+            & (i1 != i2)
+            & (total <= 1 + PROB_SUM_TOLERANCE)
+            & (l1 >= l2)
+            & ((i1 == t) | ((i2 == t) & (l2 == l1)))
+        )
         suspects += [kept[k] for k in np.unique(np.searchsorted(ends, np.flatnonzero(~ok), side="right"))]
     if not suspects:
         return None
@@ -750,12 +790,17 @@ def integrity_problems(run: Run) -> list[str]:
     checks = (
         ("has no episode record (verdict) for", lambda e: e not in records),
         ("has no requests for", lambda e: not by_episode.get(e) and get(records.get(e, {}), "n_requests") != 0),
-        ("holds a different number of requests than its episode record says for",
-         lambda e: e in records and type(get(records[e], "n_requests")) is int
-         and get(records[e], "n_requests") != len(by_episode.get(e, ()))),
+        (
+            "holds a different number of requests than its episode record says for",
+            lambda e: e in records
+            and type(get(records[e], "n_requests")) is int
+            and get(records[e], "n_requests") != len(by_episode.get(e, ())),
+        ),
         ("holds a request_index twice for", lambda e: len(set(by_episode.get(e, ()))) != len(by_episode.get(e, ()))),
-        ("holds request_index values that do not run 0..n-1 for",
-         lambda e: sorted(by_episode.get(e, ())) != list(range(len(by_episode.get(e, ()))))),
+        (
+            "holds request_index values that do not run 0..n-1 for",
+            lambda e: sorted(by_episode.get(e, ())) != list(range(len(by_episode.get(e, ())))),
+        ),
     )
     for what, bad in checks:
         first = next((e for e in listed if bad(e)), None)
@@ -811,8 +856,10 @@ def read_server_log(run: Run) -> str | None:
     mf = run.path / MANIFEST
     parts = Path(rel).parts if isinstance(rel, str) else ()
     if not parts or Path(rel).is_absolute() or ".." in parts or "\0" in rel:
-        raise ArtifactError(f"{mf}: field 'server_log' ({rel!r}) must be a relative path under the run's plan "
-                            f"directory ({run.path.parent}), without '..'; refusing to read it")
+        raise ArtifactError(
+            f"{mf}: field 'server_log' ({rel!r}) must be a relative path under the run's plan "
+            f"directory ({run.path.parent}), without '..'; refusing to read it"
+        )
     path = run.path.parent
     for part in parts:
         path = path / part
@@ -824,11 +871,14 @@ def read_server_log(run: Run) -> str | None:
     except OSError as exc:
         raise ArtifactError(f"cannot read {path} ({exc.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise ArtifactError(f"{path}: the server log is not a regular file (a pipe, device or directory); refusing "
-                            "to read it")
+        raise ArtifactError(
+            f"{path}: the server log is not a regular file (a pipe, device or directory); refusing to read it"
+        )
     if st.st_size > MAX_LOG_BYTES:
-        raise ArtifactError(f"{path}: the server log holds {st.st_size} bytes, more than the {MAX_LOG_BYTES} a "
-                            "server log may; refusing to read it")
+        raise ArtifactError(
+            f"{path}: the server log holds {st.st_size} bytes, more than the {MAX_LOG_BYTES} a "
+            "server log may; refusing to read it"
+        )
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as fh:
@@ -842,9 +892,11 @@ def read_server_log(run: Run) -> str | None:
 
 def _refuse_link(path: Path, what: str) -> None:
     if path.is_symlink():
-        raise ArtifactError(f"{path} is a symbolic link ({what} -> {os.readlink(path)}): results must hold their "
-                            "records themselves; a link could count another run's records twice or bring in "
-                            "records from outside (copy the files instead)")
+        raise ArtifactError(
+            f"{path} is a symbolic link ({what} -> {os.readlink(path)}): results must hold their "
+            "records themselves; a link could count another run's records twice or bring in "
+            "records from outside (copy the files instead)"
+        )
 
 
 def find_runs(results_dir: Path) -> list[Run]:
@@ -869,5 +921,13 @@ def find_runs(results_dir: Path) -> list[Run]:
             for name in RECORD_FILES:
                 _refuse_link(here / name, "a record file")
             runs.append(load_run(here))
-    return sorted(runs, key=lambda r: (r.manifest["config"], r.manifest["plan"], r.manifest["arm"] != "off",
-                                       r.manifest["arm"], r.manifest["run"]))
+    return sorted(
+        runs,
+        key=lambda r: (
+            r.manifest["config"],
+            r.manifest["plan"],
+            r.manifest["arm"] != "off",
+            r.manifest["arm"],
+            r.manifest["run"],
+        ),
+    )

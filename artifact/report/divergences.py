@@ -47,11 +47,16 @@ def _side(run: Run, req: dict | None, token: int | None) -> dict:
         return {"present": False}
     tokens = req.get("output_tokens") or []
     margin = _margin_at(run, req, token)
-    return {"present": True, "text": req.get("output_text") or "",
-            "token_id": tokens[token] if token is not None and token < len(tokens) else None,
-            "top2_margin": None if margin is None else round(margin["margin"], 6), "top2": margin,
-            "cache_n": req.get("cache_n"), "prompt_tokens": req.get("prompt_tokens"),
-            "prompt_sha256": req.get("prompt_sha256")}
+    return {
+        "present": True,
+        "text": req.get("output_text") or "",
+        "token_id": tokens[token] if token is not None and token < len(tokens) else None,
+        "top2_margin": None if margin is None else round(margin["margin"], 6),
+        "top2": margin,
+        "cache_n": req.get("cache_n"),
+        "prompt_tokens": req.get("prompt_tokens"),
+        "prompt_sha256": req.get("prompt_sha256"),
+    }
 
 
 def first_divergences(runs: list[Run]) -> list[dict]:
@@ -60,8 +65,16 @@ def first_divergences(runs: list[Run]) -> list[dict]:
     for g in group_runs([r for r in runs if r.complete]):
         for pair in g.comparisons:
             c = pair.cmp
-            entry = {"config": g.config, "plan": g.plan, "kind": pair.kind, "a": pair.a.label, "b": pair.b.label,
-                     "diverged": c.k, "compared": c.n, "episodes": []}
+            entry = {
+                "config": g.config,
+                "plan": g.plan,
+                "kind": pair.kind,
+                "a": pair.a.label,
+                "b": pair.b.label,
+                "diverged": c.k,
+                "compared": c.n,
+                "episodes": [],
+            }
             by_a, by_b = pair.a.requests_by_episode(), pair.b.requests_by_episode()
             for d in c.diverged:
                 i, t = d.first_request, d.first_token
@@ -72,11 +85,17 @@ def first_divergences(runs: list[Run]) -> list[dict]:
                 if a["present"] and b["present"]:
                     common, a["from_split"], b["from_split"] = _text_split(a["text"], b["text"])
                     a["common_chars"] = b["common_chars"] = len(common)
-                entry["episodes"].append({
-                    "episode": d.episode_id, "request": None if i is None else i + 1, "token": t,
-                    "n_requests": list(d.n_requests),
-                    "same_prompt": bool(ra and rb and ra.get("prompt_sha256") == rb.get("prompt_sha256")),
-                    "a": a, "b": b})
+                entry["episodes"].append(
+                    {
+                        "episode": d.episode_id,
+                        "request": None if i is None else i + 1,
+                        "token": t,
+                        "n_requests": list(d.n_requests),
+                        "same_prompt": bool(ra and rb and ra.get("prompt_sha256") == rb.get("prompt_sha256")),
+                        "a": a,
+                        "b": b,
+                    }
+                )
             out.append(entry)
     return out
 
@@ -87,18 +106,25 @@ def _show(side: dict) -> str:
     rest = side.get("from_split", side.get("text", ""))
     text = json.dumps(rest[:SHOWN] + ("..." if len(rest) > SHOWN else ""), ensure_ascii=False)
     margin = side.get("top2_margin")
-    return (f"{text} (token {side.get('token_id')}, top-2 margin "
-            f"{'n/a' if margin is None else f'{margin:.4f}'}, cache_n {side.get('cache_n')})")
+    return (
+        f"{text} (token {side.get('token_id')}, top-2 margin "
+        f"{'n/a' if margin is None else f'{margin:.4f}'}, cache_n {side.get('cache_n')})"
+    )
 
 
 def render(entries: list[dict]) -> str:
     lines = []
     for e in entries:
-        lines.append(f"{e['config']}/{e['plan']} {e['kind']}: {e['a']} vs {e['b']}: {e['diverged']} of "
-                     f"{e['compared']} episodes diverged")
+        lines.append(
+            f"{e['config']}/{e['plan']} {e['kind']}: {e['a']} vs {e['b']}: {e['diverged']} of "
+            f"{e['compared']} episodes diverged"
+        )
         for d in e["episodes"]:
-            where = (f"request {d['request']}, token {d['token']}" if d["token"] is not None else
-                     f"request {d['request']} (a different number of requests: {d['n_requests']})")
+            where = (
+                f"request {d['request']}, token {d['token']}"
+                if d["token"] is not None
+                else f"request {d['request']} (a different number of requests: {d['n_requests']})"
+            )
             lines.append(f"  {d['episode']}: {where}{'' if d['same_prompt'] else ' (prompts differ)'}")
             lines.append(f"    A {_show(d['a'])}")
             lines.append(f"    B {_show(d['b'])}")

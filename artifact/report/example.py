@@ -12,13 +12,17 @@ from artifact.analysis.tables import PAPER_PLAN, Pair, PlanGroup
 from artifact.records.store import Run
 from artifact.workloads.base import Workload
 
+
 def top2_margin(top_logprobs: list, index: int | None) -> dict | None:
     """The two most likely tokens at a generated position and their log-probability margin."""
     if index is None or not isinstance(top_logprobs, list) or index >= len(top_logprobs):
         return None
     at = top_logprobs[index]
-    cands = [c for c in (at if isinstance(at, list) else [])
-             if isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[1], (int, float))]
+    cands = [
+        c
+        for c in (at if isinstance(at, list) else [])
+        if isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[1], (int, float))
+    ]
     if len(cands) < 2:
         return None
     (t1, l1), (t2, l2) = sorted(cands, key=lambda c: -c[1])[:2]
@@ -27,17 +31,20 @@ def top2_margin(top_logprobs: list, index: int | None) -> dict | None:
 
 def _text_split(a: str, b: str) -> tuple[str, str, str]:
     common = os.path.commonprefix([a, b])
-    return common, a[len(common):], b[len(common):]
+    return common, a[len(common) :], b[len(common) :]
 
 
 def _token_window(tokens: list, at: int | None, width: int = 8) -> dict:
     if at is None:
         at = len(tokens)
     lo = max(0, at - width)
-    return {"start": lo, "before": tokens[lo:at], "at": tokens[at] if at < len(tokens) else None,
-            "after": tokens[at + 1:at + 1 + width], "total": len(tokens)}
-
-
+    return {
+        "start": lo,
+        "before": tokens[lo:at],
+        "at": tokens[at] if at < len(tokens) else None,
+        "after": tokens[at + 1 : at + 1 + width],
+        "total": len(tokens),
+    }
 
 
 EXAMPLE_ORDER = ("on_vs_off", "on_rerun", "off_rerun")
@@ -67,10 +74,19 @@ def divergence_example(groups: list[PlanGroup]) -> dict | None:
     different number of requests).
     """
     ordered = sorted(groups, key=lambda g: (g.plan != PAPER_PLAN, g.config, g.plan))
-    candidates = [(g, pair) for kind in EXAMPLE_ORDER for g in ordered
-                  if (pair := g.headline(kind)) is not None and pair.cmp.k]
-    chosen = next(((g, pair, d) for want in ("observation", "call") for g, pair in candidates
-                   for d in pair.cmp.diverged if call_flip(pair, d) == want), None)
+    candidates = [
+        (g, pair) for kind in EXAMPLE_ORDER for g in ordered if (pair := g.headline(kind)) is not None and pair.cmp.k
+    ]
+    chosen = next(
+        (
+            (g, pair, d)
+            for want in ("observation", "call")
+            for g, pair in candidates
+            for d in pair.cmp.diverged
+            if call_flip(pair, d) == want
+        ),
+        None,
+    )
     if chosen is None and candidates:
         g, pair = candidates[0]
         chosen = (g, pair, sorted(pair.cmp.diverged, key=lambda e: e.first_token is None)[0])
@@ -86,22 +102,34 @@ def divergence_example(groups: list[PlanGroup]) -> dict | None:
     req_b = qb[i] if i is not None and i < len(qb) else None
     side = []
     for run, req, reqs in ((ra, req_a, qa), (rb, req_b, qb)):
-        side.append({
-            "label": run.label, "arm": run.manifest["arm"].upper(), "present": req is not None,
-            "text": (req or {}).get("output_text") or "",
-            "tokens": _token_window((req or {}).get("output_tokens") or [], d.first_token),
-            "margin": top2_margin((req or {}).get("top_logprobs") or [], d.first_token),
-            "cache_n": (req or {}).get("cache_n"), "prompt_tokens": (req or {}).get("prompt_tokens"),
-            "prompt_sha256": (req or {}).get("prompt_sha256"),
-            "trajectory": _workload(run).example_trajectory(run, reqs, d.episode_id, i) if i is not None else [],
-        })
+        side.append(
+            {
+                "label": run.label,
+                "arm": run.manifest["arm"].upper(),
+                "present": req is not None,
+                "text": (req or {}).get("output_text") or "",
+                "tokens": _token_window((req or {}).get("output_tokens") or [], d.first_token),
+                "margin": top2_margin((req or {}).get("top_logprobs") or [], d.first_token),
+                "cache_n": (req or {}).get("cache_n"),
+                "prompt_tokens": (req or {}).get("prompt_tokens"),
+                "prompt_sha256": (req or {}).get("prompt_sha256"),
+                "trajectory": _workload(run).example_trajectory(run, reqs, d.episode_id, i) if i is not None else [],
+            }
+        )
     common, rest_a, rest_b = _text_split(side[0]["text"], side[1]["text"])
     side[0]["common"], side[0]["rest"] = common, rest_a
     side[1]["common"], side[1]["rest"] = common, rest_b
     return {
-        "config": g.config, "plan": g.plan, "episode_id": d.episode_id,
-        "first_request": d.first_request, "first_request_1based": None if i is None else i + 1,
-        "first_token": d.first_token, "n_requests": list(d.n_requests),
+        "config": g.config,
+        "plan": g.plan,
+        "episode_id": d.episode_id,
+        "first_request": d.first_request,
+        "first_request_1based": None if i is None else i + 1,
+        "first_token": d.first_token,
+        "n_requests": list(d.n_requests),
         "same_prompt": bool(req_a and req_b and req_a.get("prompt_sha256") == req_b.get("prompt_sha256")),
-        "sides": side, "comparison": f"{c.a} vs {c.b}", "kind": pair.kind, "call_flip": call_flip(pair, d),
+        "sides": side,
+        "comparison": f"{c.a} vs {c.b}",
+        "kind": pair.kind,
+        "call_flip": call_flip(pair, d),
     }

@@ -33,6 +33,7 @@ TEMPLATE = "report.html.j2"
 
 # --- figures --------------------------------------------------------------------------------------------------
 
+
 def _yerr(df: pd.DataFrame, prefix: str):
     rate = df[f"{prefix}_rate"].astype(float)
     lo = (rate - df[f"{prefix}_wilson_lo"].astype(float)).clip(lower=0)
@@ -58,15 +59,32 @@ def fig1_figure(fig1: pd.DataFrame, path: Path) -> Path | None:
         xs = [i + (j - (len(conds) - 1) / 2) * width for i in range(len(configs))]
         xs_ok = [x for x, m in zip(xs, ok) if m]
         part = sub[ok]
-        ax.bar(xs_ok, 100 * part["div_rate"].astype(float), width, yerr=_yerr(part, "div"), capsize=3,
-               label=f"{label} [{plan}]", color=colors[j % len(colors)])
+        ax.bar(
+            xs_ok,
+            100 * part["div_rate"].astype(float),
+            width,
+            yerr=_yerr(part, "div"),
+            capsize=3,
+            label=f"{label} [{plan}]",
+            color=colors[j % len(colors)],
+        )
         for x, (_, r) in zip(xs_ok, part.iterrows()):
-            ax.annotate(f"{int(r['div_k'])}/{int(r['div_n'])}", (x, 100 * float(r["div_wilson_hi"]) + 1.5),
-                        ha="center", fontsize=7)
+            ax.annotate(
+                f"{int(r['div_k'])}/{int(r['div_n'])}",
+                (x, 100 * float(r["div_wilson_hi"]) + 1.5),
+                ha="center",
+                fontsize=7,
+            )
             pv = r.get("paper_value")
             if pv is not None and not (isinstance(pv, float) and math.isnan(pv)):
-                ax.plot([x], [100 * pv], marker="D", color="black", linestyle="none",
-                        label="paper (same configuration)" if paper_label else None)
+                ax.plot(
+                    [x],
+                    [100 * pv],
+                    marker="D",
+                    color="black",
+                    linestyle="none",
+                    label="paper (same configuration)" if paper_label else None,
+                )
                 paper_label = False
     rotation = 20 if len(configs) > 4 else 0
     ax.set_xticks(range(len(configs)), configs, rotation=rotation, ha="right" if rotation else "center", fontsize=7)
@@ -75,8 +93,10 @@ def fig1_figure(fig1: pd.DataFrame, path: Path) -> Path | None:
     ax.set_title("Fig. 1: cause isolation (bars: observed, 95% Wilson intervals)")
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=2, frameon=False)
-    fig.subplots_adjust(left=(0.7 + overhang(configs[0], 7, rotation)) / fig_w,
-                        bottom=(0.2 + text_room(configs, 7, rotation) + legend_rows(len(labels))) / fig_h)
+    fig.subplots_adjust(
+        left=(0.7 + overhang(configs[0], 7, rotation)) / fig_w,
+        bottom=(0.2 + text_room(configs, 7, rotation) + legend_rows(len(labels))) / fig_h,
+    )
     fig.savefig(path, format="png")
     return path
 
@@ -98,13 +118,21 @@ def fig2_figure(fig2: pd.DataFrame, trend: pd.DataFrame, path: Path) -> Path | N
         label = str(series)
         if tr is not None and series in tr.index and pd.notna(tr.loc[series, "z"]):
             label += f" (z = {tr.loc[series, 'z']:.2f}, p = {tr.loc[series, 'p']:.2g})"
-        line = ax.errorbar(xs, 100 * df["div_rate"].astype(float), yerr=_yerr(df, "div"), marker="o", capsize=3,
-                           label=label)
+        line = ax.errorbar(
+            xs, 100 * df["div_rate"].astype(float), yerr=_yerr(df, "div"), marker="o", capsize=3, label=label
+        )
         pv = df["paper_value"].astype(float) if "paper_value" in df else None
         if pv is not None and pv.notna().any():
             m = pv.notna().to_numpy()
-            ax.plot([x for x, k in zip(xs, m) if k], 100 * pv[m], marker="D", markerfacecolor="none",
-                    color=line[0].get_color(), linestyle="none", label=f"{series}: paper")
+            ax.plot(
+                [x for x, k in zip(xs, m) if k],
+                100 * pv[m],
+                marker="D",
+                markerfacecolor="none",
+                color=line[0].get_color(),
+                linestyle="none",
+                label=f"{series}: paper",
+            )
     ax.set_xticks(range(len(ranks)), [names[r] for r in ranks])
     ax.set_xlabel("quantization level (finer -> coarser)")
     ax.set_ylabel("ON vs OFF episodes diverging (%)")
@@ -130,40 +158,74 @@ def tab2_rows(tables: Tables) -> list[dict]:
     out = []
     for r in records(tables.tab2):
         mr, mt = r.get("median_first_request"), r.get("median_first_token")
-        out.append({
-            "config": r["config"], "plan": r["plan"],
-            "plan_detail": f"{r.get('lifecycle') or '?'} server, {r.get('cache_condition') or 'cache condition not recorded'}",
-            "model": f"{r.get('model_name') or r.get('model_family') or '?'} {r.get('quant') or ''} on "
-                     f"{r.get('engine')}",
-            "episodes": r.get("episodes"),
-            "off_rerun": rate_cell(r, "off_rerun"), "on_rerun": rate_cell(r, "on_rerun"),
-            "on_vs_off": rate_cell(r, "on_vs_off"), "all_pairs": r.get("on_vs_off_all_pairs") or "-",
-            "first": f"{num(mr)} / {num(mt)}" if mr is not None else "-",
-            "acc_off": f"{r['valid_off']}/{r['episodes_off']}" if r.get("episodes_off") else "-",
-            "acc_on": f"{r['valid_on']}/{r['episodes_on']}" if r.get("episodes_on") else "-",
-            "cached_on": pct(r.get("cached_share_on")) if r.get("cache_reported_on") else "not reported",
-            "cached_off": pct(r.get("cached_share_off")) if r.get("cache_reported_off") else "not reported",
-            "paper": pct(r.get("paper_on_vs_off")), "paper_config": r.get("paper_config") or "-",
-            "invalid": r.get("invalid"),
-        })
+        out.append(
+            {
+                "config": r["config"],
+                "plan": r["plan"],
+                "plan_detail": f"{r.get('lifecycle') or '?'} server, {r.get('cache_condition') or 'cache condition not recorded'}",
+                "model": f"{r.get('model_name') or r.get('model_family') or '?'} {r.get('quant') or ''} on "
+                f"{r.get('engine')}",
+                "episodes": r.get("episodes"),
+                "off_rerun": rate_cell(r, "off_rerun"),
+                "on_rerun": rate_cell(r, "on_rerun"),
+                "on_vs_off": rate_cell(r, "on_vs_off"),
+                "all_pairs": r.get("on_vs_off_all_pairs") or "-",
+                "first": f"{num(mr)} / {num(mt)}" if mr is not None else "-",
+                "acc_off": f"{r['valid_off']}/{r['episodes_off']}" if r.get("episodes_off") else "-",
+                "acc_on": f"{r['valid_on']}/{r['episodes_on']}" if r.get("episodes_on") else "-",
+                "cached_on": pct(r.get("cached_share_on")) if r.get("cache_reported_on") else "not reported",
+                "cached_off": pct(r.get("cached_share_off")) if r.get("cache_reported_off") else "not reported",
+                "paper": pct(r.get("paper_on_vs_off")),
+                "paper_config": r.get("paper_config") or "-",
+                "invalid": r.get("invalid"),
+            }
+        )
     return out
 
 
 def fig1_rows(tables: Tables) -> list[dict]:
-    return [{"config": r["config"], "condition": r["condition"], "plan": r["plan"], "ran": r["ran"],
-             "rate": rate_cell(r, "div"), "paper": pct(r.get("paper_value")), "source": r.get("paper_source") or ""}
-            for r in records(tables.fig1)]
+    return [
+        {
+            "config": r["config"],
+            "condition": r["condition"],
+            "plan": r["plan"],
+            "ran": r["ran"],
+            "rate": rate_cell(r, "div"),
+            "paper": pct(r.get("paper_value")),
+            "source": r.get("paper_source") or "",
+        }
+        for r in records(tables.fig1)
+    ]
 
 
 def fig2_rows(tables: Tables) -> list[dict]:
-    return [{"series": r["series"], "config": r["config"], "quant": r.get("quant"), "level": r.get("level") or "unknown",
-             "bpw": num(r.get("bpw"), 3), "rate": rate_cell(r, "div"), "paper": pct(r.get("paper_value"))}
-            for r in records(tables.fig2)]
+    return [
+        {
+            "series": r["series"],
+            "config": r["config"],
+            "quant": r.get("quant"),
+            "level": r.get("level") or "unknown",
+            "bpw": num(r.get("bpw"), 3),
+            "rate": rate_cell(r, "div"),
+            "paper": pct(r.get("paper_value")),
+        }
+        for r in records(tables.fig2)
+    ]
 
 
 def trend_rows(tables: Tables) -> list[dict]:
-    return [{"series": r["series"], "levels": r["levels"], "k": r["k"], "n": r["n"], "z": num(r.get("z"), 3),
-             "p": num(r.get("p"), 2), "unknown": r.get("unknown_levels") or ""} for r in records(tables.fig2_trend)]
+    return [
+        {
+            "series": r["series"],
+            "levels": r["levels"],
+            "k": r["k"],
+            "n": r["n"],
+            "z": num(r.get("z"), 3),
+            "p": num(r.get("p"), 2),
+            "unknown": r.get("unknown_levels") or "",
+        }
+        for r in records(tables.fig2_trend)
+    ]
 
 
 def _gpus(host: dict) -> str:
@@ -190,28 +252,54 @@ def provenance(runs: list[Run], root: Path) -> list[dict]:
             host = as_dict(m.get("host"))
             pk = as_dict(as_dict(m.get("packages")).get("key"))
             cfg = out[m["config"]] = {
-                "config": m["config"], "engine": m.get("engine") or "-", "engine_build": m.get("engine_build") or "-",
-                "build_flags": ", ".join(f"{k}={v}" for k, v in as_dict(m.get("engine_build_flags")).items()
-                                         if not isinstance(v, (dict, list))) or "-",
+                "config": m["config"],
+                "engine": m.get("engine") or "-",
+                "engine_build": m.get("engine_build") or "-",
+                "build_flags": ", ".join(
+                    f"{k}={v}"
+                    for k, v in as_dict(m.get("engine_build_flags")).items()
+                    if not isinstance(v, (dict, list))
+                )
+                or "-",
                 "model": ", ".join(f"{k} {model.get(k)}" for k in ("family", "name", "quant") if model.get(k)) or "-",
-                "sha256": model.get("sha256") or "-", "source": model.get("source") or "-",
+                "sha256": model.get("sha256") or "-",
+                "source": model.get("source") or "-",
                 "cpu": f"{host.get('cpu', '-')} ({host.get('cpu_count', '?')} cores)",
-                "gpus": _gpus(host), "os": host.get("os") or "-", "python": host.get("python") or "-",
+                "gpus": _gpus(host),
+                "os": host.get("os") or "-",
+                "python": host.get("python") or "-",
                 "packages": ", ".join(f"{k} {v}" for k, v in pk.items()) or "-",
-                "prompt_variant": m.get("prompt_variant") or "-", "workload": m.get("workload") or "-",
-                "config_path": m.get("config_path") or "-", "plans": {},
+                "prompt_variant": m.get("prompt_variant") or "-",
+                "workload": m.get("workload") or "-",
+                "config_path": m.get("config_path") or "-",
+                "plans": {},
             }
         pd_ = as_dict(m.get("plan_data"))
-        plan = cfg["plans"].setdefault(m["plan"], {
-            "plan": m["plan"], "lifecycle": m.get("lifecycle") or "-", "cache": cache_condition(run)["description"],
-            "description": pd_.get("description") or "", "runs": []})
-        plan["runs"].append({
-            "label": f"{m['arm']} run {m['run']}", "session": m.get("session") or "-", "status": m.get("status"),
-            "episodes": len(m["episodes"]), "server_cmd": _cmd(m.get("server_cmd")),
-            "server_log": m.get("server_log") or "-", "path": relative(run.path, root),
-            "started": m.get("started_at") or "-", "finished": m.get("finished_at") or "-",
-            "wall_s": m.get("wall_s"), "engine_build": m.get("engine_build") or "-",
-        })
+        plan = cfg["plans"].setdefault(
+            m["plan"],
+            {
+                "plan": m["plan"],
+                "lifecycle": m.get("lifecycle") or "-",
+                "cache": cache_condition(run)["description"],
+                "description": pd_.get("description") or "",
+                "runs": [],
+            },
+        )
+        plan["runs"].append(
+            {
+                "label": f"{m['arm']} run {m['run']}",
+                "session": m.get("session") or "-",
+                "status": m.get("status"),
+                "episodes": len(m["episodes"]),
+                "server_cmd": _cmd(m.get("server_cmd")),
+                "server_log": m.get("server_log") or "-",
+                "path": relative(run.path, root),
+                "started": m.get("started_at") or "-",
+                "finished": m.get("finished_at") or "-",
+                "wall_s": m.get("wall_s"),
+                "engine_build": m.get("engine_build") or "-",
+            }
+        )
     for cfg in out.values():
         cfg["plans"] = list(cfg["plans"].values())
     return list(out.values())
@@ -225,8 +313,13 @@ def _data_uri(path: Path) -> str:
 def environment() -> Environment:
     """The report's templates, and the workloads' own sections (`<workload package>/<file>.j2`): one environment per
     process, which keeps each template compiled (and compiles it again where its file has changed)."""
-    return Environment(loader=FileSystemLoader([str(TEMPLATES), str(WORKLOAD_TEMPLATES)]), autoescape=True,
-                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return Environment(
+        loader=FileSystemLoader([str(TEMPLATES), str(WORKLOAD_TEMPLATES)]),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def compile_templates() -> None:
@@ -254,27 +347,51 @@ def records_time(runs: list[Run]) -> str:
     return times[-1] if times else "unknown"
 
 
-def render_report(*, root: Path, runs: list[Run], tables: Tables, workload_tables: dict,
-                  claims: list, problems: list[str], exit_code: int, exit_meaning: str, band_rule: str,
-                  figures: dict[str, Path], warnings: dict[str, list[str]] | None = None, beyond=None,
-                  label: str | None = None) -> str:
+def render_report(
+    *,
+    root: Path,
+    runs: list[Run],
+    tables: Tables,
+    workload_tables: dict,
+    claims: list,
+    problems: list[str],
+    exit_code: int,
+    exit_meaning: str,
+    band_rule: str,
+    figures: dict[str, Path],
+    warnings: dict[str, list[str]] | None = None,
+    beyond=None,
+    label: str | None = None,
+) -> str:
     """The report page. What it says of the check comes from check itself (artifact.check.run, above this module):
     its claims (artifact.check.core.Claim), the exit code's meaning and the band rule in words."""
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
     context = {
         "title": "Prefix caching and serving reproducibility: check report",
         "generated": records_time(runs),
-        "results_dir": label or str(root), "n_runs": len(runs), "exit_code": exit_code, "counts": counts,
-        "exit_meaning": exit_meaning, "warnings": warnings or {},
+        "results_dir": label or str(root),
+        "n_runs": len(runs),
+        "exit_code": exit_code,
+        "counts": counts,
+        "exit_meaning": exit_meaning,
+        "warnings": warnings or {},
         "unisolated": [label for label, ws in (warnings or {}).items() if ws],
-        "user_server": tables.user_server, "user_server_unobserved": USER_SERVER_UNOBSERVED,
-        "claims": claims, "problems": problems, "band_rule": band_rule,
-        "tab2": tab2_rows(tables), "workload_sections": workload_sections(runs, workload_tables),
-        "fig1": fig1_rows(tables), "fig2": fig2_rows(tables), "trend": trend_rows(tables),
+        "user_server": tables.user_server,
+        "user_server_unobserved": USER_SERVER_UNOBSERVED,
+        "claims": claims,
+        "problems": problems,
+        "band_rule": band_rule,
+        "tab2": tab2_rows(tables),
+        "workload_sections": workload_sections(runs, workload_tables),
+        "fig1": fig1_rows(tables),
+        "fig2": fig2_rows(tables),
+        "trend": trend_rows(tables),
         "figures": {name: _data_uri(p) for name, p in figures.items()},
-        "provenance": provenance(runs, root), "example": divergence_example(tables.groups),
-        "quant_levels": [{"name": q.name, "rank": q.rank, "bpw": q.bpw, "ppl": num(q.ppl_increase, 4)}
-                         for q in QUANT_LEVELS],
+        "provenance": provenance(runs, root),
+        "example": divergence_example(tables.groups),
+        "quant_levels": [
+            {"name": q.name, "rank": q.rank, "bpw": q.bpw, "ppl": num(q.ppl_increase, 4)} for q in QUANT_LEVELS
+        ],
         "beyond": beyond.report_context(_data_uri) if beyond is not None else None,  # artifact.check.beyond
     }
     return environment().get_template(TEMPLATE).render(**context)

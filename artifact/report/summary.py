@@ -46,15 +46,23 @@ def run_row(run: Run) -> dict:
 
 
 def render_comparison(c: Comparison) -> str:
-    lines = [f"{c.a}  vs  {c.b}",
-             f"  diverged episodes: {c.k}/{c.n}"
-             + (f"  (median first diverging request #{_fmt(c.median_first_request + 1)}, "
-                f"median first diverging token index {_fmt(c.median_first_token)})" if c.k else "")]
+    lines = [
+        f"{c.a}  vs  {c.b}",
+        f"  diverged episodes: {c.k}/{c.n}"
+        + (
+            f"  (median first diverging request #{_fmt(c.median_first_request + 1)}, "
+            f"median first diverging token index {_fmt(c.median_first_token)})"
+            if c.k
+            else ""
+        ),
+    ]
     for d in c.diverged:
         tok = "-" if d.first_token is None else d.first_token
-        lines.append(f"    {d.episode_id}: first diverging request #{d.first_request + 1} "
-                     f"(request_index {d.first_request}), token index {tok}, "
-                     f"requests {d.n_requests[0]} vs {d.n_requests[1]}")
+        lines.append(
+            f"    {d.episode_id}: first diverging request #{d.first_request + 1} "
+            f"(request_index {d.first_request}), token index {tok}, "
+            f"requests {d.n_requests[0]} vs {d.n_requests[1]}"
+        )
     if c.only_in_a or c.only_in_b:
         lines.append(f"  not compared (in one run only): {', '.join(c.only_in_a + c.only_in_b)}")
     if c.without_requests:
@@ -75,8 +83,10 @@ def render_results(runs: list[Run]) -> str:
         head = group[0].manifest
         cache = cache_condition(group[0])["description"]
         variant = f", prompt variant {head['prompt_variant']}" if head.get("prompt_variant") else ""
-        blocks.append(f"== {config} / plan {plan} ({head['lifecycle']} server, {cache}), "
-                      f"engine {head.get('engine_build')}, {len(head['episodes'])} episodes{variant}")
+        blocks.append(
+            f"== {config} / plan {plan} ({head['lifecycle']} server, {cache}), "
+            f"engine {head.get('engine_build')}, {len(head['episodes'])} episodes{variant}"
+        )
         rows = [comparison_row(p.name, p.cmp) for p in paired_comparisons(group)]
         if rows:
             blocks.append(pd.DataFrame(rows).to_string(index=False))

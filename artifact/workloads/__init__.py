@@ -21,8 +21,10 @@ DEFAULT = "bfcl_multi_turn_base"  # records made before manifests named their wo
 
 def get(name: str):
     if name not in REGISTRY:
-        raise ArtifactError(f"workload.name = {name!r} is not implemented in this version of the artifact "
-                            f"(implemented: {', '.join(REGISTRY)})")
+        raise ArtifactError(
+            f"workload.name = {name!r} is not implemented in this version of the artifact "
+            f"(implemented: {', '.join(REGISTRY)})"
+        )
     return importlib.import_module(REGISTRY[name]).WORKLOAD
 
 

@@ -43,8 +43,16 @@ class Query(Protocol):
     """Sends one greedy request, records it, returns its record (raises RequestError once recorded if the engine
     cannot serve it; anything else that fails is fatal for the run)."""
 
-    def __call__(self, prompt: str, *, turn: int = 0, step: int = 0, cache_prompt: bool | None = None,
-                 tags: dict | None = None, annotate: Callable[[dict], None] | None = None) -> dict: ...
+    def __call__(
+        self,
+        prompt: str,
+        *,
+        turn: int = 0,
+        step: int = 0,
+        cache_prompt: bool | None = None,
+        tags: dict | None = None,
+        annotate: Callable[[dict], None] | None = None,
+    ) -> dict: ...
 
 
 class Workload:
@@ -62,8 +70,9 @@ class Workload:
         """Its settings, validated from the configuration's [workload] table (one-line errors)."""
         if self.settings_type is None:
             if cfg.workload.settings:
-                raise ArtifactError(f"{cfg.path}: workload {self.name} takes no key "
-                                    f"'workload.{sorted(cfg.workload.settings)[0]}'")
+                raise ArtifactError(
+                    f"{cfg.path}: workload {self.name} takes no key 'workload.{sorted(cfg.workload.settings)[0]}'"
+                )
             return None
         return build_table(self.settings_type, dict(cfg.workload.settings), cfg.path or cfg.name, "workload.")
 
@@ -71,8 +80,10 @@ class Workload:
         """Refuse, in one line and before anything starts, what this workload cannot run."""
         bad = [a for a in plan.arms if a not in self.arms]
         if bad:
-            raise ArtifactError(f"plan '{plan.name}' has arm {bad[0]!r}; workload {self.name} runs plans whose arms "
-                                f"are among {', '.join(self.arms)} (e.g. plan '{self.default_plan}')")
+            raise ArtifactError(
+                f"plan '{plan.name}' has arm {bad[0]!r}; workload {self.name} runs plans whose arms "
+                f"are among {', '.join(self.arms)} (e.g. plan '{self.default_plan}')"
+            )
 
     def prepare(self, cfg) -> Prepared:
         raise NotImplementedError
@@ -96,8 +107,10 @@ class Workload:
         from artifact import workloads  # lazy: the registry, the package above this module (its __init__ imports this)
 
         having = [n for n in workloads.REGISTRY if type(workloads.get(n)).tenant_prompts is not Workload.tenant_prompts]
-        raise ArtifactError(f"workload {self.name} has no prompts for background tenants; plans with tenants run "
-                            f"on a workload that has them ({', '.join(having) or 'none in this version'})")
+        raise ArtifactError(
+            f"workload {self.name} has no prompts for background tenants; plans with tenants run "
+            f"on a workload that has them ({', '.join(having) or 'none in this version'})"
+        )
 
     # -- reading results (check, summary, report) --------------------------------------------------------------
 
@@ -136,8 +149,16 @@ class Workload:
         none)."""
         out = []
         for i in range(start, min(len(reqs), start + 4)):
-            out.append({"request": i + 1, "turn": reqs[i].get("turn"), "step": reqs[i].get("step"),
-                        "text": reqs[i].get("output_text") or "", "calls": None, "observations": []})
+            out.append(
+                {
+                    "request": i + 1,
+                    "turn": reqs[i].get("turn"),
+                    "step": reqs[i].get("step"),
+                    "text": reqs[i].get("output_text") or "",
+                    "calls": None,
+                    "observations": [],
+                }
+            )
         return out
 
     def fetch(self, cfgs: list) -> None:

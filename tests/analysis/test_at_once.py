@@ -29,6 +29,7 @@ from synthetic_runs import write_bfcl_run
 
 # --- the request-by-request definitions (the code the analyses ran before they computed at once) -----------------
 
+
 def reference_same_prompt_requests(a, b):
     eb = b.requests_by_episode()
     for eid, reqs_a in a.requests_by_episode().items():
@@ -111,21 +112,28 @@ def reference_positions(on, off):
     flip = np.zeros(len(a), dtype=np.int64)
     flip[ends[np.asarray(flipped)] - 1] = 1
     m = on.manifest
-    return pd.DataFrame({
-        "config": np.full(len(a), m["config"], dtype=object), "plan": np.full(len(a), m["plan"], dtype=object),
-        "run": np.full(len(a), m["run"], dtype=np.int64),
-        "episode_id": np.repeat(np.array(eids, dtype=object), lengths),
-        "request_index": np.repeat(np.asarray(indexes, dtype=np.int64), lengths),
-        "position": np.arange(len(a)) - np.repeat(ends - lengths, lengths),
-        "margin": margin, "delta": delta, "flip": flip,
-    }, columns=qm.POSITION_COLUMNS)
+    return pd.DataFrame(
+        {
+            "config": np.full(len(a), m["config"], dtype=object),
+            "plan": np.full(len(a), m["plan"], dtype=object),
+            "run": np.full(len(a), m["run"], dtype=np.int64),
+            "episode_id": np.repeat(np.array(eids, dtype=object), lengths),
+            "request_index": np.repeat(np.asarray(indexes, dtype=np.int64), lengths),
+            "position": np.arange(len(a)) - np.repeat(ends - lengths, lengths),
+            "margin": margin,
+            "delta": delta,
+            "flip": flip,
+        },
+        columns=qm.POSITION_COLUMNS,
+    )
 
 
 def reference_episode_medians(run):
     out = {}
     for eid, reqs in run.requests_by_episode().items():
-        m = np.concatenate([margins.request_margins(q, run) for q in reqs if dict.get(q, "error") is None]
-                           or [np.array([])])
+        m = np.concatenate(
+            [margins.request_margins(q, run) for q in reqs if dict.get(q, "error") is None] or [np.array([])]
+        )
         m = m[~np.isnan(m)]
         if m.size:
             out[eid] = float(np.median(m))
@@ -161,6 +169,7 @@ def reference_cache_exposure(run):
 
 
 # --- random pairs of runs -----------------------------------------------------------------------------------------
+
 
 def _top(rng, toks):
     """A top-2 list whose best entry is the emitted token (margins random, ties included)."""
@@ -211,8 +220,9 @@ def random_pair(root, seed: int, plan: str = "main", run: int = 1):
             lp_on[(eid, j)] = top
             cache_ns[(eid, j)] = rng.choice([0, 60, 60, None])
     b = write_bfcl_run(root, "off", run, off, logprobs=lp_off, errors=err_off, plan=plan)
-    a = write_bfcl_run(root, "on", run, on, logprobs=lp_on, prompts=prompts_on, errors=err_on, cache_ns=cache_ns,
-                       plan=plan)
+    a = write_bfcl_run(
+        root, "on", run, on, logprobs=lp_on, prompts=prompts_on, errors=err_on, cache_ns=cache_ns, plan=plan
+    )
     return a, b
 
 
@@ -251,8 +261,13 @@ def test_compare_runs_is_the_request_by_request_comparison(tmp_path, seed):
         c = compare_runs(fresh(a), fresh(b))
         ea, eb = a.requests_by_episode(), b.requests_by_episode()
         want = [reference_compare_episode(e, ea[e], eb[e]) for e in a.manifest["episodes"] if ea.get(e) and eb.get(e)]
-        assert [((d.episode_id, d.diverged, d.first_request, d.first_token, d.n_requests, d.evidence), d.episode_id in
-                 c.prompt_mismatches) for d in c.episodes] == want
+        assert [
+            (
+                (d.episode_id, d.diverged, d.first_request, d.first_token, d.n_requests, d.evidence),
+                d.episode_id in c.prompt_mismatches,
+            )
+            for d in c.episodes
+        ] == want
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -268,8 +283,9 @@ def test_flip_positions_and_positions_are_the_request_by_request_ones(tmp_path, 
 
 
 def test_position_frames_are_the_pairs_positions_concatenated(tmp_path):
-    pairs = [random_pair(tmp_path, seed, plan, run) for seed, plan, run in ((1, "main", 1), (2, "main", 2),
-                                                                             (3, "cram0", 1))]
+    pairs = [
+        random_pair(tmp_path, seed, plan, run) for seed, plan, run in ((1, "main", 1), (2, "main", 2), (3, "cram0", 1))
+    ]
     frames = qm.position_frames([r for pair in pairs for r in pair])
     for plan, group in (("main", pairs[:2]), ("cram0", pairs[2:])):
         parts = [p for on, off in group if not (p := reference_positions(fresh(on), fresh(off))).empty]
@@ -283,8 +299,9 @@ def test_episode_medians_and_margin_distribution_are_the_request_by_request_ones
     for run in (on, off):
         assert margins.episode_medians(fresh(run)) == reference_episode_medians(fresh(run))
         assert margins.episode_medians(strict(run)) == reference_episode_medians(fresh(run))
-    pd.testing.assert_frame_equal(margins.margin_distribution([fresh(on), fresh(off)]),
-                                  margins.margin_distribution([strict(on), strict(off)]))
+    pd.testing.assert_frame_equal(
+        margins.margin_distribution([fresh(on), fresh(off)]), margins.margin_distribution([strict(on), strict(off)])
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -292,8 +309,13 @@ def test_cache_exposure_is_the_request_by_request_sum(tmp_path, seed):
     on, off = random_pair(tmp_path, seed)
     for run in (on, off):
         e = cache_exposure(run)
-        assert (e.prompt_tokens, e.cached_tokens, e.requests, e.requests_with_cache, e.unreported) == \
-            reference_cache_exposure(run)
+        assert (
+            e.prompt_tokens,
+            e.cached_tokens,
+            e.requests,
+            e.requests_with_cache,
+            e.unreported,
+        ) == reference_cache_exposure(run)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -307,8 +329,9 @@ def test_timed_units_are_the_row_by_row_grouping(seed):
         for e in range(6):
             n = rng.randrange(1, 5)
             for i in rng.sample(range(n), n):
-                timing = (None, None) if rng.random() < 0.15 else \
-                    (rng.choice([1.0, 2.5, None]), rng.choice([3.0, 4.0, 3]))
+                timing = (
+                    (None, None) if rng.random() < 0.15 else (rng.choice([1.0, 2.5, None]), rng.choice([3.0, 4.0, 3]))
+                )
                 rows.append((f"e{e}", i, f"sha{e}-{i}", *timing))
         if rng.random() < 0.5:
             rng.shuffle(rows)

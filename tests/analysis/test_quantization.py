@@ -69,8 +69,11 @@ def test_the_same_weights_through_f32_kernels_is_the_reference_and_kernels_expla
     tables, verdicts, _ = qm.analyse(find_runs(tmp_path))
     pairs = tables["quant_mechanism_pairs.csv"]
     (row,) = pairs.to_dict("records")
-    assert (row["config"], row["reference"], row["reference_kind"]) == ("lvl", "lvl-f32",
-                                                                         "same weights through F32 kernels")
+    assert (row["config"], row["reference"], row["reference_kind"]) == (
+        "lvl",
+        "lvl-f32",
+        "same weights through F32 kernels",
+    )
     assert row["flip_rate"] == pytest.approx(0.1) and row["reference_flip_rate"] == 0
     assert row["margin_only_rate"] == 0  # the level's margins with the reference's perturbations: no flip
     assert row["kernel_only_rate"] > 0.05  # the level's perturbations with the reference's margins: flips
@@ -86,8 +89,10 @@ def test_the_kernel_experiments_grid_separates_kernels_from_weight_precision(tmp
     configuration(tmp_path, "q8-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001)
     configuration(tmp_path, "f16-f32", "derived:r/F16-as-F32", "F32", d=0.001)
     tables, verdicts, _ = qm.analyse(find_runs(tmp_path))
-    pairs = {r["config"]: (r["reference"], r["reference_kind"])
-             for r in tables["quant_mechanism_pairs.csv"].to_dict("records")}
+    pairs = {
+        r["config"]: (r["reference"], r["reference_kind"])
+        for r in tables["quant_mechanism_pairs.csv"].to_dict("records")
+    }
     assert pairs == {"q8": ("q8-f32", qm.SAME_WEIGHTS), "q8-f32": ("f16-f32", qm.SAME_KERNELS)}
     got = {(v.id, v.scope.split(" vs ")[0]): v.status for v in verdicts}
     assert got[("BEYOND-QUANT-KERNEL", "q8")] == "PASS" and got[("BEYOND-QUANT-MARGIN", "q8")] == "FAIL"
@@ -95,8 +100,15 @@ def test_the_kernel_experiments_grid_separates_kernels_from_weight_precision(tmp
     assert ("BEYOND-QUANT-KERNEL", "q8-f32") not in got
 
 
-H200 = {"cpu": "Test CPU", "cpu_count": 16, "gpus": [{"name": "NVIDIA H200", "driver": "580"}], "os": "Linux-test",
-        "python": "3.12", "machine_id_sha256": "m1", "gpu_uuid_sha256": ["g1"]}
+H200 = {
+    "cpu": "Test CPU",
+    "cpu_count": 16,
+    "gpus": [{"name": "NVIDIA H200", "driver": "580"}],
+    "os": "Linux-test",
+    "python": "3.12",
+    "machine_id_sha256": "m1",
+    "gpu_uuid_sha256": ["g1"],
+}
 
 
 @pytest.mark.parametrize("host", [H200, {**H200, "gpu_uuid_sha256": ["g2"]}, {**H200, "machine_id_sha256": None}])
@@ -105,8 +117,9 @@ def test_a_twin_on_another_machine_is_no_reference(tmp_path, host):
     CPU twin of an H200 level, or one on another GPU or machine-id, is none; a digest one side lacks is not the
     same)."""
     configuration(tmp_path, "q8", "derived:r/Q8_0", "Q8_0", d=0.1, manifest={"host": H200})
-    configuration(tmp_path, "q8-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001,
-                  manifest=None if host is H200 else {"host": host})
+    configuration(
+        tmp_path, "q8-f32", "derived:r/Q8_0-as-F32", "F32", d=0.001, manifest=None if host is H200 else {"host": host}
+    )
     tables, _, _ = qm.analyse(find_runs(tmp_path))
     assert tables["quant_mechanism_pairs.csv"].empty
     configuration(tmp_path / "same", "q8", "derived:r/Q8_0", "Q8_0", d=0.1, manifest={"host": H200})
@@ -145,8 +158,9 @@ def test_another_models_f16_under_the_same_display_name_is_no_reference(tmp_path
     m = tmp_path / "agent-f16" / "main" / "off-run1" / "manifest.json"
     assert json.loads(m.read_text())["model"]["name"] == "TestLM agent"
     for run in find_runs(tmp_path / "agent-f16"):  # its own F16, named otherwise: the reference all the same
-        (run.path / "manifest.json").write_text(json.dumps(
-            {**run.manifest, "model": {**run.manifest["model"], "name": "Another name"}}))
+        (run.path / "manifest.json").write_text(
+            json.dumps({**run.manifest, "model": {**run.manifest["model"], "name": "Another name"}})
+        )
     tables, _, _ = qm.analyse(find_runs(tmp_path))
     assert tables["quant_mechanism_pairs.csv"]["reference"].tolist() == ["agent-f16"]
 

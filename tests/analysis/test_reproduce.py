@@ -8,13 +8,25 @@ def test_exact_comparison_of_two_builds_names_the_differing_field_and_the_builds
     same = reproduce.compare_records(a, a)
     assert same.exact and same.fields == [] and same.provenance == []
     from synthetic_runs import write_bfcl_run
-    b = write_bfcl_run(tmp_path / "other", "off", 1, {"e0": [[1, 2], [3]]}, config="synthetic", cache_n=0,
-                       logprobs={("e0", 1): [[[3, -0.5], [4, -2.0]]]},
-                       manifest={"binary": {"sha256": "s", "files": {"libggml.so": "2"}}})
+
+    b = write_bfcl_run(
+        tmp_path / "other",
+        "off",
+        1,
+        {"e0": [[1, 2], [3]]},
+        config="synthetic",
+        cache_n=0,
+        logprobs={("e0", 1): [[[3, -0.5], [4, -2.0]]]},
+        manifest={"binary": {"sha256": "s", "files": {"libggml.so": "2"}}},
+    )
     diff = reproduce.compare_records(a, b)
     assert not diff.exact and [(f.file, f.name, f.differ, f.of) for f in diff.fields] == [
-        ("requests.jsonl", "top_logprobs", 1, 2)]
-    assert diff.fields[0].first == "episode e0, request 1, position 0 (A: [[3, -0.1], [4, -2.5]], B: [[3, -0.5], [4, -2.0]])"
+        ("requests.jsonl", "top_logprobs", 1, 2)
+    ]
+    assert (
+        diff.fields[0].first
+        == "episode e0, request 1, position 0 (A: [[3, -0.1], [4, -2.5]], B: [[3, -0.5], [4, -2.0]])"
+    )
     assert any("1 of 1 binaries and libraries differ" in p for p in diff.provenance)
     assert "prompt_ms (requests.jsonl)" in diff.timing  # listed, never compared
 
@@ -53,9 +65,18 @@ def test_compare_says_the_same_machine_only_where_its_digests_are_recorded_and_e
     line = reproduce.render([d], [], [])
     assert "the same host" not in line and "machine-id" in d.unknown
     assert "whether the runs ran on the same machine is not known" in line
-    host = {"cpu": "Test CPU", "cpu_count": 2, "gpus": [], "os": "Linux-test", "python": "3.11",
-            "hostname_sha256": "h", "machine_id_sha256": "m", "boot_id_sha256": "b", "gpu_uuid_sha256": [],
-            "cuda_mps": False}
+    host = {
+        "cpu": "Test CPU",
+        "cpu_count": 2,
+        "gpus": [],
+        "os": "Linux-test",
+        "python": "3.11",
+        "hostname_sha256": "h",
+        "machine_id_sha256": "m",
+        "boot_id_sha256": "b",
+        "gpu_uuid_sha256": [],
+        "cuda_mps": False,
+    }
     a = write_bfcl_run(tmp_path / "c", "off", 1, eps, manifest={"host": host, "binary": {"sha256": "s"}})
     b = write_bfcl_run(tmp_path / "d", "off", 1, eps, manifest={"host": host, "binary": {"sha256": "s"}})
     line = reproduce.render([reproduce.compare_records(a, b)], [], [])

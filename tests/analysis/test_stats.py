@@ -29,6 +29,7 @@ Z975 = 1.959963984540054  # standard normal 0.975 quantile
 
 # --- Wilson ---------------------------------------------------------------
 
+
 def test_wilson_zero_successes_closed_form():
     # k = 0: the score interval is [0, z^2 / (n + z^2)].
     # n = 80:  3.841459 / (80 + 3.841459)  = 3.841459 / 83.841459  = 0.045818
@@ -82,6 +83,7 @@ def test_wilson_rejects_empty_and_bad_counts():
 
 
 # --- circular block bootstrap --------------------------------------------
+
 
 def _markov_flags(n, stay, seed):
     """0/1 chain that keeps its state with probability ``stay`` (positive autocorrelation)."""
@@ -174,17 +176,28 @@ def _block_bootstrap_reference(flags, block_length=5, n_boot=10_000, confidence=
     return float(low), float(high)
 
 
-@pytest.mark.parametrize("n, block_length, n_boot, seed", [(80, 5, 10_000, 42), (80, 5, 10_000, 42), (81, 5, 999, 3),
-                                                           (7, 5, 500, 1), (1, 5, 200, 0), (2, 1, 300, 9),
-                                                           (400, 20, 2000, 42), (160, 5, 10_000, 42)])
+@pytest.mark.parametrize(
+    "n, block_length, n_boot, seed",
+    [
+        (80, 5, 10_000, 42),
+        (80, 5, 10_000, 42),
+        (81, 5, 999, 3),
+        (7, 5, 500, 1),
+        (1, 5, 200, 0),
+        (2, 1, 300, 9),
+        (400, 20, 2000, 42),
+        (160, 5, 10_000, 42),
+    ],
+)
 def test_bootstrap_equals_the_gathering_reference_float_for_float(n, block_length, n_boot, seed):
     # block sums of 0/1 flags are small integers, exact in any order: the table lookup (and the kept draws, asked
     # twice for n = 80) give the very floats of the first implementation
     for i, stay in enumerate((0.5, 0.9)):
         x = _markov_flags(n, stay, seed=seed + i) if n > 1 else np.array([1])
         for confidence in (0.95, 0.9):
-            assert block_bootstrap_interval(x, block_length, n_boot, confidence, seed) == \
-                _block_bootstrap_reference(x, block_length, n_boot, confidence, seed)
+            assert block_bootstrap_interval(x, block_length, n_boot, confidence, seed) == _block_bootstrap_reference(
+                x, block_length, n_boot, confidence, seed
+            )
 
 
 def test_bootstrap_short_sequences():
@@ -200,6 +213,7 @@ def test_bootstrap_short_sequences():
 
 
 # --- Cochran-Armitage -----------------------------------------------------
+
 
 def test_cochran_armitage_hand_worked():
     # k = (1, 2, 3), n = (4, 4, 4), scores (0, 1, 2); p = 6/12 = 0.5
@@ -270,6 +284,7 @@ def test_cochran_armitage_degenerate_inputs():
 
 
 # --- McNemar --------------------------------------------------------------
+
 
 def test_mcnemar_paper_13_vs_7():
     # 2 * P(X <= 7), X ~ Bin(20, 1/2) = 2 * sum_{i<=7} C(20, i) / 2^20
@@ -342,6 +357,7 @@ def test_mcnemar_power_rejects_bad_input():
 
 # --- Cochran-Mantel-Haenszel ------------------------------------------------
 
+
 @pytest.mark.parametrize("table", [(12, 5, 4, 11), (3, 17, 1, 19), (30, 70, 18, 82)])
 def test_mantel_haenszel_of_one_stratum_is_yates_chi_square_scaled_by_n_minus_1_over_n(table):
     a, b, c, d = table
@@ -385,13 +401,19 @@ def test_wilson_equals_scipys_binomtest_interval_float_for_float():
 
 # --- the normal tail without scipy.stats ------------------------------------
 
+
 def test_normal_sf_is_scipy_norm_sf_float_for_float():
     """normal_sf is scipy.stats.norm.sf as scipy computes it, the same float (check's tables use it so as not to
     import scipy.stats before the figures): across the range of z a p-value takes, and at its edges; a scipy
     upgrade that computed the tail otherwise shows here."""
     rng = np.random.default_rng(7)
-    zs = np.concatenate([rng.normal(0, 3, 3000), rng.uniform(-40, 40, 1000),
-                         [0.0, -0.0, 1e-300, 5e-324, 8.3, 37.5, 38.5, -38.5, np.inf, -np.inf]])
+    zs = np.concatenate(
+        [
+            rng.normal(0, 3, 3000),
+            rng.uniform(-40, 40, 1000),
+            [0.0, -0.0, 1e-300, 5e-324, 8.3, 37.5, 38.5, -38.5, np.inf, -np.inf],
+        ]
+    )
     ours = [float(normal_sf(z)) for z in zs]
     theirs = stats.norm.sf(zs).tolist()
     assert ours == theirs

@@ -12,10 +12,15 @@ import pytest
 
 from artifact.report.example import divergence_example, top2_margin
 from artifact.analysis.tables import (
-    QUANT_LEVELS, build_tables, exposure, quant_level, run_problems,
+    QUANT_LEVELS,
+    build_tables,
+    exposure,
+    quant_level,
+    run_problems,
 )
 from artifact.records.store import RunWriter, load_run
 from synthetic_runs import OFF, ON1, ON2, main_plan, trend_runs, write_bfcl_run
+
 
 def test_tab2_rates_intervals_medians_accuracy_exposure(tmp_path):
     runs = main_plan(tmp_path, OFF, ON1, ON2, valid={"e0", "e1"})
@@ -52,8 +57,11 @@ def test_paired_comparisons_are_the_papers_three_kinds(tmp_path):
 
     pairs = paired_comparisons(main_plan(tmp_path, OFF, ON1, ON2))
     assert [(p.kind, p.k, p.name) for p in pairs] == [
-        ("off_rerun", 1, "OFF run 1 vs run 2"), ("on_rerun", 1, "ON run 1 vs run 2"),
-        ("on_vs_off", 1, "ON run 1 vs OFF run 1"), ("on_vs_off", 2, "ON run 2 vs OFF run 2")]
+        ("off_rerun", 1, "OFF run 1 vs run 2"),
+        ("on_rerun", 1, "ON run 1 vs run 2"),
+        ("on_vs_off", 1, "ON run 1 vs OFF run 1"),
+        ("on_vs_off", 2, "ON run 2 vs OFF run 2"),
+    ]
     assert [p.cmp.k for p in pairs] == [0, 1, 2, 3]  # ON2 adds e3 to ON1's e0 and e2
 
 
@@ -88,7 +96,11 @@ def test_fig1_lists_the_conditions_that_ran(tmp_path):
     runs += [write_bfcl_run(tmp_path, "on", k, ON1, plan="cram0", cache_ram_mib=0) for k in (1, 2)]
     t = build_tables(runs, tmp_path)
     assert [(r["comparison"], r["plan"]) for _, r in t.fig1.iterrows()] == [
-        ("off_rerun", "main"), ("on_rerun", "cram0"), ("on_rerun", "main"), ("on_vs_off", "main")]
+        ("off_rerun", "main"),
+        ("on_rerun", "cram0"),
+        ("on_rerun", "main"),
+        ("on_vs_off", "main"),
+    ]
     assert list(t.fig1["div_k"]) == [0, 0, 1, 2]
 
 
@@ -98,10 +110,26 @@ def test_divergence_example_text_tokens_and_margins(tmp_path):
     texts_on = {("e0", 1): "The answer is 43"}
     texts_off = {("e0", 1): "The answer is 42"}
     # at the flip (request 1, token 2): ON 14 (-0.70) over 12 (-0.75); OFF 12 (-0.60) over 14 (-1.00)
-    lp_on = {("e0", 1): [[[10, -0.01], [3, -5.0]], [[11, -0.02], [3, -4.0]], [[14, -0.70], [12, -0.75]], [[13, -0.1], [1, -3]]]}
-    lp_off = {("e0", 1): [[[10, -0.01], [3, -5.0]], [[11, -0.02], [3, -4.0]], [[12, -0.60], [14, -1.00]], [[13, -0.1], [1, -3]]]}
-    runs = [write_bfcl_run(tmp_path, "off", 1, off, texts=texts_off, logprobs=lp_off),
-            write_bfcl_run(tmp_path, "on", 1, on, texts=texts_on, logprobs=lp_on)]
+    lp_on = {
+        ("e0", 1): [
+            [[10, -0.01], [3, -5.0]],
+            [[11, -0.02], [3, -4.0]],
+            [[14, -0.70], [12, -0.75]],
+            [[13, -0.1], [1, -3]],
+        ]
+    }
+    lp_off = {
+        ("e0", 1): [
+            [[10, -0.01], [3, -5.0]],
+            [[11, -0.02], [3, -4.0]],
+            [[12, -0.60], [14, -1.00]],
+            [[13, -0.1], [1, -3]],
+        ]
+    }
+    runs = [
+        write_bfcl_run(tmp_path, "off", 1, off, texts=texts_off, logprobs=lp_off),
+        write_bfcl_run(tmp_path, "on", 1, on, texts=texts_on, logprobs=lp_on),
+    ]
     ex = divergence_example(build_tables(runs, tmp_path).groups)
     assert (ex["episode_id"], ex["first_request"], ex["first_request_1based"], ex["first_token"]) == ("e0", 1, 2, 2)
     on_side, off_side = ex["sides"]
@@ -127,8 +155,7 @@ def test_engine_without_cache_counts_is_not_reported_not_zero(tmp_path):
 def test_gsm8k_bridge_runs_are_not_bfcl_groups(tmp_path):
     runs = main_plan(tmp_path, OFF, ON1, ON2)
     d = tmp_path / "g" / "bridge" / "bridge-run1"
-    w = RunWriter(d, {"config": "g", "plan": "bridge", "arm": "bridge", "run": 1, "episodes": [],
-                      "workload": "gsm8k"})
+    w = RunWriter(d, {"config": "g", "plan": "bridge", "arm": "bridge", "run": 1, "episodes": [], "workload": "gsm8k"})
     w.finish()
     t = build_tables(runs + [load_run(d)], tmp_path)
     assert [(g.config, g.plan) for g in t.groups] == [("cfg", "main")] and len(t.runs) == 5

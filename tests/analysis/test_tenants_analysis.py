@@ -23,34 +23,70 @@ def units(shared: int, episodes=("e0", "e1", "e2", "e3")) -> list[dict]:
     """The tenant prompts a manifest records per measured unit (artifact.protocol.tenants.prepare): the unit's first
     prompt as the synthetic runs send it (`write_bfcl_run`: "e0/0"), 4 tenant prompts sharing `shared` of its
     1000 characters each."""
-    return [{"unit": e, "first_prompt_sha256": sha(f"{e}/0"), "first_prompt_chars": 1000,
-             "prompts_sha256": [sha(f"{e}/tenant/{k}") for k in range(4)], "prompt_chars": [1200] * 4,
-             "shared_prefix_chars": [shared] * 4} for e in episodes]
+    return [
+        {
+            "unit": e,
+            "first_prompt_sha256": sha(f"{e}/0"),
+            "first_prompt_chars": 1000,
+            "prompts_sha256": [sha(f"{e}/tenant/{k}") for k in range(4)],
+            "prompt_chars": [1200] * 4,
+            "shared_prefix_chars": [shared] * 4,
+        }
+        for e in episodes
+    ]
 
 
 def load_record(spec=SPEC, overlapped=2, requests=2, completed=7, failed=0, shared=None) -> dict:
     """A manifest's `tenants` as artifact/protocol/tenants.py writes it at the end of a run; its tenant prompts share
     `shared` characters of each unit's first 1000 (default: 990 for a "shared" spec, 0 for an "unshared" one)."""
     shared = (990 if spec.get("prefix") == "shared" else 0) if shared is None else shared
-    return {"spec": spec, "slots": 3, "generator": "artifact.protocol.tenants v1", "prompts_sha256": "aa" * 32,
-            "units": units(shared), "sent": {"requests": completed + failed, "completed": completed, "failed": failed,
-                                  "prompt_tokens": 700, "cache_n": 600, "prompt_n": 100, "predicted_n": 224},
-            "measured": {"requests": requests, "overlapped": overlapped, "seconds": 10.0, "overlap_s": 6.0,
-                         "overlap_share": 0.6}}
+    return {
+        "spec": spec,
+        "slots": 3,
+        "generator": "artifact.protocol.tenants v1",
+        "prompts_sha256": "aa" * 32,
+        "units": units(shared),
+        "sent": {
+            "requests": completed + failed,
+            "completed": completed,
+            "failed": failed,
+            "prompt_tokens": 700,
+            "cache_n": 600,
+            "prompt_n": 100,
+            "predicted_n": 224,
+        },
+        "measured": {
+            "requests": requests,
+            "overlapped": overlapped,
+            "seconds": 10.0,
+            "overlap_s": 6.0,
+            "overlap_share": 0.6,
+        },
+    }
 
 
 def loaded_inputs(spec=SPEC, **changes) -> dict:
     """The pairing inputs of a tenant plan: the baseline's, with -np 3, -c 3 x ctx and the load."""
-    return pairing_inputs(MODEL, 8192, **{"server_args": ["-c", "12288", "-np", "3", "--cache-ram", "8192",
-                                                          "--seed", "42"],
-                                          "tenants": {"spec": spec, "prompts_sha256": "aa" * 32}, **changes})
+    return pairing_inputs(
+        MODEL,
+        8192,
+        **{
+            "server_args": ["-c", "12288", "-np", "3", "--cache-ram", "8192", "--seed", "42"],
+            "tenants": {"spec": spec, "prompts_sha256": "aa" * 32},
+            **changes,
+        },
+    )
 
 
 def loaded_plan(root, plan, off1, off2, on1, on2, spec=SPEC, load=None, inputs=None):
     load = load or load_record(spec)
     kw = dict(plan=plan, manifest={"tenants": load}, inputs=inputs or loaded_inputs(spec))
-    return [write_bfcl_run(root, "off", 1, off1, **kw), write_bfcl_run(root, "off", 2, off2, **kw),
-            write_bfcl_run(root, "on", 1, on1, **kw), write_bfcl_run(root, "on", 2, on2, **kw)]
+    return [
+        write_bfcl_run(root, "off", 1, off1, **kw),
+        write_bfcl_run(root, "off", 2, off2, **kw),
+        write_bfcl_run(root, "on", 1, on1, **kw),
+        write_bfcl_run(root, "on", 2, on2, **kw),
+    ]
 
 
 def verdict(root, plan):
@@ -105,8 +141,9 @@ def test_off_outputs_that_change_under_load_are_a_finding(tmp_path):
 def test_the_control_without_load_is_judged_by_rq1_and_gets_its_own_verdict(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON2)
     spec0 = {**SPEC, "count": 0}
-    loaded_plan(tmp_path, "tenants0", OFF, OFF, ON1, ON2, spec=spec0, load=load_record(spec0, overlapped=0,
-                                                                                         completed=0))
+    loaded_plan(
+        tmp_path, "tenants0", OFF, OFF, ON1, ON2, spec=spec0, load=load_record(spec0, overlapped=0, completed=0)
+    )
     v, _ = verdict(tmp_path, "tenants0")
     assert v.status == "PASS" and "without load" in v.claim  # no load is expected: not INCONCLUSIVE
     run_check(tmp_path, quiet=True)
@@ -148,8 +185,9 @@ def test_only_the_load_and_its_server_arguments_may_differ():
 
 def test_one_off_run_under_load_is_not_enough_for_a_pass(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON2)
-    write_bfcl_run(tmp_path, "off", 1, OFF, plan="tenants1-shared", manifest={"tenants": load_record()},
-                   inputs=loaded_inputs())
+    write_bfcl_run(
+        tmp_path, "off", 1, OFF, plan="tenants1-shared", manifest={"tenants": load_record()}, inputs=loaded_inputs()
+    )
     v, _ = verdict(tmp_path, "tenants1-shared")
     assert v.status == "INCONCLUSIVE" and "the rerun under load did not run" in v.observed
     assert v.evidence[0].startswith("ON vs isolated ON -;")
@@ -164,10 +202,17 @@ def test_the_committed_cpu_tenant_runs_recheck_as_documented(tmp_path):
     from artifact.config import REPO
 
     assert main(["check", str(REPO / "evidence" / "cpu-tenants"), "--out", str(tmp_path)]) == 0
-    got = {r["id"]: r["status"] for r in csv.DictReader((tmp_path / "beyond_verdicts.csv").open())
-           if r["id"].startswith("BEYOND-TENANTS")}
-    assert got == {"BEYOND-TENANTS-tenants0": "PASS", "BEYOND-TENANTS-tenants1-shared": "FAIL",
-                   "BEYOND-TENANTS-tenants1-unshared": "FAIL", "BEYOND-TENANTS-tenants2-shared": "FAIL",
-                   "BEYOND-TENANTS-tenants2-unshared": "FAIL"}
+    got = {
+        r["id"]: r["status"]
+        for r in csv.DictReader((tmp_path / "beyond_verdicts.csv").open())
+        if r["id"].startswith("BEYOND-TENANTS")
+    }
+    assert got == {
+        "BEYOND-TENANTS-tenants0": "PASS",
+        "BEYOND-TENANTS-tenants1-shared": "FAIL",
+        "BEYOND-TENANTS-tenants1-unshared": "FAIL",
+        "BEYOND-TENANTS-tenants2-shared": "FAIL",
+        "BEYOND-TENANTS-tenants2-unshared": "FAIL",
+    }
     rq1 = {r["scope"]: r["status"] for r in csv.DictReader((tmp_path / "verdicts.csv").open()) if r["claim"] == "RQ1"}
     assert set(rq1.values()) == {"PASS"} and not any("tenants1" in s or "tenants2" in s for s in rq1)

@@ -40,8 +40,11 @@ def scenario(root: Path, lifecycle: str = "shared"):
     for k, (outputs, name) in enumerate(zip((eps, on2), names), 1):
         # ON run 1: first requests recompute (cache_n 0); ON run 2: as above
         cns = first if k == 2 else {}
-        runs.append(write_bfcl_run(root, "on", k, outputs, lifecycle=lifecycle, cache_ns=cns,
-                                   manifest={**log, "server_log": name}))
+        runs.append(
+            write_bfcl_run(
+                root, "on", k, outputs, lifecycle=lifecycle, cache_ns=cns, manifest={**log, "server_log": name}
+            )
+        )
     lines = {1: [], 2: []}
     for k in (1, 2):
         for i in range(N_EP):
@@ -141,8 +144,18 @@ def test_requests_without_a_tier_are_left_out_of_the_pairs_and_counts(tmp_path):
             for qa, qb in same_prompt_requests(on, ref):
                 t = tier_of.get((qa["episode_id"], qa["request_index"]))
                 if t is not None:
-                    expected.append((on.manifest["config"], "main", on.manifest["run"], name, qa["request_index"],
-                                     t.tier, t.certain, qa["output_tokens"] != qb["output_tokens"]))
+                    expected.append(
+                        (
+                            on.manifest["config"],
+                            "main",
+                            on.manifest["run"],
+                            name,
+                            qa["request_index"],
+                            t.tier,
+                            t.certain,
+                            qa["output_tokens"] != qb["output_tokens"],
+                        )
+                    )
     pd.testing.assert_frame_equal(pairs, pd.DataFrame(expected, columns=tiers.PAIR_COLUMNS))
     run2 = pairs[pairs["run"] == 2]
     assert 0 < len(run2[run2["reference"] == "on run 1"]) <= 25

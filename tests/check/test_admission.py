@@ -82,14 +82,19 @@ def test_the_verdicts_are_those_of_the_records_alone(tmp_path, capsys, monkeypat
 def test_compare_tells_differing_records_apart_whatever_sidecar_lies_beside_them(tmp_path, capsys):
     a = write_bfcl_run(tmp_path / "a", "off", 1, OFF)
     b = write_bfcl_run(tmp_path / "b", "off", 1, {**OFF, "e1": [[1, 2, 3, 4, 6], [6, 7, 8]]})
-    _plant(b, lambda recs: [r.update(output_tokens=[1, 2, 3, 4, 5]) for r in recs
-                            if r["episode_id"] == "e1" and r["request_index"] == 0])
+    _plant(
+        b,
+        lambda recs: [
+            r.update(output_tokens=[1, 2, 3, 4, 5]) for r in recs if r["episode_id"] == "e1" and r["request_index"] == 0
+        ],
+    )
     assert main(["compare", str(a.path), str(b.path)]) == 1
     out = capsys.readouterr().out
     assert "DIFFERENT" in out and "0 of 1 compared run pair(s) identical" in out, out
 
 
 # --- large and hostile inputs: a bound checked before reading -------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["requests.jsonl", "episodes.jsonl", "manifest.json"])
 def test_a_padded_record_file_is_refused_in_one_line_before_it_is_read(tmp_path, name):
@@ -98,12 +103,20 @@ def test_a_padded_record_file_is_refused_in_one_line_before_it_is_read(tmp_path,
     runs = main_plan(tmp_path / "results", OFF, ON1, ON2)
     path = runs[1].path / name
     os.truncate(path, 2 << 30)
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31)); "
-            "from artifact.cli import main; sys.exit(main(sys.argv[1:]))")
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31)); "
+        "from artifact.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "ARTIFACT_CHECK_WORKER": "0"}
     t = time.monotonic()
-    got = subprocess.run([sys.executable, "-c", code, "check", str(tmp_path / "results"), "--out",
-                          str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120, check=False)
+    got = subprocess.run(
+        [sys.executable, "-c", code, "check", str(tmp_path / "results"), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert time.monotonic() - t < 60
     assert got.returncode == 2, got.stderr
     err = got.stderr.strip()
@@ -125,9 +138,15 @@ def test_results_too_large_together_are_refused_before_any_is_read(tmp_path, cap
 
 # --- CSV cells that would start a formula ----------------------------------------------------------------------
 
+
 def test_a_model_name_is_never_a_live_formula_in_a_csv(tmp_path, capsys):
-    model = {"family": "testlm", "name": '=HYPERLINK("http://x.invalid","a")', "quant": "Q4_1",
-             "sha256": "ab" * 32, "source": "path:x.gguf"}
+    model = {
+        "family": "testlm",
+        "name": '=HYPERLINK("http://x.invalid","a")',
+        "quant": "Q4_1",
+        "sha256": "ab" * 32,
+        "source": "path:x.gguf",
+    }
     main_plan(tmp_path, OFF, ON1, ON2, model=model)
     _check(tmp_path, capsys)
     seen = 0
@@ -143,6 +162,7 @@ def test_a_model_name_is_never_a_live_formula_in_a_csv(tmp_path, capsys):
 
 
 # --- one admission gate: INVALID runs feed no analysis --------------------------------------------------------
+
 
 def test_a_copied_run_drives_no_verdict_beyond_the_paper(tmp_path, capsys):
     """ON run 2 of a fresh-lifecycle plan copied from ON run 1 (both INVALID: not independent runs) would make the

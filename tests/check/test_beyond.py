@@ -47,6 +47,7 @@ def _patch(run, manifest: dict | None = None, request=None):
 
 # --- margins ----------------------------------------------------------------------------------------------------
 
+
 def test_margin_is_the_gap_between_the_two_best_log_probabilities():
     assert margins.margin([[5, -0.1], [6, -2.0]]) == pytest.approx(1.9)
     assert margins.margin([[6, -2.0], [5, -0.1]]) == pytest.approx(1.9)  # order of the entries does not matter
@@ -72,11 +73,17 @@ def _flip_pair(tmp_path, plan="main"):
     """OFF and ON: episode e0 flips at request 1, token 1 (margins 0.02 OFF, 0.01 ON); e1 agrees everywhere."""
     off = {"e0": [[1, 2, 3], [4, 5, 6]], "e1": [[7, 8], [9, 10]]}
     on = {"e0": [[1, 2, 3], [4, 9, 6]], "e1": [[7, 8], [9, 10]]}
-    lp_off = {("e0", 0): _lp([0.004, 0.004, 0.004], [1, 2, 3]), ("e0", 1): _lp([0.5, 0.02, 2.0], [4, 5, 6]),
-              ("e1", 0): _lp([0.004, 0.004], [7, 8]), ("e1", 1): _lp([5.0, 0.2], [9, 10])}
+    lp_off = {
+        ("e0", 0): _lp([0.004, 0.004, 0.004], [1, 2, 3]),
+        ("e0", 1): _lp([0.5, 0.02, 2.0], [4, 5, 6]),
+        ("e1", 0): _lp([0.004, 0.004], [7, 8]),
+        ("e1", 1): _lp([5.0, 0.2], [9, 10]),
+    }
     lp_on = {**lp_off, ("e0", 1): _lp([0.5, 0.01, 2.0], [4, 9, 6])}
-    return (write_bfcl_run(tmp_path, "on", 1, on, logprobs=lp_on, plan=plan),
-            write_bfcl_run(tmp_path, "off", 1, off, logprobs=lp_off, plan=plan))
+    return (
+        write_bfcl_run(tmp_path, "on", 1, on, logprobs=lp_on, plan=plan),
+        write_bfcl_run(tmp_path, "off", 1, off, logprobs=lp_off, plan=plan),
+    )
 
 
 def test_first_divergence_margins_in_both_arms(tmp_path):
@@ -139,13 +146,12 @@ def test_margin_trend_over_a_quantization_series(tmp_path):
     eps = {f"e{i}": [[1, 2, 3]] for i in range(4)}
     for quant, base in (("Q8_0", 3.0), ("Q4_K_M", 1.0), ("Q3_K_M", 0.2)):
         lps = {(f"e{i}", 0): _lp([base + 0.1 * i] * 3, [1, 2, 3]) for i in range(4)}
-        write_bfcl_run(tmp_path, "off", 1, eps, logprobs=lps, config=f"cfg-{quant}",
-                       model={**MODEL, "quant": quant})
+        write_bfcl_run(tmp_path, "off", 1, eps, logprobs=lps, config=f"cfg-{quant}", model={**MODEL, "quant": quant})
     df = margins.margin_trend(find_runs(tmp_path))
     r = df.iloc[0]
     assert r["levels"] == "Q3_K_M < Q4_K_M < Q8_0"
     assert (r["episodes"], r["L"]) == (4, 56.0)
-    assert r["p_value"] == pytest.approx(6.0 ** -4)
+    assert r["p_value"] == pytest.approx(6.0**-4)
 
 
 def test_margin_trend_needs_three_levels(tmp_path):
@@ -155,6 +161,7 @@ def test_margin_trend_needs_three_levels(tmp_path):
 
 
 # --- what the cache buys ----------------------------------------------------------------------------------------
+
 
 def test_ratio_interval_matches_the_exact_bootstrap_distribution():
     on, off = np.array([10.0, 20.0, 30.0, 45.0]), np.array([40.0, 50.0, 70.0, 80.0])
@@ -210,8 +217,10 @@ def test_costs_and_ratios_from_known_savings(tmp_path):
 
 # --- reproducible cached serving ---------------------------------------------------------------------------------
 
-def _arms(tmp_path, plan, on_eps, off_eps, *, runs=(1, 2), overrides=None, lifecycle="shared", wall=(10.0, 20.0),
-          config="cfg"):
+
+def _arms(
+    tmp_path, plan, on_eps, off_eps, *, runs=(1, 2), overrides=None, lifecycle="shared", wall=(10.0, 20.0), config="cfg"
+):
     out = []
     for k in runs:
         for arm, eps, w in (("on", on_eps, wall[0]), ("off", off_eps, wall[1])):
@@ -252,16 +261,19 @@ def test_mitigation_cost_is_not_set_against_main_over_other_episodes(tmp_path):
     row = b.tables["mitigation.csv"].set_index("plan").loc["ub1"]
     assert math.isnan(row["on_wall_s_vs_main"]) and math.isnan(row["on_wall_vs_main_off"])
     (v,) = [x for x in b.verdicts if x.id == "BEYOND-MITIGATION-ub1"]
-    assert v.evidence == ["cost not set against the main plan: this plan ran 1 episodes, main 2 (times are per "
-                          "run); ON wall 0.20x its own OFF wall"]
+    assert v.evidence == [
+        "cost not set against the main plan: this plan ran 1 episodes, main 2 (times are per "
+        "run); ON wall 0.20x its own OFF wall"
+    ]
     assert "0.20x its own OFF wall" in " ".join(b.recommendation)
 
 
 def test_max_logprob_gap_separates_token_identity_from_bit_identity(tmp_path):
     eps = {"e0": [[1, 2], [3, 4]]}
     a = write_bfcl_run(tmp_path, "on", 1, eps, logprobs={("e0", 1): [[[3, -0.1], [4, -2.5]], [[4, -0.2], [5, -2.0]]]})
-    b = write_bfcl_run(tmp_path, "off", 1, eps,
-                       logprobs={("e0", 1): [[[3, -0.1], [4, -2.588]], [[4, -0.2], [5, -2.0]]]})
+    b = write_bfcl_run(
+        tmp_path, "off", 1, eps, logprobs={("e0", 1): [[[3, -0.1], [4, -2.588]], [[4, -0.2], [5, -2.0]]]}
+    )
     assert mitigation.max_logprob_gap(a, b) == pytest.approx(0.088)
     assert mitigation.max_logprob_gap(a, a) == 0.0
 
@@ -295,10 +307,21 @@ def test_check_writes_beyond_outputs_without_changing_the_exit_code(tmp_path):
     summary = json.loads((out / "check.json").read_text())
     assert code == summary["exit_code"] == 0  # a failed mitigation is a measurement, not an invalid result
     statuses = {v["id"]: v["status"] for v in summary["beyond"]["verdicts"]}
-    assert statuses == {"BEYOND-FRESH": "NOT-RUN", "BEYOND-MITIGATION-fa-off": "FAIL", "BEYOND-TENANTS": "NOT-RUN",
-                        "BEYOND-TIERS": "NOT-RUN"}  # synthetic runs keep no server log: tiers unknown
-    for name in ("margins.csv", "flip_by_margin.csv", "benefit_ratios.csv", "mitigation.csv", "beyond_verdicts.csv",
-                 "price.png", "flip_margin.png"):
+    assert statuses == {
+        "BEYOND-FRESH": "NOT-RUN",
+        "BEYOND-MITIGATION-fa-off": "FAIL",
+        "BEYOND-TENANTS": "NOT-RUN",
+        "BEYOND-TIERS": "NOT-RUN",
+    }  # synthetic runs keep no server log: tiers unknown
+    for name in (
+        "margins.csv",
+        "flip_by_margin.csv",
+        "benefit_ratios.csv",
+        "mitigation.csv",
+        "beyond_verdicts.csv",
+        "price.png",
+        "flip_margin.png",
+    ):
         assert (out / name).exists() and name in summary["files"]
     html = (out / "report.html").read_text()
     assert 'id="beyond"' in html and "flash_attn=off (plan fa-off) does not suffice" in html
@@ -309,8 +332,11 @@ def test_run_top2_batch_parse_equals_json_decoding(tmp_path):
     # correctly rounded); a record that is not top-2 everywhere (a position with one entry) is left out of the
     # parse and read from its own list.
     eps = {"e0": [[1, 2], [3]], "e1": [[4, 5, 6]]}
-    lps = {("e0", 0): [[[1, -1.5e-3], [7, -7.25]], [[2, -1e-7], [9, -16.0]]], ("e1", 0): [[[4, -0.7], [5, -0.8]],
-           [[5, -0.9], [4, -1.4]], [[6, 0.0], [8, -14.5]]], ("e0", 1): [[[3, -0.009674947708845139], [5, -5.25]]]}
+    lps = {
+        ("e0", 0): [[[1, -1.5e-3], [7, -7.25]], [[2, -1e-7], [9, -16.0]]],
+        ("e1", 0): [[[4, -0.7], [5, -0.8]], [[5, -0.9], [4, -1.4]], [[6, 0.0], [8, -14.5]]],
+        ("e0", 1): [[[3, -0.009674947708845139], [5, -5.25]]],
+    }
     run = write_bfcl_run(tmp_path / "a", "off", 1, eps, logprobs=lps)
     assert all(isinstance(getattr(r, "_raw", None), bytes) for r in run.requests)  # still undecoded: the batch path
     table = run.top2()
@@ -346,8 +372,12 @@ def test_the_reports_tier_columns_come_from_the_engines_and_the_records(monkeypa
     base = [t for t, _ in tier_columns()]
     assert base == ["none", "slot", "host", "slot_or_host", "blocks", "unknown"]
     module = types.ModuleType("throwaway_engine")
-    module.ENGINE = types.SimpleNamespace(kind="throwaway", capabilities=Capabilities(
-        per_request_cache_switch=False, cache_tiers=("gpu", "disk"), metrics_endpoint=None, image=None))
+    module.ENGINE = types.SimpleNamespace(
+        kind="throwaway",
+        capabilities=Capabilities(
+            per_request_cache_switch=False, cache_tiers=("gpu", "disk"), metrics_endpoint=None, image=None
+        ),
+    )
     monkeypatch.setitem(sys.modules, "throwaway_engine", module)
     monkeypatch.setitem(engines.REGISTRY, "throwaway", "throwaway_engine")
     cols = dict(tier_columns(["from_the_records"]))
@@ -364,15 +394,32 @@ def _scipy_ratio_intervals(on, off, confidence=0.95, n_resamples=benefit.N_RESAM
         return np.stack([cols[j].mean(axis=axis) / cols[k + j].mean(axis=axis) for j in range(k)])
 
     with np.errstate(divide="ignore", invalid="ignore"):
-        res = stats.bootstrap(tuple(on.T) + tuple(off.T), ratios, paired=True, vectorized=True, method="percentile",
-                              confidence_level=confidence, n_resamples=n_resamples,
-                              random_state=np.random.default_rng(seed))
+        res = stats.bootstrap(
+            tuple(on.T) + tuple(off.T),
+            ratios,
+            paired=True,
+            vectorized=True,
+            method="percentile",
+            confidence_level=confidence,
+            n_resamples=n_resamples,
+            random_state=np.random.default_rng(seed),
+        )
     return np.atleast_1d(res.confidence_interval.low), np.atleast_1d(res.confidence_interval.high)
 
 
-@pytest.mark.parametrize("units, quantities, confidence, n_resamples, seed", [
-    (2, 1, 0.95, 2999, 42), (3, 3, 0.95, 2999, 42), (7, 2, 0.9, 999, 1), (80, 3, 0.95, 2999, 42),
-    (160, 3, 0.95, 2999, 42), (160, 3, 0.95, 2999, 42), (200, 4, 0.99, 500, 7), (641, 3, 0.95, 2999, 42)])
+@pytest.mark.parametrize(
+    "units, quantities, confidence, n_resamples, seed",
+    [
+        (2, 1, 0.95, 2999, 42),
+        (3, 3, 0.95, 2999, 42),
+        (7, 2, 0.9, 999, 1),
+        (80, 3, 0.95, 2999, 42),
+        (160, 3, 0.95, 2999, 42),
+        (160, 3, 0.95, 2999, 42),
+        (200, 4, 0.99, 500, 7),
+        (641, 3, 0.95, 2999, 42),
+    ],
+)
 def test_ratio_intervals_are_scipys_bootstrap_float_for_float(units, quantities, confidence, n_resamples, seed):
     """benefit computes scipy.stats.bootstrap's paired percentile interval itself (the same index draws, the same
     means and percentiles): the same floats as scipy's, so that a scipy upgrade that changes them shows here.
@@ -400,8 +447,19 @@ def _run_of(requests: list[dict], episodes: list[str]):
 
     from artifact.records.store import Run
 
-    return Run(Path("/nonexistent"), {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": episodes,
-                                      "status": "complete", "wall_s": 12.5}, _requests=requests)
+    return Run(
+        Path("/nonexistent"),
+        {
+            "config": "c",
+            "plan": "main",
+            "arm": "on",
+            "run": 1,
+            "episodes": episodes,
+            "status": "complete",
+            "wall_s": 12.5,
+        },
+        _requests=requests,
+    )
 
 
 def _costs_reference(run) -> dict:
@@ -412,10 +470,16 @@ def _costs_reference(run) -> dict:
         return sum(float(r.get(key) or 0) for r in reqs)
 
     cached, prompt_tokens, prompt_ms = total("cache_n"), total("prompt_tokens"), total("prompt_ms")
-    return {"requests": len(reqs), "prompt_tokens": int(prompt_tokens), "cached_tokens": int(cached),
-            "evaluated_tokens": int(total("prompt_n")),
-            "cached_share": cached / prompt_tokens if prompt_tokens else float("nan"), "prompt_ms": prompt_ms,
-            "ttft_ms_mean": prompt_ms / len(reqs) if reqs else float("nan"), "predicted_ms": total("predicted_ms")}
+    return {
+        "requests": len(reqs),
+        "prompt_tokens": int(prompt_tokens),
+        "cached_tokens": int(cached),
+        "evaluated_tokens": int(total("prompt_n")),
+        "cached_share": cached / prompt_tokens if prompt_tokens else float("nan"),
+        "prompt_ms": prompt_ms,
+        "ttft_ms_mean": prompt_ms / len(reqs) if reqs else float("nan"),
+        "predicted_ms": total("predicted_ms"),
+    }
 
 
 def _episode_sums_reference(run) -> dict:
@@ -450,11 +514,18 @@ def test_run_costs_and_episode_sums_are_the_per_request_sums_float_for_float(err
         for i in rng.permutation(int(rng.integers(1, 12))).tolist():
             pt = int(rng.integers(50, 4000))
             cn = [None, 0, int(pt * 0.6)][int(rng.integers(3))]
-            reqs.append({"episode_id": f"e{e}", "request_index": i, "prompt_tokens": pt, "cache_n": cn,
-                         "prompt_n": None if cn is None else pt - cn,
-                         "prompt_ms": [None, 0, 0.0, -0.0, 17, float(rng.gamma(2, 80))][int(rng.integers(6))],
-                         "predicted_ms": float(rng.gamma(2, 400)) if rng.random() < 0.9 else None,
-                         "error": "timeout" if errors and rng.random() < 0.15 else None})
+            reqs.append(
+                {
+                    "episode_id": f"e{e}",
+                    "request_index": i,
+                    "prompt_tokens": pt,
+                    "cache_n": cn,
+                    "prompt_n": None if cn is None else pt - cn,
+                    "prompt_ms": [None, 0, 0.0, -0.0, 17, float(rng.gamma(2, 80))][int(rng.integers(6))],
+                    "predicted_ms": float(rng.gamma(2, 400)) if rng.random() < 0.9 else None,
+                    "error": "timeout" if errors and rng.random() < 0.15 else None,
+                }
+            )
     reqs.append({**reqs[0], "episode_id": "unlisted"})
     run = _run_of(reqs, [f"e{e}" for e in range(31)])
     costs = benefit.run_costs(run)
@@ -509,12 +580,14 @@ def test_the_report_s_tier_rows_are_pandas_groupby_s():
 
     from artifact.check.beyond import _tier_rows, tier_columns
 
-    rows = [("b", "main", 2, "off run 1", "request", "host", 10, 3),
-            ("a", "main", 1, "off run 1", "episode", "slot", 4, 1),
-            ("a", "main", 1, "off run 1", "episode", "host", 5, 5),
-            ("a", "main", 1, "off run 1", "episode", "host", 6, 0),
-            ("a", "fresh", 1, None, "episode", "slot", 2, 1),
-            ("a", "main", 1, "on run 1", "request", "none", 7, 2)]
+    rows = [
+        ("b", "main", 2, "off run 1", "request", "host", 10, 3),
+        ("a", "main", 1, "off run 1", "episode", "slot", 4, 1),
+        ("a", "main", 1, "off run 1", "episode", "host", 5, 5),
+        ("a", "main", 1, "off run 1", "episode", "host", 6, 0),
+        ("a", "fresh", 1, None, "episode", "slot", 2, 1),
+        ("a", "main", 1, "on run 1", "request", "none", 7, 2),
+    ]
     df = pd.DataFrame(rows, columns=["config", "plan", "run", "reference", "level", "tier", "n", "differ"])
     df["rate"] = df["differ"] / df["n"]
     cols = tier_columns(df["tier"].unique())

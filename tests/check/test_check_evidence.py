@@ -47,6 +47,7 @@ def lines(path) -> list[str]:
 
 # --- RQ1 is exact for every record shape ----------------------------------------------------------------------
 
+
 def test_a_null_cache_count_does_not_hide_a_cached_token_elsewhere(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON2)
     off1 = tmp_path / "cfg" / "main" / "off-run1" / "requests.jsonl"
@@ -111,14 +112,34 @@ def test_single_off_run_and_nothing_else_tested_exits_3(tmp_path):
 
 # --- runs are validated before anything is judged -------------------------------------------------------------
 
-@pytest.mark.parametrize("run, name, keep, claim, problem", [
-    (1, "requests.jsonl", lambda xs: [x for x in xs if '"episode_id": "e2"' not in x], "RQ1",
-     "off-run2 is marked complete but has no requests for episode e2"),
-    (2, "episodes.jsonl", lambda xs: xs[:-1], "RQ2",
-     "on-run1 is marked complete but has no episode record (verdict) for episode e3"),
-    (0, "requests.jsonl", lambda xs: xs[:-1], "RQ1",  # e3's last request gone, whole lines only
-     "holds a different number of requests than its episode record says for episode e3"),
-], ids=["episode-without-requests", "episode-without-verdict", "fewer-requests-than-the-verdict-says"])
+
+@pytest.mark.parametrize(
+    "run, name, keep, claim, problem",
+    [
+        (
+            1,
+            "requests.jsonl",
+            lambda xs: [x for x in xs if '"episode_id": "e2"' not in x],
+            "RQ1",
+            "off-run2 is marked complete but has no requests for episode e2",
+        ),
+        (
+            2,
+            "episodes.jsonl",
+            lambda xs: xs[:-1],
+            "RQ2",
+            "on-run1 is marked complete but has no episode record (verdict) for episode e3",
+        ),
+        (
+            0,
+            "requests.jsonl",
+            lambda xs: xs[:-1],
+            "RQ1",  # e3's last request gone, whole lines only
+            "holds a different number of requests than its episode record says for episode e3",
+        ),
+    ],
+    ids=["episode-without-requests", "episode-without-verdict", "fewer-requests-than-the-verdict-says"],
+)
 def test_complete_run_missing_records_is_invalid(tmp_path, run, name, keep, claim, problem):
     runs = main_plan(tmp_path, OFF, ON1, ON2)
     f = runs[run].path / name
@@ -142,8 +163,10 @@ def test_two_runs_of_a_comparison_listing_different_episodes_are_not_compared(tm
     write_bfcl_run(tmp_path, "off", 2, {**OFF, "e9": [[1]]})
     code, claims, data = check(tmp_path)
     assert code == 1 and claims["RQ1"]["status"] == INVALID
-    assert ("cfg/main/off-run1 and cfg/main/off-run2 are not comparable: they list different episodes "
-            "(1 only in the second (e.g. e9)); comparison refused") in data["invalid"]
+    assert (
+        "cfg/main/off-run1 and cfg/main/off-run2 are not comparable: they list different episodes "
+        "(1 only in the second (e.g. e9)); comparison refused"
+    ) in data["invalid"]
 
 
 @pytest.mark.parametrize("arm", ["OFF", "cached"])
@@ -167,8 +190,10 @@ def test_the_same_run_twice_is_malformed_input(tmp_path, capsys):
     assert "two runs claim to be cfg/main/off-run1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, where", [("requests.jsonl", "middle"), ("requests.jsonl", "end"),
-                                         ("episodes.jsonl", "middle"), ("episodes.jsonl", "end")])
+@pytest.mark.parametrize(
+    "name, where",
+    [("requests.jsonl", "middle"), ("requests.jsonl", "end"), ("episodes.jsonl", "middle"), ("episodes.jsonl", "end")],
+)
 def test_a_line_cut_short_in_a_complete_run_is_corruption(tmp_path, capsys, name, where):
     runs = main_plan(tmp_path, OFF, ON1, ON2)
     path = runs[1].path / name
@@ -195,14 +220,17 @@ def test_a_line_cut_short_at_the_end_of_an_interrupted_run_is_dropped_and_the_ru
 
 # --- pairing fingerprints ---------------------------------------------------------------------------------------
 
+
 def test_pairing_fingerprint_mismatch_refuses_the_comparison(tmp_path):
     write_bfcl_run(tmp_path, "off", 1, OFF)
     write_bfcl_run(tmp_path, "off", 2, OFF, inputs=pairing_inputs(MODEL, 8192, threads=4))
     main_plan(tmp_path, OFF, ON1, ON2, config="other")  # an unaffected configuration
     code, claims, data = check(tmp_path)
     assert code == 1
-    assert ("cfg/main/off-run1 and cfg/main/off-run2 are not comparable: their pairing fingerprints differ "
-            "(first differing pairing input: threads); comparison refused") in data["invalid"]
+    assert (
+        "cfg/main/off-run1 and cfg/main/off-run2 are not comparable: their pairing fingerprints differ "
+        "(first differing pairing input: threads); comparison refused"
+    ) in data["invalid"]
     rq1 = {d["scope"]: d["status"] for d in claims["RQ1"]["details"]}
     assert rq1 == {"cfg / main": INVALID, "other / main": PASS} and claims["RQ1"]["status"] == INVALID
 
@@ -215,8 +243,11 @@ def test_on_and_off_with_different_fingerprints_are_not_compared(tmp_path):
         write_bfcl_run(tmp_path, "on", k, ON1, inputs=changed)
     code, claims, data = check(tmp_path)
     assert code == 1 and claims["RQ1"]["status"] == PASS and claims["RQ2"]["status"] == INVALID
-    assert any("cfg/main/on-run1 and cfg/main/off-run1 are not comparable" in p
-               and "first differing pairing input: bfcl.dataset_sha256" in p for p in data["invalid"])
+    assert any(
+        "cfg/main/on-run1 and cfg/main/off-run1 are not comparable" in p
+        and "first differing pairing input: bfcl.dataset_sha256" in p
+        for p in data["invalid"]
+    )
 
 
 def test_a_run_without_a_pairing_fingerprint_is_invalid(tmp_path):
@@ -224,8 +255,10 @@ def test_a_run_without_a_pairing_fingerprint_is_invalid(tmp_path):
     edit_manifest(runs[3], pairing_fingerprint=None)
     code, claims, data = check(tmp_path)
     assert code == 1 and claims["RQ2"]["status"] == INVALID
-    assert any("cfg/main/on-run2 has no pairing_fingerprint in its manifest (made by an older artifact version)"
-               in p for p in data["invalid"])
+    assert any(
+        "cfg/main/on-run2 has no pairing_fingerprint in its manifest (made by an older artifact version)" in p
+        for p in data["invalid"]
+    )
 
 
 def test_synthetic_runs_carry_one_fingerprint_per_configuration_plan(tmp_path):
@@ -235,6 +268,7 @@ def test_synthetic_runs_carry_one_fingerprint_per_configuration_plan(tmp_path):
 
 
 # --- network isolation ------------------------------------------------------------------------------------------
+
 
 def test_unisolated_runs_are_flagged_but_do_not_fail(tmp_path, capsys):
     write_bfcl_run(tmp_path, "off", 1, OFF, isolation={"network": "host network (not isolated)"})
@@ -253,6 +287,7 @@ def test_unisolated_runs_are_flagged_but_do_not_fail(tmp_path, capsys):
 
 
 # --- no vacuous or underpowered PASS --------------------------------------------------------------------------
+
 
 def test_rq2_without_the_reruns_it_compares_against_is_inconclusive(tmp_path):
     write_bfcl_run(tmp_path, "off", 1, OFF)
@@ -340,6 +375,7 @@ def test_rq3_paper_model_without_trend(tmp_path):
 
 # --- what check.json states -------------------------------------------------------------------------------------
 
+
 def test_check_json_copies_each_claims_minimum_evidence_and_the_exit_codes(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON1)
     code, claims, data = check(tmp_path)
@@ -354,14 +390,19 @@ def test_an_unknown_plan_name_does_not_crash_the_checker(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON1, plan="ub1")  # a mitigation plan the checker has no rule for
     code, claims, _ = check(tmp_path)
     assert code == 0 and {d["scope"] for d in claims["RQ2"]["details"] if d["kind"] == "direction"} == {
-        "cfg / main", "cfg / ub1"}
+        "cfg / main",
+        "cfg / ub1",
+    }
 
 
-@pytest.mark.parametrize("damage, reason", [
-    ("episode_twice", "episodes.jsonl holds episode e1 twice"),
-    ("index_twice", "holds a request_index twice for episode e0"),
-    ("stray", "holds records of episode e7, which its manifest does not list"),
-])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("episode_twice", "episodes.jsonl holds episode e1 twice"),
+        ("index_twice", "holds a request_index twice for episode e0"),
+        ("stray", "holds records of episode e7, which its manifest does not list"),
+    ],
+)
 def test_other_ways_a_complete_run_is_not_whole(tmp_path, damage, reason):
     runs = main_plan(tmp_path, OFF, ON1, ON2)
     eps, req = runs[0].path / "episodes.jsonl", runs[0].path / "requests.jsonl"
@@ -390,8 +431,14 @@ def test_check_help_lists_the_exit_codes(capsys):
 
 def test_a_mitigation_plan_that_removes_the_divergence_is_not_an_rq2_failure(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON2)
-    ub1 = {"plan_data": {"name": "ub1", "cache_ram_mib": 8192, "lifecycle": "shared",
-                         "server_overrides": {"ubatch_size": 1}}}
+    ub1 = {
+        "plan_data": {
+            "name": "ub1",
+            "cache_ram_mib": 8192,
+            "lifecycle": "shared",
+            "server_overrides": {"ubatch_size": 1},
+        }
+    }
     main_plan(tmp_path, OFF, OFF, OFF, plan="ub1", manifest=ub1)  # ON == OFF: the mitigation works
     code, claims, data = check(tmp_path)
     scopes = [d["scope"] for d in claims["RQ2"]["details"] if d["kind"] == "direction"]

@@ -12,7 +12,16 @@ from artifact.analysis.tables import build_tables
 from artifact.check.claims import CLAIM_RULES
 from artifact.check.claims.rq5 import rq5
 from artifact.check.core import (
-    BAND_RULE, FAIL, INCONCLUSIVE, NOT_RUN, OUT, PASS, Paper, model_matches, paper_configs_for, value_band,
+    BAND_RULE,
+    FAIL,
+    INCONCLUSIVE,
+    NOT_RUN,
+    OUT,
+    PASS,
+    Paper,
+    model_matches,
+    paper_configs_for,
+    value_band,
 )
 from artifact.check.expected import load_document
 from artifact.check.run import run_check, workload_tables
@@ -30,6 +39,7 @@ def check(root, capsys=None):
 
 
 # --- RQ1 and validity -----------------------------------------------------------------------------------------
+
 
 def test_off_pair_with_a_diverged_episode_fails_rq1_and_exits_nonzero(tmp_path, capsys):
     off2 = {**OFF, "e1": [[1, 2, 3, 4, 5], [6, 0, 8]]}
@@ -68,7 +78,13 @@ def test_clean_demo_like_results(tmp_path):
     code, claims, data = check(tmp_path)
     assert code == 0 and data["invalid"] == []
     assert {k: c["status"] for k, c in claims.items()} == {
-        "RQ1": PASS, "RQ2": PASS, "RQ2b": NOT_RUN, "RQ3": NOT_RUN, "RQ4": NOT_RUN, "RQ5": NOT_RUN}
+        "RQ1": PASS,
+        "RQ2": PASS,
+        "RQ2b": NOT_RUN,
+        "RQ3": NOT_RUN,
+        "RQ4": NOT_RUN,
+        "RQ5": NOT_RUN,
+    }
     direction, *bands = claims["RQ2"]["details"]
     assert direction["kind"] == "direction" and "not a configuration the paper measured" in direction["band"]
     # the paper's seven RQ2 values, none run here (TestLM is not a paper configuration): one NOT-RUN row names them all
@@ -97,8 +113,10 @@ def test_rq2_fails_when_a_rerun_diverges_significantly_more(tmp_path):
     code, claims, _ = check(tmp_path)
     d = claims["RQ2"]["details"][0]
     assert code == 4 and d["status"] == FAIL and claims["RQ2"]["status"] == FAIL  # 4: a claim other than RQ1 fails
-    assert ("not above the ON rerun (40.0%); the ON rerun diverges significantly more, exact McNemar over 20 "
-            "paired episodes: 8 diverged in the rerun only, 1 in ON vs OFF only, p = 0.039") in d["evidence"][0]
+    assert (
+        "not above the ON rerun (40.0%); the ON rerun diverges significantly more, exact McNemar over 20 "
+        "paired episodes: 8 diverged in the rerun only, 1 in ON vs OFF only, p = 0.039"
+    ) in d["evidence"][0]
     # one fewer rerun-only episode (7 vs 1: p = 0.07) is no longer significant: INCONCLUSIVE
     on2 = {**on1, **{f"e{i}": [[7]] for i in range(10, 17)}}
     other = tmp_path / "b"
@@ -108,6 +126,7 @@ def test_rq2_fails_when_a_rerun_diverges_significantly_more(tmp_path):
 
 
 # --- bands ------------------------------------------------------------------------------------------------------
+
 
 def test_value_band_hand_computed():
     # r = 0.5, observed [0.4, 0.6]; paper 0.3 with [0.2, 0.4]:
@@ -185,6 +204,7 @@ def test_paper_configuration_out_of_band_is_not_a_failure(tmp_path):
 
 # --- RQ2b, RQ3, RQ4 -------------------------------------------------------------------------------------------
 
+
 def test_rq2b_on_four_episodes_is_inconclusive(tmp_path):
     main_plan(tmp_path, OFF, ON1, ON2)  # default ON reruns: 1/4
     for k in (1, 2):
@@ -200,8 +220,9 @@ def test_rq2b_more_divergence_on_four_episodes_is_not_evidence_against(tmp_path)
     main_plan(tmp_path, OFF, ON1, ON2)  # default ON reruns: 1/4
     other = {e: [[9]] for e in ON1}
     write_bfcl_run(tmp_path, "on", 1, ON1, plan="cram0", cache_ram_mib=0)
-    write_bfcl_run(tmp_path, "on", 2, {**ON1, **{e: other[e] for e in ("e0", "e1", "e2")}}, plan="cram0",
-                   cache_ram_mib=0)  # 3/4
+    write_bfcl_run(
+        tmp_path, "on", 2, {**ON1, **{e: other[e] for e in ("e0", "e1", "e2")}}, plan="cram0", cache_ram_mib=0
+    )  # 3/4
     _, claims, _ = check(tmp_path)
     assert claims["RQ2b"]["status"] == INCONCLUSIVE
 
@@ -250,8 +271,17 @@ def test_rq4_with_vllm_runs(tmp_path):
 
 
 # a server the artifact did not start (engine endpoint): what its engine could not observe
-UNOBSERVED = {"observes": {"server_cmd": False, "binary": False, "weights_sha256": False, "cache_use": "as reported",
-                           "cache_control": "per server, declared by the user", "logprobs": True, "exclusive": False}}
+UNOBSERVED = {
+    "observes": {
+        "server_cmd": False,
+        "binary": False,
+        "weights_sha256": False,
+        "cache_use": "as reported",
+        "cache_control": "per server, declared by the user",
+        "logprobs": True,
+        "exclusive": False,
+    }
+}
 
 
 def test_rq1_off_reruns_that_diverge_where_cache_use_is_not_reported_are_no_evidence_either_way(tmp_path):
@@ -267,13 +297,17 @@ def test_rq1_off_reruns_that_diverge_where_cache_use_is_not_reported_are_no_evid
 def test_rq3_levels_whose_weights_are_not_observable_join_no_series(tmp_path):
     """A server the artifact did not start: which model its weights are a level of is not known (no digest the
     artifact verified), so its configurations form no series, whatever their names and quant labels say."""
-    trend_runs(tmp_path, {"F16": 10, "Q8_0": 40, "Q4_K_M": 70}, engine="endpoint", manifest=UNOBSERVED)  # z = 9.49 if the levels held
+    trend_runs(
+        tmp_path, {"F16": 10, "Q8_0": 40, "Q4_K_M": 70}, engine="endpoint", manifest=UNOBSERVED
+    )  # z = 9.49 if the levels held
     _, claims, _ = check(tmp_path)
     rq3 = claims["RQ3"]
     assert rq3["status"] == NOT_RUN and rq3["details"] == [] and "z = " not in rq3["observed"]
     assert "3 configuration(s) in no series" in rq3["observed"]
-    assert any(e.startswith("in no series: t-F16: its weights are not known: the artifact did not load them")
-               for e in rq3["evidence"])
+    assert any(
+        e.startswith("in no series: t-F16: its weights are not known: the artifact did not load them")
+        for e in rq3["evidence"]
+    )
 
 
 def endpoint_plan(root, **manifest):
@@ -325,9 +359,17 @@ def test_the_server_family_is_derived_from_facts():
 
 # --- RQ5 on a stub Tab. 3 -------------------------------------------------------------------------------------
 
+
 def tab3_stub(rows: list[dict]) -> pd.DataFrame:
-    base = {"plan": "bridge", "status": "complete", "cold_identical": 200, "warm_identical": 200, "n": 200,
-            "items": 200, "flagged_servings": 0}
+    base = {
+        "plan": "bridge",
+        "status": "complete",
+        "cold_identical": 200,
+        "warm_identical": 200,
+        "n": 200,
+        "items": 200,
+        "flagged_servings": 0,
+    }
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
@@ -342,8 +384,12 @@ def paper_scale(**r) -> dict:
 def test_rq5_paper_like_flips_pass():
     # 13 vs 7 discordant pairs over 1300 items: exact two-sided p = 2 * P(Bin(20, 1/2) <= 7) = 0.2632 (paper:
     # 0.26); discordant rate 20/1300 = 1.54%, power for a 1 pp shift 0.81 (the paper's figure) >= 0.80
-    df = tab3_stub([paper_scale(config="a", flips_numeric_cache=8, flips_numeric_recompute=4, mcnemar_p=0.388),
-                    paper_scale(config="b", flips_numeric_cache=5, flips_numeric_recompute=3, mcnemar_p=0.727)])
+    df = tab3_stub(
+        [
+            paper_scale(config="a", flips_numeric_cache=8, flips_numeric_recompute=4, mcnemar_p=0.388),
+            paper_scale(config="b", flips_numeric_cache=5, flips_numeric_recompute=3, mcnemar_p=0.727),
+        ]
+    )
     c = rq5(df, PAPER)
     assert c.status == PASS
     pooled = c.details[-1]
@@ -352,9 +398,24 @@ def test_rq5_paper_like_flips_pass():
 
 
 def test_rq5_the_same_flips_on_400_items_are_inconclusive():
-    df = tab3_stub([{"config": "a", "data": "gsm8k", "flips_numeric_cache": 8, "flips_numeric_recompute": 4,
-                     "mcnemar_p": 0.388}, {"config": "b", "data": "gsm8k", "flips_numeric_cache": 5,
-                                           "flips_numeric_recompute": 3, "mcnemar_p": 0.727}])
+    df = tab3_stub(
+        [
+            {
+                "config": "a",
+                "data": "gsm8k",
+                "flips_numeric_cache": 8,
+                "flips_numeric_recompute": 4,
+                "mcnemar_p": 0.388,
+            },
+            {
+                "config": "b",
+                "data": "gsm8k",
+                "flips_numeric_cache": 5,
+                "flips_numeric_recompute": 3,
+                "mcnemar_p": 0.727,
+            },
+        ]
+    )
     c = rq5(df, PAPER)  # 400 items at 5% discordance: power 0.2 for a 1 pp shift
     assert c.status == INCONCLUSIVE and c.details[-1].status == INCONCLUSIVE
     assert "below 0.8" in c.details[-1].evidence[0]
@@ -362,33 +423,77 @@ def test_rq5_the_same_flips_on_400_items_are_inconclusive():
 
 def test_rq5_most_servings_flagged_cannot_be_judged():
     # 300 of 800 servings (37.5%) flagged: more than 10%; the 125 counted items are a selection
-    df = tab3_stub([paper_scale(config="a", items=200, n=125, cold_identical=125, warm_identical=125,
-                                flagged_servings=300, flips_numeric_cache=1, flips_numeric_recompute=1,
-                                mcnemar_p=1.0)])
+    df = tab3_stub(
+        [
+            paper_scale(
+                config="a",
+                items=200,
+                n=125,
+                cold_identical=125,
+                warm_identical=125,
+                flagged_servings=300,
+                flips_numeric_cache=1,
+                flips_numeric_recompute=1,
+                mcnemar_p=1.0,
+            )
+        ]
+    )
     c = rq5(df, PAPER)
     assert c.status == INCONCLUSIVE and "37.5% of servings flagged" in c.details[0].evidence[0]
     assert len(c.details) == 1  # nothing judged: no pooled verdict
 
 
 def test_rq5_synthetic_only_is_not_run_and_says_so():
-    df = tab3_stub([{"config": "a", "data": "synthetic", "flips_numeric_cache": 2, "flips_numeric_recompute": 1,
-                     "mcnemar_p": 1.0}])
+    df = tab3_stub(
+        [{"config": "a", "data": "synthetic", "flips_numeric_cache": 2, "flips_numeric_recompute": 1, "mcnemar_p": 1.0}]
+    )
     c = rq5(df, PAPER)
     assert c.status == NOT_RUN and "synthetic" in c.evidence[0] and "synthetic items" in c.details[0].observed
 
 
 def test_rq5_failures():
-    nondet = tab3_stub([{"config": "a", "data": "gsm8k", "cold_identical": 199, "flips_numeric_cache": 3,
-                         "flips_numeric_recompute": 2, "mcnemar_p": 1.0}])
+    nondet = tab3_stub(
+        [
+            {
+                "config": "a",
+                "data": "gsm8k",
+                "cold_identical": 199,
+                "flips_numeric_cache": 3,
+                "flips_numeric_recompute": 2,
+                "mcnemar_p": 1.0,
+            }
+        ]
+    )
     assert rq5(nondet, PAPER).status == FAIL
     # 5 vs 0 over 1300 items: p = 0.0625, power 0.99 at the 1 pp floor of the discordant rate: flips one way only
-    one_way = tab3_stub([paper_scale(config="a", n=1300, items=1300, cold_identical=1300, warm_identical=1300,
-                                     flips_numeric_cache=5, flips_numeric_recompute=0, mcnemar_p=0.0625)])
+    one_way = tab3_stub(
+        [
+            paper_scale(
+                config="a",
+                n=1300,
+                items=1300,
+                cold_identical=1300,
+                warm_identical=1300,
+                flips_numeric_cache=5,
+                flips_numeric_recompute=0,
+                mcnemar_p=0.0625,
+            )
+        ]
+    )
     assert rq5(one_way, PAPER).details[-1].status == FAIL
     assert "do not go both ways" in rq5(one_way, PAPER).details[-1].evidence[0]
     # 15 vs 2: p = 2 * (1 + 17 + 136) / 2^17 = 0.00235 <= 0.05
-    shifted = tab3_stub([{"config": "a", "data": "gsm8k", "flips_numeric_cache": 15, "flips_numeric_recompute": 2,
-                          "mcnemar_p": 0.00235}])
+    shifted = tab3_stub(
+        [
+            {
+                "config": "a",
+                "data": "gsm8k",
+                "flips_numeric_cache": 15,
+                "flips_numeric_recompute": 2,
+                "mcnemar_p": 0.00235,
+            }
+        ]
+    )
     c = rq5(shifted, PAPER)
     assert c.status == FAIL and "p = 0.0023" in c.details[-1].evidence[0]
 
@@ -399,6 +504,7 @@ def test_rq5_without_bridge_runs(tmp_path):
 
 
 # --- inputs that are not results ------------------------------------------------------------------------------
+
 
 def one_line_error(excinfo) -> str:
     msg = str(excinfo.value)
@@ -417,14 +523,28 @@ def test_no_runs_or_missing_dir_is_a_one_line_error(tmp_path):
 
 def test_malformed_records_are_one_line_errors(tmp_path):
     d = tmp_path / "c" / "main" / "off-run1"
-    write_raw_run(d, {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]},
-                  [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5, "cache_n": 0}])
+    write_raw_run(
+        d,
+        {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]},
+        [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5, "cache_n": 0}],
+    )
     with pytest.raises(ArtifactError) as e:
         run_check(tmp_path)
     assert "requests.jsonl:1: field 'output_tokens' is missing" in one_line_error(e)
-    write_raw_run(d, {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]},
-                  [{"episode_id": "e0", "request_index": 0, "prompt_sha256": "x", "prompt_tokens": 5, "cache_n": 0,
-                    "output_tokens": [1]}])
+    write_raw_run(
+        d,
+        {"config": "c", "plan": "main", "arm": "off", "run": 1, "episodes": ["e0"]},
+        [
+            {
+                "episode_id": "e0",
+                "request_index": 0,
+                "prompt_sha256": "x",
+                "prompt_tokens": 5,
+                "cache_n": 0,
+                "output_tokens": [1],
+            }
+        ],
+    )
     with pytest.raises(ArtifactError) as e:
         run_check(tmp_path)
     assert "requests.jsonl:1: field 'prompt_sha256' must be 64 lower-case hex digits" in one_line_error(e)
@@ -455,13 +575,35 @@ def test_tables_alone_do_not_need_expected(tmp_path):
 
 def test_odd_manifest_tables_are_one_line_errors_naming_the_field(tmp_path):
     for k in (1, 2):
-        write_raw_run(tmp_path / "c" / "main" / f"off-run{k}",
-                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"],
-                       "model": ["not", "a", "table"], "plan_data": "x", "host": 3, "packages": None,
-                       "pairing_fingerprint": "f0", "pairing_inputs": "not a table", "isolation": "x"},
-                      [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5,
-                        "cache_n": 0, "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]}],
-                      [{"episode_id": "e0", "n_requests": 1}])
+        write_raw_run(
+            tmp_path / "c" / "main" / f"off-run{k}",
+            {
+                "config": "c",
+                "plan": "main",
+                "arm": "off",
+                "run": k,
+                "episodes": ["e0"],
+                "model": ["not", "a", "table"],
+                "plan_data": "x",
+                "host": 3,
+                "packages": None,
+                "pairing_fingerprint": "f0",
+                "pairing_inputs": "not a table",
+                "isolation": "x",
+            },
+            [
+                {
+                    "episode_id": "e0",
+                    "request_index": 0,
+                    "prompt_sha256": SHA,
+                    "prompt_tokens": 5,
+                    "cache_n": 0,
+                    "output_tokens": [1, k],
+                    "top_logprobs": [7, [[1, None]]],
+                }
+            ],
+            [{"episode_id": "e0", "n_requests": 1}],
+        )
     with pytest.raises(ArtifactError) as e:
         run_check(tmp_path)
     assert "manifest.json: field 'model' must be dict, not list" in one_line_error(e)
@@ -469,15 +611,28 @@ def test_odd_manifest_tables_are_one_line_errors_naming_the_field(tmp_path):
 
 def test_odd_log_probabilities_are_malformed_records(tmp_path):
     for k in (1, 2):
-        write_raw_run(tmp_path / "c" / "main" / f"off-run{k}",
-                      {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"]},
-                      [{"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "prompt_tokens": 5,
-                        "cache_n": 0, "output_tokens": [1, k], "top_logprobs": [7, [[1, None]]]}],
-                      [{"episode_id": "e0", "n_requests": 1}])
+        write_raw_run(
+            tmp_path / "c" / "main" / f"off-run{k}",
+            {"config": "c", "plan": "main", "arm": "off", "run": k, "episodes": ["e0"]},
+            [
+                {
+                    "episode_id": "e0",
+                    "request_index": 0,
+                    "prompt_sha256": SHA,
+                    "prompt_tokens": 5,
+                    "cache_n": 0,
+                    "output_tokens": [1, k],
+                    "top_logprobs": [7, [[1, None]]],
+                }
+            ],
+            [{"episode_id": "e0", "n_requests": 1}],
+        )
     with pytest.raises(ArtifactError) as e:
         run_check(tmp_path)
-    assert "off-run1/requests.jsonl:1: field 'top_logprobs' position 0 must be null or a list of [token id, " \
-           "logprob] pairs" in one_line_error(e)
+    assert (
+        "off-run1/requests.jsonl:1: field 'top_logprobs' position 0 must be null or a list of [token id, "
+        "logprob] pairs" in one_line_error(e)
+    )
 
 
 def test_a_position_without_log_probabilities_has_no_margin_in_the_report(tmp_path):

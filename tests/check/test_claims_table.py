@@ -24,6 +24,6 @@ def test_the_front_page_lists_every_claim_in_order_with_its_hard_marker():
 
 
 def test_every_claim_has_its_minimum_evidence_in_the_claims_page():
-    minimum = CLAIMS[CLAIMS.index("**Minimum evidence**"):]
+    minimum = CLAIMS[CLAIMS.index("**Minimum evidence**") :]
     for cid, rule in CLAIM_RULES.items():
         assert rule["minimum_evidence"] and re.search(rf"\b{cid}\b", minimum), cid

@@ -109,6 +109,7 @@ def test_quotes_and_numbers_come_from_the_summary(expected):
 
 # --- schema errors -----------------------------------------------------------
 
+
 def _minimal(extra_value: str = "", extra_meta: str = "") -> str:
     fields = {**load_document()["meta"], "configurations": 1}
     meta = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fields.items())  # JSON str/int is valid TOML

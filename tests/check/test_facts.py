@@ -45,6 +45,7 @@ def plan(tmp_path):
 
 # --- a real run's manifest: the committed CPU kernel evidence (12 runs, 82 requests) ---------------------------
 
+
 @pytest.fixture(scope="module")
 def kernels_records(tmp_path_factory):
     root = tmp_path_factory.mktemp("kernels")
@@ -76,10 +77,15 @@ def test_the_committed_kernel_runs_pass_the_fact_checks(kernels, capsys):
 
 # --- 1. a label decides which claim a run counts for: held against the facts ----------------------------------
 
+
 def test_a_tenant_count_added_to_a_plan_without_tenants_is_corruption(tmp_path, plan, capsys):
     edit_manifest(plan[1], tenants={"spec": {"count": 1, "prefix": "shared", "prompts": 4, "n_predict": 32}})
-    malformed(tmp_path, capsys, "off-run2/manifest.json: field 'tenants' records",
-              "plan 'main' (configs/plans.toml) has no background tenants")
+    malformed(
+        tmp_path,
+        capsys,
+        "off-run2/manifest.json: field 'tenants' records",
+        "plan 'main' (configs/plans.toml) has no background tenants",
+    )
 
 
 def test_a_tenant_count_without_its_tenants_jsonl_is_corruption(tmp_path, capsys):
@@ -87,24 +93,38 @@ def test_a_tenant_count_without_its_tenants_jsonl_is_corruption(tmp_path, capsys
     for k in (1, 2):
         write_bfcl_run(tmp_path, "off", k, OFF, plan="mine", manifest={"tenants": {"spec": spec}})
     (tmp_path / "cfg" / "mine" / "off-run1" / "tenants.jsonl").unlink()
-    malformed(tmp_path, capsys, "off-run1/manifest.json: field 'tenants' records 1 background tenant(s), but the "
-                                "run holds no tenants.jsonl")
+    malformed(
+        tmp_path,
+        capsys,
+        "off-run1/manifest.json: field 'tenants' records 1 background tenant(s), but the run holds no tenants.jsonl",
+    )
 
 
-@pytest.mark.parametrize("damage, why", [
-    ("summary", "field 'tenants.measured.overlapped' is 0, tenants.jsonl holds 2 measured requests during which"),
-    ("row", "tenants.jsonl:1: field 't_end' (0.0) is before t_start (0.5)"),
-    ("unlabelled", "the run holds background tenants' records, but its manifest records no tenants"),
-    ("count", "holds the requests of 1 tenant(s), the manifest's tenants count is 2"),
-    ("prompt", "tenants.jsonl:1: field 'prompt_sha256' is 'bbbb"),
-])
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        ("summary", "field 'tenants.measured.overlapped' is 0, tenants.jsonl holds 2 measured requests during which"),
+        ("row", "tenants.jsonl:1: field 't_end' (0.0) is before t_start (0.5)"),
+        ("unlabelled", "the run holds background tenants' records, but its manifest records no tenants"),
+        ("count", "holds the requests of 1 tenant(s), the manifest's tenants count is 2"),
+        ("prompt", "tenants.jsonl:1: field 'prompt_sha256' is 'bbbb"),
+    ],
+)
 def test_tenants_jsonl_is_validated_and_the_manifests_load_is_held_against_it(tmp_path, capsys, damage, why):
     from test_tenants_analysis import SPEC, load_record, loaded_plan
 
     main_plan(tmp_path, OFF, ON1, ON2)
     spec = {**SPEC, "count": 2} if damage == "count" else SPEC
-    runs = loaded_plan(tmp_path, "tenants2-shared" if damage == "count" else "tenants1-shared", OFF, OFF, ON1, ON2,
-                       spec=spec, load=load_record(spec, overlapped=2, requests=2))
+    runs = loaded_plan(
+        tmp_path,
+        "tenants2-shared" if damage == "count" else "tenants1-shared",
+        OFF,
+        OFF,
+        ON1,
+        ON2,
+        spec=spec,
+        load=load_record(spec, overlapped=2, requests=2),
+    )
     path = runs[0].path / "tenants.jsonl"
     if damage == "summary":
         m = manifest(runs[0])
@@ -133,21 +153,35 @@ def test_the_load_the_claims_and_the_tenant_verdict_read_is_tenants_jsonl(tmp_pa
     main_plan(tmp_path, OFF, ON1, ON2)
     runs = loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON1, ON2, load=load_record(overlapped=2, requests=2))
     assert tenants.under_load(runs[0]) and tenants.recorded_load(runs[0]) == {
-        "tenants": 1, "requests": 7, "failed": 0, "measured": 2, "overlapped": 2}
+        "tenants": 1,
+        "requests": 7,
+        "failed": 0,
+        "measured": 2,
+        "overlapped": 2,
+    }
     rows = tenants.run_rows(runs)
     assert {r["measured_overlapped"] for r in rows} == {2} and {r["tenant_requests"] for r in rows} == {7}
     # a run whose file holds no tenant request is not under load, whatever its manifest's count says
-    rewrite(runs[1].path / "tenants.jsonl", [r for r in records(runs[1].path / "tenants.jsonl")
-                                              if r["kind"] == "measured"])
+    rewrite(
+        runs[1].path / "tenants.jsonl", [r for r in records(runs[1].path / "tenants.jsonl") if r["kind"] == "measured"]
+    )
     assert not tenants.under_load(type(runs[1])(runs[1].path, runs[1].manifest))
 
 
-@pytest.mark.parametrize("overrides, why", [
-    ({"ubatch_size": 512}, "field 'plan_data.server_overrides' is {'ubatch_size': 512}, plan 'kernels' "
-                           "(configs/plans.toml) overrides nothing"),
-    ({"ubatch_size": 1}, "field 'plan_data.server_overrides.ubatch_size' is 1, the server command line "
-                         "(server_cmd) shows 512"),
-])
+@pytest.mark.parametrize(
+    "overrides, why",
+    [
+        (
+            {"ubatch_size": 512},
+            "field 'plan_data.server_overrides' is {'ubatch_size': 512}, plan 'kernels' "
+            "(configs/plans.toml) overrides nothing",
+        ),
+        (
+            {"ubatch_size": 1},
+            "field 'plan_data.server_overrides.ubatch_size' is 1, the server command line (server_cmd) shows 512",
+        ),
+    ],
+)
 def test_server_overrides_added_to_a_plan_are_corruption(kernels, capsys, overrides, why):
     root, plan_dir = kernels
     for run in ("off-run1", "on-run1"):
@@ -159,18 +193,26 @@ def _relabel_plan(root, plan_dir, new: str, deep: bool):
     target = plan_dir.parent / new
     shutil.move(plan_dir, target)
     for run in ("off-run1", "on-run1"):
+
         def change(m):
             m["plan"] = new
             if deep:
                 m["plan_data"]["name"] = new
+
         edit_real(target / run, change)
 
 
-@pytest.mark.parametrize("deep, why", [
-    (False, "field 'plan' is 'main', plan_data.name is 'kernels'"),
-    (True, "field 'plan' is 'main', but the server command line (server_cmd) shows cache_ram_mib = 0, where plan "
-           "'main' (configs/plans.toml) sets 8192"),
-])
+@pytest.mark.parametrize(
+    "deep, why",
+    [
+        (False, "field 'plan' is 'main', plan_data.name is 'kernels'"),
+        (
+            True,
+            "field 'plan' is 'main', but the server command line (server_cmd) shows cache_ram_mib = 0, where plan "
+            "'main' (configs/plans.toml) sets 8192",
+        ),
+    ],
+)
 def test_a_run_relabelled_as_another_plan_is_corruption(kernels, capsys, deep, why):
     root, plan_dir = kernels
     _relabel_plan(root, plan_dir, "main", deep)
@@ -183,10 +225,15 @@ def test_llama_server_records_relabelled_as_vllm_are_corruption(kernels, capsys)
     def change(m):
         m["engine"] = "vllm"
         m["pairing_inputs"]["engine"]["engine"] = "vllm"
+
     for run in ("off-run1", "on-run1"):
         edit_real(plan_dir / run, change, refingerprint=True)
-    malformed(root, capsys, "off-run1/manifest.json: field 'pairing_inputs.engine' lacks vllm, which every vllm "
-                            "identity records", "not a vllm server's record")
+    malformed(
+        root,
+        capsys,
+        "off-run1/manifest.json: field 'pairing_inputs.engine' lacks vllm, which every vllm identity records",
+        "not a vllm server's record",
+    )
 
 
 def test_a_vllm_command_line_must_carry_its_arms_flag(tmp_path, capsys):
@@ -196,8 +243,11 @@ def test_a_vllm_command_line_must_carry_its_arms_flag(tmp_path, capsys):
     m = json.loads((off2 / "manifest.json").read_text())
     m["server_cmd"] = [a.replace("--no-enable-prefix-caching", "--enable-prefix-caching") for a in m["server_cmd"]]
     (off2 / "manifest.json").write_text(json.dumps(m))
-    malformed(tmp_path, capsys, "off-run2/manifest.json: field 'server_cmd' lacks --no-enable-prefix-caching, the "
-                                "flag of arm 'off'")
+    malformed(
+        tmp_path,
+        capsys,
+        "off-run2/manifest.json: field 'server_cmd' lacks --no-enable-prefix-caching, the flag of arm 'off'",
+    )
 
 
 def _bridge_run(root):
@@ -209,21 +259,53 @@ def _bridge_run(root):
 
     d = root / "g" / "bridge" / "bridge-run1"
     inputs = pairing_inputs(MODEL, 8192, workload={"name": "gsm8k", "gsm8k_source": "synthetic"})
-    w = RunWriter(d, {"config": "g", "plan": "bridge", "arm": "bridge", "run": 1, "session": "bridge",
-                      "episodes": ["synthetic_0000", "synthetic_0001"], "workload": "gsm8k", "lifecycle": "shared",
-                      "engine": "llama.cpp", "model": MODEL, "data": "synthetic", "items_source": "synthetic",
-                      "items_provenance": {"source": "synthetic", "synthetic": True, "data": "synthetic"},
-                      "workload_settings": {"name": "gsm8k", "gsm8k_source": "synthetic"},
-                      "pairing_inputs": inputs, "pairing_fingerprint": fingerprint(inputs),
-                      "server_cmd": server_command(inputs, "bridge")})
+    w = RunWriter(
+        d,
+        {
+            "config": "g",
+            "plan": "bridge",
+            "arm": "bridge",
+            "run": 1,
+            "session": "bridge",
+            "episodes": ["synthetic_0000", "synthetic_0001"],
+            "workload": "gsm8k",
+            "lifecycle": "shared",
+            "engine": "llama.cpp",
+            "model": MODEL,
+            "data": "synthetic",
+            "items_source": "synthetic",
+            "items_provenance": {"source": "synthetic", "synthetic": True, "data": "synthetic"},
+            "workload_settings": {"name": "gsm8k", "gsm8k_source": "synthetic"},
+            "pairing_inputs": inputs,
+            "pairing_fingerprint": fingerprint(inputs),
+            "server_cmd": server_command(inputs, "bridge"),
+        },
+    )
     for item in ("synthetic_0000", "synthetic_0001"):
         for i, (serving, cached) in enumerate(SERVINGS):
             cn = 49 if cached else 0
-            w.request({"episode_id": item, "item_id": item, "serving": serving, "turn": 0, "step": 0,
-                       "request_index": i, "prompt_sha256": hashlib.sha256(item.encode()).hexdigest(),
-                       "prompt_tokens": 50, "output_tokens": [1, 2], "output_text": "Answer: 3",
-                       "top_logprobs": [None, None], "cache_n": cn, "prompt_n": 50 - cn, "prompt_ms": 1.0 + i,
-                       "predicted_ms": 2.0 + i, "stop_type": "eos", "error": None, "cache_check": "ok"})
+            w.request(
+                {
+                    "episode_id": item,
+                    "item_id": item,
+                    "serving": serving,
+                    "turn": 0,
+                    "step": 0,
+                    "request_index": i,
+                    "prompt_sha256": hashlib.sha256(item.encode()).hexdigest(),
+                    "prompt_tokens": 50,
+                    "output_tokens": [1, 2],
+                    "output_text": "Answer: 3",
+                    "top_logprobs": [None, None],
+                    "cache_n": cn,
+                    "prompt_n": 50 - cn,
+                    "prompt_ms": 1.0 + i,
+                    "predicted_ms": 2.0 + i,
+                    "stop_type": "eos",
+                    "error": None,
+                    "cache_check": "ok",
+                }
+            )
         w.episode({"episode_id": item, "item_id": item, "source": "synthetic", "reference": "3", "n_requests": 4})
     w.finish(wall_s=1.0)
     return d
@@ -240,38 +322,59 @@ def test_gsm8k_items_relabelled_as_hub_data_are_corruption(tmp_path, capsys):
     malformed(tmp_path, capsys, "episodes.jsonl:1: field 'source' is 'synthetic', the manifest's data is 'gsm8k'")
     eps = records(run_dir / "episodes.jsonl")
     rewrite(run_dir / "episodes.jsonl", [{**e, "source": "gsm8k"} for e in eps])  # the items' own ids still say it
-    malformed(tmp_path, capsys, "episodes.jsonl:1: field 'source' is 'gsm8k', but the item's id 'synthetic_0000' "
-                                "is a synthetic item's")
+    malformed(
+        tmp_path,
+        capsys,
+        "episodes.jsonl:1: field 'source' is 'gsm8k', but the item's id 'synthetic_0000' is a synthetic item's",
+    )
 
 
 def test_runs_of_a_plan_with_a_server_per_run_that_share_a_server_log_are_corruption(tmp_path, capsys):
     for arm, k in (("off", 1), ("off", 2)):
-        write_bfcl_run(tmp_path, arm, k, OFF, plan="fresh", lifecycle="fresh",
-                       manifest={"server_log": "logs/server-off.log"})
-    malformed(tmp_path, capsys, "field 'lifecycle' is 'fresh' (a new server per run), but cfg/fresh/off-run1 and "
-                                "cfg/fresh/off-run2 record the same server log")
+        write_bfcl_run(
+            tmp_path, arm, k, OFF, plan="fresh", lifecycle="fresh", manifest={"server_log": "logs/server-off.log"}
+        )
+    malformed(
+        tmp_path,
+        capsys,
+        "field 'lifecycle' is 'fresh' (a new server per run), but cfg/fresh/off-run1 and "
+        "cfg/fresh/off-run2 record the same server log",
+    )
 
 
 # --- 2. provenance: the weights' pin, the binary's digests, the command line -----------------------------------
 
+
 def test_a_derived_model_whose_sha256_is_not_its_recipe_pin_is_corruption(kernels, capsys):
     root, plan_dir = kernels
     for run in ("off-run1", "on-run1"):  # Q8_0 weights relabelled as the F32 twin of Q4_K_M
-        edit_real(plan_dir / run, lambda m: m["model"].update(source="derived:smollm2-135m-bfcl-agent/Q4_K_M-as-F32",
-                                                               quant="F32"))
-    malformed(root, capsys, "off-run1/manifest.json: field 'model.sha256' is bf5a861704df16f0..., recipe "
-                            "smollm2-135m-bfcl-agent's pin for Q4_K_M-as-F32 is 5bf6bd8c1d5af5da...")
+        edit_real(
+            plan_dir / run,
+            lambda m: m["model"].update(source="derived:smollm2-135m-bfcl-agent/Q4_K_M-as-F32", quant="F32"),
+        )
+    malformed(
+        root,
+        capsys,
+        "off-run1/manifest.json: field 'model.sha256' is bf5a861704df16f0..., recipe "
+        "smollm2-135m-bfcl-agent's pin for Q4_K_M-as-F32 is 5bf6bd8c1d5af5da...",
+    )
 
 
-@pytest.mark.parametrize("change, why", [
-    (lambda m: m["binary"].update(sha256="f" * 64), "field 'binary.sha256' is ffffffffffffffff..., the pairing "
-                                                   "inputs' engine.binary_sha256 is"),
-    (lambda m: m["binary"]["files"].update({"libggml-cpu.so": "0" * 64}),
-     "field 'binary.files_sha256' (" ),
-    (lambda m: m["server_cmd"].__setitem__(m["server_cmd"].index("-ub") + 1, "1"),
-     "field 'server_cmd' argument 12 is '1', the server_args the runs were paired by (pairing_inputs.engine) have "
-     "'512'"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (
+            lambda m: m["binary"].update(sha256="f" * 64),
+            "field 'binary.sha256' is ffffffffffffffff..., the pairing inputs' engine.binary_sha256 is",
+        ),
+        (lambda m: m["binary"]["files"].update({"libggml-cpu.so": "0" * 64}), "field 'binary.files_sha256' ("),
+        (
+            lambda m: m["server_cmd"].__setitem__(m["server_cmd"].index("-ub") + 1, "1"),
+            "field 'server_cmd' argument 12 is '1', the server_args the runs were paired by (pairing_inputs.engine) have "
+            "'512'",
+        ),
+    ],
+)
 def test_the_manifests_binary_and_command_line_are_held_against_the_pairing_inputs(kernels, capsys, change, why):
     root, plan_dir = kernels
     edit_real(plan_dir / "on-run1", change)
@@ -280,6 +383,7 @@ def test_the_manifests_binary_and_command_line_are_held_against_the_pairing_inpu
 
 # --- 3. copies do not count as independent evidence -----------------------------------------------------------
 
+
 def _copy_records(src, dst) -> None:
     for name in ("requests.jsonl", "episodes.jsonl"):
         shutil.copy(src.path / name, dst.path / name)
@@ -287,8 +391,12 @@ def _copy_records(src, dst) -> None:
 
 def test_an_off_rerun_byte_copied_from_another_is_invalid(tmp_path, plan, capsys):
     _copy_records(plan[0], plan[1])
-    claims = invalid(tmp_path, capsys, "cfg/main/off-run2 and cfg/main/off-run1 hold the same requests with "
-                                       "identical server timings in 4 episode(s)", "not independent runs")
+    claims = invalid(
+        tmp_path,
+        capsys,
+        "cfg/main/off-run2 and cfg/main/off-run1 hold the same requests with identical server timings in 4 episode(s)",
+        "not independent runs",
+    )
     assert claims["RQ1"]["status"] == INVALID and claims["RQ2"]["status"] == INVALID
 
 
@@ -310,11 +418,17 @@ def test_a_configuration_duplicated_under_a_new_name_is_invalid(tmp_path, plan, 
 def test_a_duplicated_episode_is_invalid(tmp_path, plan, capsys):
     reqs = records(plan[1].path / "requests.jsonl")
     e0 = [r for r in reqs if r["episode_id"] == "e0"]
-    rewrite(plan[1].path / "requests.jsonl", [r for r in reqs if r["episode_id"] != "e1"]
-            + [{**r, "episode_id": "e1"} for r in e0])
-    invalid(tmp_path, capsys, "cfg/main/off-run2 holds episodes e0 and e1 with the same requests and identical "
-                              "server timings: a duplicated episode",
-            "cfg/main/off-run2: episode e1's first prompt")
+    rewrite(
+        plan[1].path / "requests.jsonl",
+        [r for r in reqs if r["episode_id"] != "e1"] + [{**r, "episode_id": "e1"} for r in e0],
+    )
+    invalid(
+        tmp_path,
+        capsys,
+        "cfg/main/off-run2 holds episodes e0 and e1 with the same requests and identical "
+        "server timings: a duplicated episode",
+        "cfg/main/off-run2: episode e1's first prompt",
+    )
 
 
 def test_renumbered_episodes_are_invalid(tmp_path, plan, capsys):
@@ -322,8 +436,13 @@ def test_renumbered_episodes_are_invalid(tmp_path, plan, capsys):
     for name in ("requests.jsonl", "episodes.jsonl"):
         path = plan[3].path / name
         rewrite(path, [{**r, "episode_id": swap.get(r["episode_id"], r["episode_id"])} for r in records(path)])
-    claims = invalid(tmp_path, capsys, "cfg/main/on-run2: episode e1's first prompt", "is not the one other runs of "
-                                       "configuration cfg sent for it", "episodes renumbered or replaced")
+    claims = invalid(
+        tmp_path,
+        capsys,
+        "cfg/main/on-run2: episode e1's first prompt",
+        "is not the one other runs of configuration cfg sent for it",
+        "episodes renumbered or replaced",
+    )
     assert claims["RQ2"]["status"] == INVALID
 
 
@@ -338,10 +457,14 @@ def _server_log(runs) -> str:
     for run in runs:
         for r in records(run.path / "requests.jsonl"):
             if r["error"] is None:
-                lines.append(f"0.01.116.309 I slot print_timing: id  0 | task {task} | prompt eval time = "
-                             f"{r['prompt_ms']:10.2f} ms / {r['prompt_n']:5d} tokens (    0.05 ms per token)")
-                lines.append(f"0.01.116.314 I slot print_timing: id  0 | task {task} |        eval time = "
-                             f"{r['predicted_ms']:10.2f} ms / {len(r['output_tokens']):5d} tokens")
+                lines.append(
+                    f"0.01.116.309 I slot print_timing: id  0 | task {task} | prompt eval time = "
+                    f"{r['prompt_ms']:10.2f} ms / {r['prompt_n']:5d} tokens (    0.05 ms per token)"
+                )
+                lines.append(
+                    f"0.01.116.314 I slot print_timing: id  0 | task {task} |        eval time = "
+                    f"{r['predicted_ms']:10.2f} ms / {len(r['output_tokens']):5d} tokens"
+                )
                 task += 1
     return "\n".join(lines) + "\n"
 
@@ -356,16 +479,23 @@ def test_records_that_disagree_with_their_servers_log_are_invalid(tmp_path, plan
     reqs = records(plan[1].path / "requests.jsonl")
     reqs[3]["prompt_ms"] += 0.01  # timings made up to pass for a rerun
     rewrite(plan[1].path / "requests.jsonl", reqs)
-    claims = invalid(tmp_path, capsys, "cfg/main/off-run2: episode e1 request 1: requests.jsonl has prompt_ms",
-                     "its server log says", "its records are not what its server served")
+    claims = invalid(
+        tmp_path,
+        capsys,
+        "cfg/main/off-run2: episode e1 request 1: requests.jsonl has prompt_ms",
+        "its server log says",
+        "its records are not what its server served",
+    )
     assert claims["RQ1"]["status"] == INVALID
 
 
 # --- 4. the agent trajectory against the request records -------------------------------------------------------
 
-STEPS = [{"turn": 0, "step": 0, "calls": ["ls()"], "observations": ["a"]},
-         {"turn": 0, "step": 1, "calls": None, "observations": []},
-         {"turn": 1, "step": 0, "calls": None, "observations": []}]
+STEPS = [
+    {"turn": 0, "step": 0, "calls": ["ls()"], "observations": ["a"]},
+    {"turn": 0, "step": 1, "calls": None, "observations": []},
+    {"turn": 1, "step": 0, "calls": None, "observations": []},
+]
 
 
 def _agent_plan(root, steps=STEPS, requests=((0, 0), (0, 1), (1, 0)), limit=5):
@@ -385,20 +515,35 @@ def test_a_trajectory_that_agrees_with_its_requests_passes(tmp_path, capsys):
     assert check(tmp_path, capsys)[0] in (0, 3)
 
 
-@pytest.mark.parametrize("steps, requests, why", [
-    (STEPS[:2], None, "field 'steps' holds 2 steps, requests.jsonl 3 requests of episode e0"),
-    ([STEPS[0], {**STEPS[1], "step": 2}, STEPS[2]], None,
-     "field 'steps' position 1 is turn 0 step 2, request 1 of episode e0 in requests.jsonl is turn 0 step 1"),
-    ([STEPS[0], {**STEPS[1], "calls": ["cd('x')"]}, STEPS[2]], None,
-     "field 'steps' position 1 (turn 0 step 1) made calls, so the next request is turn 0 step 2; requests.jsonl "
-     "has turn 1 step 0"),
-    ([{**STEPS[0], "calls": None}, *STEPS[1:]], None,
-     "field 'steps' position 0 (turn 0 step 0) made no call, which ends the turn, so the next request is turn 1 "
-     "step 0; requests.jsonl has turn 0 step 1"),
-    ([*STEPS[:2], {**STEPS[2], "calls": ["ls()"]}], None,
-     "field 'steps' position 2 (turn 1 step 0) made calls below the step limit (5), so BFCL sends another request"),
-    (STEPS, ((0, 1), (0, 1), (1, 0)), "episode e0's first request is turn 0 step 1, not turn 0 step 0"),
-])
+@pytest.mark.parametrize(
+    "steps, requests, why",
+    [
+        (STEPS[:2], None, "field 'steps' holds 2 steps, requests.jsonl 3 requests of episode e0"),
+        (
+            [STEPS[0], {**STEPS[1], "step": 2}, STEPS[2]],
+            None,
+            "field 'steps' position 1 is turn 0 step 2, request 1 of episode e0 in requests.jsonl is turn 0 step 1",
+        ),
+        (
+            [STEPS[0], {**STEPS[1], "calls": ["cd('x')"]}, STEPS[2]],
+            None,
+            "field 'steps' position 1 (turn 0 step 1) made calls, so the next request is turn 0 step 2; requests.jsonl "
+            "has turn 1 step 0",
+        ),
+        (
+            [{**STEPS[0], "calls": None}, *STEPS[1:]],
+            None,
+            "field 'steps' position 0 (turn 0 step 0) made no call, which ends the turn, so the next request is turn 1 "
+            "step 0; requests.jsonl has turn 0 step 1",
+        ),
+        (
+            [*STEPS[:2], {**STEPS[2], "calls": ["ls()"]}],
+            None,
+            "field 'steps' position 2 (turn 1 step 0) made calls below the step limit (5), so BFCL sends another request",
+        ),
+        (STEPS, ((0, 1), (0, 1), (1, 0)), "episode e0's first request is turn 0 step 1, not turn 0 step 0"),
+    ],
+)
 def test_a_trajectory_that_contradicts_its_requests_is_corruption(tmp_path, capsys, steps, requests, why):
     _agent_plan(tmp_path, steps, requests or ((0, 0), (0, 1), (1, 0)))
     malformed(tmp_path, capsys, "off-run1/episodes.jsonl:1: ", why)
@@ -431,16 +576,24 @@ def test_valid_must_be_the_verdict(tmp_path, plan, capsys):
 
 # --- 6. server logs obey the record files' rules ---------------------------------------------------------------
 
-@pytest.mark.parametrize("kind, why", [
-    ("absolute", "field 'server_log' ('/etc/hostname') must be a relative path under the run's plan directory"),
-    ("climbing", "field 'server_log' ('../../etc/hostname') must be a relative path under the run's plan directory"),
-    ("pipe", "the server log is not a regular file (a pipe, device or directory); refusing to read it"),
-    ("device link", "is a symbolic link (a server log -> /dev/zero)"),
-    ("directory", "the server log is not a regular file"),
-    ("oversized", "the server log holds 2048 bytes, more than the 1024 a server log may"),
-])
-def test_a_server_log_outside_the_rules_is_a_one_line_error_never_a_hang(tmp_path, plan, capsys, monkeypatch,
-                                                                          kind, why):
+
+@pytest.mark.parametrize(
+    "kind, why",
+    [
+        ("absolute", "field 'server_log' ('/etc/hostname') must be a relative path under the run's plan directory"),
+        (
+            "climbing",
+            "field 'server_log' ('../../etc/hostname') must be a relative path under the run's plan directory",
+        ),
+        ("pipe", "the server log is not a regular file (a pipe, device or directory); refusing to read it"),
+        ("device link", "is a symbolic link (a server log -> /dev/zero)"),
+        ("directory", "the server log is not a regular file"),
+        ("oversized", "the server log holds 2048 bytes, more than the 1024 a server log may"),
+    ],
+)
+def test_a_server_log_outside_the_rules_is_a_one_line_error_never_a_hang(
+    tmp_path, plan, capsys, monkeypatch, kind, why
+):
     log = tmp_path / "cfg" / "main" / "logs" / "server-off.log"
     log.parent.mkdir()
     rel = {"absolute": "/etc/hostname", "climbing": "../../etc/hostname"}.get(kind, "logs/server-off.log")
@@ -462,18 +615,21 @@ def test_a_server_log_outside_the_rules_is_a_one_line_error_never_a_hang(tmp_pat
 
 # --- 7. an engine that always reports cache use ---------------------------------------------------------------
 
-def test_an_off_run_that_reports_no_cache_use_on_an_engine_that_always_does_is_no_rq1_evidence(tmp_path, plan,
-                                                                                              capsys):
+
+def test_an_off_run_that_reports_no_cache_use_on_an_engine_that_always_does_is_no_rq1_evidence(tmp_path, plan, capsys):
     reqs = records(plan[1].path / "requests.jsonl")
     rewrite(plan[1].path / "requests.jsonl", [{**r, "cache_n": None, "prompt_n": None} for r in reqs])
     code, _, claims, _ = check(tmp_path, capsys)
     rq1 = claims["RQ1"]["details"][0]
     assert claims["RQ1"]["status"] == INCONCLUSIVE and rq1["status"] == INCONCLUSIVE  # never PASS
-    assert "cfg/main/off-run2 reports no cache use on 8 of its 8 served requests (cache_n null), although llama.cpp " \
-           "reports it on every request it serves" in rq1["evidence"][0]
+    assert (
+        "cfg/main/off-run2 reports no cache use on 8 of its 8 served requests (cache_n null), although llama.cpp "
+        "reports it on every request it serves" in rq1["evidence"][0]
+    )
 
 
 # --- 8. check replaces only its own outputs ---------------------------------------------------------------------
+
 
 def test_a_planted_check_json_does_not_make_check_delete_a_users_file(tmp_path, plan, capsys):
     out = tmp_path / "mine"
@@ -502,6 +658,7 @@ def test_every_output_a_check_writes_has_one_of_its_own_names(tmp_path, plan, ca
 
 # --- 9. compare: every outcome field, through the schema ---------------------------------------------------------
 
+
 def compare(a, b, capsys) -> tuple[int, str]:
     code = main(["compare", str(a), str(b)])
     captured = capsys.readouterr()
@@ -517,22 +674,52 @@ def test_compare_says_identical_only_for_the_same_outcome(tmp_path, capsys):
     assert compare(tmp_path / "a", tmp_path / "b", capsys)[0] == 0  # the same as results directories
 
 
-@pytest.mark.parametrize("damage, code, needles", [
-    ("float token", 2, ["requests.jsonl:1: field 'output_tokens' must list token ids"]),
-    ("no episodes.jsonl", 1, ["episodes.jsonl record(s) only in A", "INVALID: ", "has no episode record"]),
-    ("verdict", 1, ["episodes.jsonl field 'verdict' differs in 1 of 4 episodes; first: episode e1 (A: "
-                    "'state_mismatch', B: 'valid')", "field 'valid' differs"]),
-    ("calls", 1, ["episodes.jsonl field 'steps' differs in 1 of 4 episodes; first: episode e0, position 0"]),
-    ("text", 1, ["requests.jsonl field 'output_text' differs in 1 of 8 requests; first: episode e1, request 1, "
-                 "position 5 (A: '[6, 7, 8]', B: 'other')"]),
-    ("cache", 1, ["requests.jsonl field 'cache_n' differs", "field 'prompt_n' differs"]),
-    ("logprob", 1, ["requests.jsonl field 'top_logprobs' differs in 1 of 8 requests; first: episode e0, request 0, "
-                    "position 0"]),
-    ("prompt", 1, ["requests.jsonl field 'prompt_sha256' differs in 1 of 8 requests; first: episode e3, request 0"]),
-])
+@pytest.mark.parametrize(
+    "damage, code, needles",
+    [
+        ("float token", 2, ["requests.jsonl:1: field 'output_tokens' must list token ids"]),
+        ("no episodes.jsonl", 1, ["episodes.jsonl record(s) only in A", "INVALID: ", "has no episode record"]),
+        (
+            "verdict",
+            1,
+            [
+                "episodes.jsonl field 'verdict' differs in 1 of 4 episodes; first: episode e1 (A: "
+                "'state_mismatch', B: 'valid')",
+                "field 'valid' differs",
+            ],
+        ),
+        ("calls", 1, ["episodes.jsonl field 'steps' differs in 1 of 4 episodes; first: episode e0, position 0"]),
+        (
+            "text",
+            1,
+            [
+                "requests.jsonl field 'output_text' differs in 1 of 8 requests; first: episode e1, request 1, "
+                "position 5 (A: '[6, 7, 8]', B: 'other')"
+            ],
+        ),
+        ("cache", 1, ["requests.jsonl field 'cache_n' differs", "field 'prompt_n' differs"]),
+        (
+            "logprob",
+            1,
+            [
+                "requests.jsonl field 'top_logprobs' differs in 1 of 8 requests; first: episode e0, request 0, "
+                "position 0"
+            ],
+        ),
+        (
+            "prompt",
+            1,
+            ["requests.jsonl field 'prompt_sha256' differs in 1 of 8 requests; first: episode e3, request 0"],
+        ),
+    ],
+)
 def test_compare_names_every_differing_outcome_field_and_exits_non_zero(tmp_path, capsys, damage, code, needles):
-    steps = {"e0": [{"turn": 0, "step": 0, "calls": ["ls()"], "observations": ["a"]},
-                    {"turn": 0, "step": 1, "calls": None, "observations": []}]}
+    steps = {
+        "e0": [
+            {"turn": 0, "step": 0, "calls": ["ls()"], "observations": ["a"]},
+            {"turn": 0, "step": 1, "calls": None, "observations": []},
+        ]
+    }
     a = write_bfcl_run(tmp_path / "a", "off", 1, OFF, steps=steps)
     b = write_bfcl_run(tmp_path / "b", "off", 1, OFF, steps=steps)
     reqs, eps = records(b.path / "requests.jsonl"), records(b.path / "episodes.jsonl")

@@ -60,8 +60,9 @@ def test_the_same_results_are_replayed_byte_for_byte(tmp_path, capsys):
 def _flip_a_byte(path):
     """The same size, the records still valid: the first request's first token 1 made 7 (its top-2 entry too)."""
     data = path.read_bytes()
-    edited = data.replace(b'"output_tokens": [1, ', b'"output_tokens": [7, ', 1) \
-        .replace(b'"top_logprobs": [[[1, ', b'"top_logprobs": [[[7, ', 1)
+    edited = data.replace(b'"output_tokens": [1, ', b'"output_tokens": [7, ', 1).replace(
+        b'"top_logprobs": [[[1, ', b'"top_logprobs": [[[7, ', 1
+    )
     assert edited != data and len(edited) == len(data)
     path.write_bytes(edited)
 
@@ -137,4 +138,3 @@ def test_a_run_checked_on_its_own_is_not_kept(tmp_path, capsys):
     for _ in range(2):
         run_check(run_dir, tmp_path / "out", quiet=True)
         assert not _replayed(tmp_path / "out")
-

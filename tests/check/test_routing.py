@@ -19,7 +19,15 @@ from artifact.config import CONFIG_DIR, read_toml
 from artifact.models import lineage
 from artifact.records.store import find_runs
 from synthetic_runs import (
-    MODEL, OFF, ON1, ON2, SERIES_RECIPE, main_plan, series_model, trend_runs, write_bfcl_run,
+    MODEL,
+    OFF,
+    ON1,
+    ON2,
+    SERIES_RECIPE,
+    main_plan,
+    series_model,
+    trend_runs,
+    write_bfcl_run,
 )
 from test_claims import UNOBSERVED
 
@@ -34,8 +42,14 @@ def test_an_endpoint_run_without_observes_observed_nothing(tmp_path):
 
 
 def test_an_endpoint_run_observed_what_its_manifest_says_and_nothing_more(tmp_path):
-    run = write_bfcl_run(tmp_path, "off", 1, OFF, engine="endpoint",
-                         manifest={"observes": {"logprobs": True, "cache_use": "as reported"}})
+    run = write_bfcl_run(
+        tmp_path,
+        "off",
+        1,
+        OFF,
+        engine="endpoint",
+        manifest={"observes": {"logprobs": True, "cache_use": "as reported"}},
+    )
     seen = observes(run)
     assert seen["logprobs"] is True and seen["cache_use"] == "as reported"
     assert seen["weights_sha256"] is False and seen["binary"] is False
@@ -48,6 +62,7 @@ def test_an_engine_that_starts_its_server_observes_everything_whatever_its_label
 
 
 # --- a quantization series is the levels of one model by their weights' digests, never by a display name ---------
+
 
 def check_json(root) -> dict:
     """`./run.sh check ROOT` in this process; check.json."""
@@ -76,8 +91,10 @@ def test_a_display_name_does_not_let_another_models_levels_join_a_series(tmp_pat
     tables = build_tables(find_runs(tmp_path), tmp_path)
     assert set(tables.fig2["model_name"]) == {MODEL["name"]}  # every level shows the same display name ...
     assert sorted(tables.fig2["series"]) == [  # ... and still makes no series with another model's levels
-        f"{MODEL['name']} / llama.cpp (recipe {QWEN})", f"{MODEL['name']} / llama.cpp (recipe {SERIES_RECIPE})",
-        f"{MODEL['name']} / llama.cpp (recipe {SERIES_RECIPE})"]
+        f"{MODEL['name']} / llama.cpp (recipe {QWEN})",
+        f"{MODEL['name']} / llama.cpp (recipe {SERIES_RECIPE})",
+        f"{MODEL['name']} / llama.cpp (recipe {SERIES_RECIPE})",
+    ]
     rq3 = claim(check_json(tmp_path), "RQ3")
     assert rq3["status"] == NOT_RUN and "z = " not in rq3["observed"]
 
@@ -99,16 +116,23 @@ def test_path_weights_join_the_series_their_pins_name_and_unpinned_ones_join_non
     pins = {c: read_toml(CONFIG_DIR / "h200" / f"{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
     for level, k in (("f16", 10), ("q8_0", 40), ("q4_k_m", 70)):
         pin = pins[level]
-        write_trend_level(tmp_path, f"t-{level}", {**MODEL, "quant": pin["quant"], "sha256": pin["sha256"],
-                                                   "source": "path:x.gguf"}, k)
+        write_trend_level(
+            tmp_path,
+            f"t-{level}",
+            {**MODEL, "quant": pin["quant"], "sha256": pin["sha256"], "source": "path:x.gguf"},
+            k,
+        )
     write_trend_level(tmp_path, "t-unpinned", {**MODEL, "quant": "Q3_K_M", "sha256": "cd" * 32}, 75)
     tables = build_tables(find_runs(tmp_path), tmp_path)
     assert set(tables.fig2["series"]) == {f"{MODEL['name']} / llama.cpp"}
     assert list(tables.fig2["level"]) == ["F16", "Q8_0", "Q4_K_M"]
-    assert tables.outside_series == ["t-unpinned: its weights (sha256 cdcdcdcdcdcd...) are pinned as a level of one "
-                                     "model by no recipe or configuration of this checkout"]
-    assert lineage.of_digests((pins["f16"]["sha256"],)) == \
-        "config smollm2 / SmolLM2-135M-Instruct (requantized from Q4_1)"  # not the agent recipe's base-F16
+    assert tables.outside_series == [
+        "t-unpinned: its weights (sha256 cdcdcdcdcdcd...) are pinned as a level of one "
+        "model by no recipe or configuration of this checkout"
+    ]
+    assert (
+        lineage.of_digests((pins["f16"]["sha256"],)) == "config smollm2 / SmolLM2-135M-Instruct (requantized from Q4_1)"
+    )  # not the agent recipe's base-F16
 
 
 def test_a_levels_trend_position_is_its_weights_not_its_quant_label(tmp_path):
@@ -119,8 +143,12 @@ def test_a_levels_trend_position_is_its_weights_not_its_quant_label(tmp_path):
     pins = {c: read_toml(CONFIG_DIR / "h200" / f"{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
     for level, k in (("f16", 10), ("q8_0", 40), ("q4_k_m", 70)):
         pin = pins[level]
-        write_trend_level(tmp_path, f"t-{level}", {**MODEL, "quant": pin["quant"], "sha256": pin["sha256"],
-                                                   "source": "path:x.gguf"}, k)
+        write_trend_level(
+            tmp_path,
+            f"t-{level}",
+            {**MODEL, "quant": pin["quant"], "sha256": pin["sha256"], "source": "path:x.gguf"},
+            k,
+        )
     for run in find_runs(tmp_path / "t-q4_k_m"):  # the lying label, edited into the records afterwards
         model = {**run.manifest["model"], "quant": "Q3_K_M"}
         (run.path / "manifest.json").write_text(json.dumps({**run.manifest, "model": model}))
@@ -144,6 +172,7 @@ def write_trend_level(root, config: str, model: dict, k: int, n: int = 80) -> No
 
 # --- shared or unshared: what the recorded tenant prompts share, never the plan's prefix label --------------------
 
+
 def tenant_verdict(root, plan: str):
     from artifact.check.beyond import analyse
 
@@ -160,8 +189,10 @@ def test_a_tenant_plans_prefix_label_is_not_believed_over_the_prompts_it_recorde
     loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load_record(SPEC, shared=0))
     v, b = tenant_verdict(tmp_path, "tenants1-shared")
     assert v.status == "PASS" and "whose prompts do not share the measured prefix" in v.claim
-    assert ("the plan's label says prefix 'shared', its runs' recorded tenant prompts show 'unshared': read as "
-            "unshared (the records win over the label)") in v.observed
+    assert (
+        "the plan's label says prefix 'shared', its runs' recorded tenant prompts show 'unshared': read as "
+        "unshared (the records win over the label)"
+    ) in v.observed
     assert set(b.tables["tenants.csv"]["prefix"]) == {"unshared"}
     assert set(b.tables["tenants_runs.csv"]["prefix"]) == {"unshared"}
 
@@ -173,15 +204,25 @@ def test_a_flipped_prefix_label_of_a_plan_the_checker_does_not_define_is_read_fr
 
     spec = {**SPEC, "prefix": "unshared"}
     main_plan(tmp_path, OFF, ON1, ON2)
-    loaded_plan(tmp_path, "my-tenants", OFF, OFF, ON2, ON2, spec=spec, load=load_record(spec, shared=990),
-                inputs=loaded_inputs(spec))
+    loaded_plan(
+        tmp_path,
+        "my-tenants",
+        OFF,
+        OFF,
+        ON2,
+        ON2,
+        spec=spec,
+        load=load_record(spec, shared=990),
+        inputs=loaded_inputs(spec),
+    )
     v, b = tenant_verdict(tmp_path, "my-tenants")
     assert "whose prompts share the measured prefix" in v.claim and "label says prefix 'unshared'" in v.observed
     assert set(b.tables["tenants.csv"]["prefix"]) == {"shared"}
     data = check_json(tmp_path)  # the whole check: the plan's runs are admitted, the record's reading in check.json
     scopes = {x["scope"]: x for x in data["beyond"]["verdicts"] if x["id"] == "BEYOND-TENANTS-my-tenants"}
-    assert "read as shared" in scopes["cfg/my-tenants"]["observed"] and data["beyond"]["tenants"][0]["prefix"] == \
-        "shared"
+    assert (
+        "read as shared" in scopes["cfg/my-tenants"]["observed"] and data["beyond"]["tenants"][0]["prefix"] == "shared"
+    )
 
 
 def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_path):
@@ -195,8 +236,10 @@ def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_
     loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load)
     v, b = tenant_verdict(tmp_path, "tenants1-shared")
     assert "whose prompts may or may not share the measured prefix" in v.claim
-    assert "is not known from the records (its tenant prompts of unit 'e0' are recorded against a first prompt" in \
-        v.observed
+    assert (
+        "is not known from the records (its tenant prompts of unit 'e0' are recorded against a first prompt"
+        in v.observed
+    )
     assert b.tables["tenants.csv"]["prefix"].isna().all()
 
 
@@ -205,13 +248,16 @@ def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_
 REMOTE = {"url": "http://192.0.2.7:8000", "remote": False, "model_id": "testlm", "started_by": "the user"}
 
 
-@pytest.mark.parametrize("server, network, why", [
-    (REMOTE, "host network (not isolated)", "its server http://192.0.2.7:8000 is not a loopback address"),
-    ({**REMOTE, "url": "http://db.example:8000"}, "host network (not isolated)", "is not a loopback address"),
-    (None, "not known to be loopback-only", "its records show no address of the server it talked to"),
-    ({**REMOTE, "url": "http://127.0.0.1:8080"}, "loopback-only", None),
-    ({**REMOTE, "url": "http://[::1]:8080"}, "loopback-only", None),
-])
+@pytest.mark.parametrize(
+    "server, network, why",
+    [
+        (REMOTE, "host network (not isolated)", "its server http://192.0.2.7:8000 is not a loopback address"),
+        ({**REMOTE, "url": "http://db.example:8000"}, "host network (not isolated)", "is not a loopback address"),
+        (None, "not known to be loopback-only", "its records show no address of the server it talked to"),
+        ({**REMOTE, "url": "http://127.0.0.1:8080"}, "loopback-only", None),
+        ({**REMOTE, "url": "http://[::1]:8080"}, "loopback-only", None),
+    ],
+)
 def test_a_remote_servers_run_is_never_loopback_only_whatever_its_manifest_claims(tmp_path, server, network, why):
     """An endpoint run whose manifest claims loopback-only isolation (and `remote: false`) for the server URL it
     records: the URL decides, in check's warnings and in the evidence summary."""
@@ -228,8 +274,9 @@ def test_a_remote_servers_run_is_never_loopback_only_whatever_its_manifest_claim
     else:
         assert len(data["unisolated_runs"]) == 4
         warning = data["run_warnings"]["cfg/main/off-run1"][0]
-        assert network in warning and why in warning and "although its isolation.network says 'loopback-only'" \
-            in warning
+        assert (
+            network in warning and why in warning and "although its isolation.network says 'loopback-only'" in warning
+        )
     with tarfile.open(tmp_path / "records.tar.xz", "w:xz") as tar:
         tar.add(tmp_path / "results", arcname="results")
     assert evidence.summarize(tmp_path)["host"]["network"] == [network]
@@ -253,13 +300,16 @@ def test_runs_against_a_users_server_say_what_no_record_of_them_shows(tmp_path, 
         capsys.readouterr()
         run_check(root, quiet=False)
         out, report = capsys.readouterr().out, (root / "check" / "report.html").read_text()
-        assert build_tables(find_runs(root)).user_server == (["cfg/main/off-run1", "cfg/main/off-run2",
-                                                               "cfg/main/on-run1", "cfg/main/on-run2"] if n else [])
+        assert build_tables(find_runs(root)).user_server == (
+            ["cfg/main/off-run1", "cfg/main/off-run2", "cfg/main/on-run1", "cfg/main/on-run2"] if n else []
+        )
         assert (f"NOTE: {n} run(s) against a server the artifact did not start" in out) == bool(n)
         assert ('id="user-server-runs"' in report) == bool(n)
         if n:
-            assert "whether other clients used the server during the runs" in out and "Servers the artifact did " \
-                "not start</strong> (4 run(s))" in report
+            assert (
+                "whether other clients used the server during the runs" in out
+                and "Servers the artifact did not start</strong> (4 run(s))" in report
+            )
 
 
 def test_a_run_that_records_no_server_it_started_is_not_a_llama_cpp_run_whatever_its_engine_label(tmp_path):
@@ -271,7 +321,8 @@ def test_a_run_that_records_no_server_it_started_is_not_a_llama_cpp_run_whatever
 
     main_plan(tmp_path, OFF, ON1, ON2)
     run = find_runs(tmp_path)[0]
-    (run.path / "manifest.json").write_text(json.dumps({k: v for k, v in run.manifest.items()
-                                                         if k not in ("server_cmd", "binary")}))
+    (run.path / "manifest.json").write_text(
+        json.dumps({k: v for k, v in run.manifest.items() if k not in ("server_cmd", "binary")})
+    )
     with pytest.raises(ArtifactError, match=r"off-run1/manifest.json: field 'server_cmd' is missing: every llama.cpp"):
         run_check(tmp_path, quiet=True)

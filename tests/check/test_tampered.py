@@ -72,21 +72,24 @@ def test_the_control_passes(tmp_path, plan, capsys):
 
 # --- a cache hit cannot hide from RQ1 -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields, why", [
-    ({"cache_n": 0, "prompt_n": 60}, "field 'cache_n' (0) + prompt_n (60) must equal prompt_tokens (100)"),
-    ({"cache_n": None, "prompt_n": 60}, "field 'cache_n' is null (not reported) although prompt_n (60)"),
-    ({"cache_n": 140, "prompt_n": 0}, "field 'cache_n' (140) exceeds prompt_tokens (100)"),
-    ({"cache_n": -3}, "field 'cache_n' must be >= 0"),
-    ({"cache_n": 0, "prompt_n": 40, "prompt_tokens": None}, "field 'prompt_tokens' is null in a served request"),
-])
+
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ({"cache_n": 0, "prompt_n": 60}, "field 'cache_n' (0) + prompt_n (60) must equal prompt_tokens (100)"),
+        ({"cache_n": None, "prompt_n": 60}, "field 'cache_n' is null (not reported) although prompt_n (60)"),
+        ({"cache_n": 140, "prompt_n": 0}, "field 'cache_n' (140) exceeds prompt_tokens (100)"),
+        ({"cache_n": -3}, "field 'cache_n' must be >= 0"),
+        ({"cache_n": 0, "prompt_n": 40, "prompt_tokens": None}, "field 'prompt_tokens' is null in a served request"),
+    ],
+)
 def test_cache_accounting_that_does_not_add_up_is_corruption(tmp_path, plan, capsys, fields, why):
     edit_request(plan[0], 1, **fields)  # OFF run 1, second request
     malformed(tmp_path, capsys, "off-run1/requests.jsonl:2: ", why)
 
 
 @pytest.mark.parametrize("value", ["5", 2.0, True, [1]])
-def test_a_failed_requests_cache_count_of_the_wrong_type_is_not_read_as_not_reported(tmp_path, plan, capsys,
-                                                                                     value):
+def test_a_failed_requests_cache_count_of_the_wrong_type_is_not_read_as_not_reported(tmp_path, plan, capsys, value):
     edit_request(plan[1], 0, error="HTTP 400: context", cache_n=value, output_tokens=[], top_logprobs=[])
     malformed(tmp_path, capsys, "off-run2/requests.jsonl:1: field 'cache_n' must be int/null")
 
@@ -100,10 +103,14 @@ def test_a_failed_request_may_report_cached_tokens_and_then_invalidates_the_off_
 
 # --- ON vs OFF needs a cache that was used ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("cache_n, why", [
-    (0, "cfg/main/on-run1 was served no cached token (cache_n = 0 on all 8 requests): not a cache-ON run"),
-    ("null", "cfg/main/on-run1 reports no cache use (cache_n null on every request)"),
-])
+
+@pytest.mark.parametrize(
+    "cache_n, why",
+    [
+        (0, "cfg/main/on-run1 was served no cached token (cache_n = 0 on all 8 requests): not a cache-ON run"),
+        ("null", "cfg/main/on-run1 reports no cache use (cache_n null on every request)"),
+    ],
+)
 def test_an_on_run_served_no_cached_token_is_no_evidence_for_rq2(tmp_path, capsys, cache_n, why):
     for k in (1, 2):
         write_bfcl_run(tmp_path, "off", k, OFF)
@@ -126,19 +133,30 @@ def test_a_vllm_on_run_served_no_cached_token_is_no_evidence_for_rq4(tmp_path, c
 
 # --- contents are validated ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields, why", [
-    ({"output_tokens": [1.0, 2, 3, 4, 5]}, "field 'output_tokens' must list token ids (integers >= 0)"),
-    ({"output_tokens": ["1", 2, 3, 4, 5]}, "field 'output_tokens' must list token ids"),
-    ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] * 4}, "field 'top_logprobs' has 4 positions for 5 output_tokens"),
-    ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] * 5}, "position 1: the emitted token 2 is not the most likely"),
-    ({"top_logprobs": [[[t, -2.5], [t + 1, -0.1]] for t in (1, 2, 3, 4, 5)]}, "position 0 is not ordered best first"),
-    ({"top_logprobs": [[[1.5, -0.1], [2, -2.5]]] + [[[t, -0.1], [0, -2.5]] for t in (2, 3, 4, 5)]},
-     "position 0 must be null or a list of [token id, logprob] pairs"),
-    ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] + [[[t, -0.1], [0, -2.5]] for t in (2.0, 3, 4, 5)]},
-     "position 1 must be null or a list of [token id, logprob] pairs"),  # 2.0: as text the same number, not an id
-    ({"request_index": -1}, "field 'request_index' must be >= 0"),
-    ({"prompt_tokens": "100"}, "field 'prompt_tokens' must be int/null"),
-])
+
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ({"output_tokens": [1.0, 2, 3, 4, 5]}, "field 'output_tokens' must list token ids (integers >= 0)"),
+        ({"output_tokens": ["1", 2, 3, 4, 5]}, "field 'output_tokens' must list token ids"),
+        ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] * 4}, "field 'top_logprobs' has 4 positions for 5 output_tokens"),
+        ({"top_logprobs": [[[1, -0.1], [2, -2.5]]] * 5}, "position 1: the emitted token 2 is not the most likely"),
+        (
+            {"top_logprobs": [[[t, -2.5], [t + 1, -0.1]] for t in (1, 2, 3, 4, 5)]},
+            "position 0 is not ordered best first",
+        ),
+        (
+            {"top_logprobs": [[[1.5, -0.1], [2, -2.5]]] + [[[t, -0.1], [0, -2.5]] for t in (2, 3, 4, 5)]},
+            "position 0 must be null or a list of [token id, logprob] pairs",
+        ),
+        (
+            {"top_logprobs": [[[1, -0.1], [2, -2.5]]] + [[[t, -0.1], [0, -2.5]] for t in (2.0, 3, 4, 5)]},
+            "position 1 must be null or a list of [token id, logprob] pairs",
+        ),  # 2.0: as text the same number, not an id
+        ({"request_index": -1}, "field 'request_index' must be >= 0"),
+        ({"prompt_tokens": "100"}, "field 'prompt_tokens' must be int/null"),
+    ],
+)
 def test_request_contents_are_validated(tmp_path, plan, capsys, fields, why):
     edit_request(plan[2], 0, **fields)  # ON run 1, first request: output [1, 2, 3, 4, 5]
     malformed(tmp_path, capsys, "on-run1/requests.jsonl:1: ", why)
@@ -148,17 +166,20 @@ GOOD = [[[t, -0.1], [t + 10, -2.5]] for t in (1, 2, 3, 4, 5)]  # ON run 1's firs
 
 
 def _at(i: int, position: list) -> list:
-    return GOOD[:i] + [position] + GOOD[i + 1:]
+    return GOOD[:i] + [position] + GOOD[i + 1 :]
 
 
-@pytest.mark.parametrize("top, why", [
-    (_at(2, [[3, 0.5], [13, -2.5]]), "position 2: log-probability 0.5 is above 0 (tolerance 1e-06)"),
-    (_at(1, [[2, -0.1], [12, float("-inf")]]), "position 1: log-probability -inf is not finite"),
-    (_at(0, [[1, float("nan")], [11, -2.5]]), "position 0: log-probability nan is not finite"),
-    (_at(3, [[4, -0.1], [4, -2.5]]), "position 3: token 4 is listed twice"),
-    (_at(4, [[5, -0.1], [15, -1.0]]), "position 4: the probabilities sum to 1.27271686 > 1 (tolerance 1e-06)"),
-    (_at(0, [[1, -1e-300], [11, -1e-3]]), "position 0: the probabilities sum to 1.9990005 > 1"),
-])
+@pytest.mark.parametrize(
+    "top, why",
+    [
+        (_at(2, [[3, 0.5], [13, -2.5]]), "position 2: log-probability 0.5 is above 0 (tolerance 1e-06)"),
+        (_at(1, [[2, -0.1], [12, float("-inf")]]), "position 1: log-probability -inf is not finite"),
+        (_at(0, [[1, float("nan")], [11, -2.5]]), "position 0: log-probability nan is not finite"),
+        (_at(3, [[4, -0.1], [4, -2.5]]), "position 3: token 4 is listed twice"),
+        (_at(4, [[5, -0.1], [15, -1.0]]), "position 4: the probabilities sum to 1.27271686 > 1 (tolerance 1e-06)"),
+        (_at(0, [[1, -1e-300], [11, -1e-3]]), "position 0: the probabilities sum to 1.9990005 > 1"),
+    ],
+)
 @pytest.mark.parametrize("decoder", ["typed", "strict"])
 def test_log_probabilities_no_softmax_gives_are_corruption(tmp_path, plan, capsys, top, why, decoder):
     """Above 0, not finite, a token twice, probabilities past 1: exit 2 naming file, line, field and
@@ -179,16 +200,26 @@ def test_log_probabilities_within_the_rounding_tolerance_are_accepted(tmp_path, 
 
 
 def test_a_position_without_log_probabilities_and_a_tie_are_not_violations(tmp_path, capsys):
-    lps = {("e0", 0): [[[1, -0.1], [2, -2.5]], None, [[7, -0.75], [3, -0.75]], [[4, -0.1], [0, -3.0]],
-                       [[5, -0.1], [0, -3.0]]]}
+    lps = {
+        ("e0", 0): [
+            [[1, -0.1], [2, -2.5]],
+            None,
+            [[7, -0.75], [3, -0.75]],
+            [[4, -0.1], [0, -3.0]],
+            [[5, -0.1], [0, -3.0]],
+        ]
+    }
     main_plan(tmp_path, OFF, ON1, ON2, logprobs=lps)
     assert check(tmp_path, capsys)[0] == 0
 
 
-@pytest.mark.parametrize("damage, why", [
-    ("missing", "field 'n_requests' is missing"),
-    ("text", "field 'n_requests' must be int, not str"),
-])
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        ("missing", "field 'n_requests' is missing"),
+        ("text", "field 'n_requests' must be int, not str"),
+    ],
+)
 def test_an_episode_record_without_an_integer_n_requests_is_corruption(tmp_path, plan, capsys, damage, why):
     eps = records(plan[0].path / "episodes.jsonl")
     if damage == "missing":
@@ -203,26 +234,34 @@ def test_request_indexes_that_do_not_run_0_to_n_minus_1_make_the_run_invalid(tmp
     edit_request(plan[0], 1, request_index=5)  # e0's requests: 0, 5
     code, _, claims, data = check(tmp_path, capsys)
     assert code == 1 and claims["RQ1"]["status"] == INVALID
-    assert any("off-run1 is marked complete but holds request_index values that do not run 0..n-1 for episode e0"
-               in p for p in data["invalid"])
+    assert any(
+        "off-run1 is marked complete but holds request_index values that do not run 0..n-1 for episode e0" in p
+        for p in data["invalid"]
+    )
 
 
-@pytest.mark.parametrize("fields, why", [
-    ({"finished_at": "2020-01-01T00:00:00+00:00"}, "field 'finished_at' (2020-01-01T00:00:00+00:00) is before"),
-    ({"started_at": "yesterday"}, "field 'started_at' must be an ISO 8601 time with its UTC offset"),
-    ({"wall_s": -1.0}, "field 'wall_s' must be >= 0"),
-    ({"run": 0}, "field 'run' must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ({"finished_at": "2020-01-01T00:00:00+00:00"}, "field 'finished_at' (2020-01-01T00:00:00+00:00) is before"),
+        ({"started_at": "yesterday"}, "field 'started_at' must be an ISO 8601 time with its UTC offset"),
+        ({"wall_s": -1.0}, "field 'wall_s' must be >= 0"),
+        ({"run": 0}, "field 'run' must be >= 1"),
+    ],
+)
 def test_manifest_contents_are_validated(tmp_path, plan, capsys, fields, why):
     edit_manifest(plan[3], **fields)
     malformed(tmp_path, capsys, "on-run2/manifest.json: ", why)
 
 
-@pytest.mark.parametrize("where, text", [
-    ("requests.jsonl", '{"episode_id": "e0", "episode_id": "e9"}'),
-    ("episodes.jsonl", '{"episode_id": "e0", "n_requests": 2, "n_requests": 9}'),
-    ("manifest.json", None),
-])
+@pytest.mark.parametrize(
+    "where, text",
+    [
+        ("requests.jsonl", '{"episode_id": "e0", "episode_id": "e9"}'),
+        ("episodes.jsonl", '{"episode_id": "e0", "n_requests": 2, "n_requests": 9}'),
+        ("manifest.json", None),
+    ],
+)
 def test_a_key_twice_in_one_json_object_is_corruption(tmp_path, plan, capsys, where, text):
     path = plan[0].path / where
     if where == "manifest.json":
@@ -244,6 +283,7 @@ def test_a_second_top_logprobs_key_is_found_behind_the_lazily_read_one(tmp_path,
 
 # --- the same data counted twice, or mislabelled -----------------------------------------------------------------
 
+
 def test_a_run_directory_that_is_a_symbolic_link_is_refused(tmp_path, plan, capsys):
     other = tmp_path / "cfg" / "p2"
     other.mkdir()
@@ -262,16 +302,25 @@ def test_a_record_file_that_is_a_symbolic_link_is_refused(tmp_path, plan, capsys
 def test_a_pairing_fingerprint_not_made_from_its_inputs_is_corruption(tmp_path, plan, capsys):
     m = json.loads((plan[0].path / "manifest.json").read_text())
     edit_manifest(plan[3], pairing_inputs={**m["pairing_inputs"], "threads": 64})  # fingerprint kept
-    malformed(tmp_path, capsys, "on-run2/manifest.json: field 'pairing_fingerprint'",
-              "is not the digest of the manifest's pairing_inputs")
+    malformed(
+        tmp_path,
+        capsys,
+        "on-run2/manifest.json: field 'pairing_fingerprint'",
+        "is not the digest of the manifest's pairing_inputs",
+    )
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"model_sha256": "cd" * 32}, "pairing_inputs' names model_sha256 'cdcd"),
-    ({"engine": {"engine": "vllm", "binary_sha256": "ee" * 32}}, "names engine 'vllm', the manifest's engine is "
-                                                                  "'llama.cpp'"),
-    ({"units": ["e0"]}, "lists other units than the manifest's episodes"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"model_sha256": "cd" * 32}, "pairing_inputs' names model_sha256 'cdcd"),
+        (
+            {"engine": {"engine": "vllm", "binary_sha256": "ee" * 32}},
+            "names engine 'vllm', the manifest's engine is 'llama.cpp'",
+        ),
+        ({"units": ["e0"]}, "lists other units than the manifest's episodes"),
+    ],
+)
 def test_pairing_inputs_must_agree_with_the_manifest(tmp_path, plan, capsys, change, why):
     """Another model's or engine's run re-labelled to pair: the fingerprint recomputed from the edited inputs
     matches, but the inputs no longer describe the run."""
@@ -289,6 +338,7 @@ def test_a_fingerprint_without_its_inputs_is_corruption(tmp_path, plan, capsys):
 
 
 # --- robustness --------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("where", ["requests.jsonl", "episodes.jsonl", "manifest.json"])
 def test_deeply_nested_json_is_a_one_line_error(tmp_path, plan, capsys, where):
@@ -350,8 +400,13 @@ def test_a_failed_write_leaves_the_previous_outputs_whole(tmp_path, plan, capsys
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     # the next check would say RQ1 FAIL, exit 1
     edit_request(plan[0], 1, output_tokens=[6, 7, 9], top_logprobs=[[[t, -0.1], [t + 1, -2.5]] for t in (6, 7, 9)])
-    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path), "4096"], cwd=REPO, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path), "4096"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "cannot write the check outputs to" in done.stderr and "File too large" in done.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # whole, and still the previous ones
@@ -368,6 +423,7 @@ def test_an_out_folder_holding_other_files_is_not_replaced(tmp_path, plan, capsy
     assert "refusing to replace" in capsys.readouterr().err and (mine / "notes.txt").read_text() == "keep"
     with pytest.raises(ArtifactError, match="it is not a directory"):
         from artifact.check.run import run_check
+
         run_check(tmp_path, mine / "notes.txt", quiet=True)
 
 

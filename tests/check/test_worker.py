@@ -131,8 +131,13 @@ def test_a_check_command_forks_its_worker_and_writes_what_a_spawned_one_writes(t
     run_check(root, tmp_path / "spawned", quiet=True)
     env = {**os.environ, WORKER_ENV: "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     probe = "import artifact.check.run as r, artifact.check.worker as w; print(w.start_method())"
-    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip() == ("fork" if sys.platform == "linux" else "spawn")
-    subprocess.run([sys.executable, "-m", "artifact", "check", str(root), "--out", str(tmp_path / "forked")],
-                   env=env, check=True, capture_output=True)
+    assert subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip() == ("fork" if sys.platform == "linux" else "spawn")
+    subprocess.run(
+        [sys.executable, "-m", "artifact", "check", str(root), "--out", str(tmp_path / "forked")],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     assert _outputs(tmp_path / "forked") == _outputs(tmp_path / "spawned")

@@ -30,8 +30,9 @@ VERSION = "0.25.0"
 
 
 def tokens_of(text: str) -> list[int]:
-    return [int.from_bytes(hashlib.sha256(text[i:i + 4].encode()).digest()[:2], "big") for i in
-            range(0, len(text), 4)]
+    return [
+        int.from_bytes(hashlib.sha256(text[i : i + 4].encode()).digest()[:2], "big") for i in range(0, len(text), 4)
+    ]
 
 
 class State:
@@ -49,7 +50,7 @@ class State:
             return 0
         chain, hashes = salt or "", []
         for i in range(0, len(ids) - len(ids) % BLOCK, BLOCK):
-            chain = hashlib.sha256(f"{chain}|{ids[i:i + BLOCK]}".encode()).hexdigest()
+            chain = hashlib.sha256(f"{chain}|{ids[i : i + BLOCK]}".encode()).hexdigest()
             hashes.append(chain)
         hit = 0
         for h in hashes:
@@ -65,25 +66,29 @@ class State:
 
 def metrics(state: State) -> str:
     lab = f'engine="0",model_name="{MODEL_NAME}"'
-    return "\n".join([
-        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
-        "# TYPE vllm:prefix_cache_queries_total counter",
-        f"vllm:prefix_cache_queries_total{{{lab}}} {float(state.queries)}",
-        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
-        "# TYPE vllm:prefix_cache_hits_total counter",
-        f"vllm:prefix_cache_hits_total{{{lab}}} {float(state.hits)}",
-        "# HELP vllm:request_prefill_time_seconds Histogram of time spent in PREFILL phase for request.",
-        "# TYPE vllm:request_prefill_time_seconds histogram",
-        f"vllm:request_prefill_time_seconds_sum{{{lab}}} {state.prefill_s}",
-        f"vllm:request_prefill_time_seconds_count{{{lab}}} {float(state.requests)}",
-        "# HELP vllm:request_decode_time_seconds Histogram of time spent in DECODE phase for request.",
-        "# TYPE vllm:request_decode_time_seconds histogram",
-        f"vllm:request_decode_time_seconds_sum{{{lab}}} {state.decode_s}",
-        f"vllm:request_decode_time_seconds_count{{{lab}}} {float(state.requests)}",
-        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
-        "# TYPE vllm:cache_config_info gauge",
-        f'vllm:cache_config_info{{block_size="{BLOCK}",cache_dtype="auto",enable_prefix_caching='
-        f'"{state.caching}",engine="0"}} 1.0', ""])
+    return "\n".join(
+        [
+            "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+            "# TYPE vllm:prefix_cache_queries_total counter",
+            f"vllm:prefix_cache_queries_total{{{lab}}} {float(state.queries)}",
+            "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
+            "# TYPE vllm:prefix_cache_hits_total counter",
+            f"vllm:prefix_cache_hits_total{{{lab}}} {float(state.hits)}",
+            "# HELP vllm:request_prefill_time_seconds Histogram of time spent in PREFILL phase for request.",
+            "# TYPE vllm:request_prefill_time_seconds histogram",
+            f"vllm:request_prefill_time_seconds_sum{{{lab}}} {state.prefill_s}",
+            f"vllm:request_prefill_time_seconds_count{{{lab}}} {float(state.requests)}",
+            "# HELP vllm:request_decode_time_seconds Histogram of time spent in DECODE phase for request.",
+            "# TYPE vllm:request_decode_time_seconds histogram",
+            f"vllm:request_decode_time_seconds_sum{{{lab}}} {state.decode_s}",
+            f"vllm:request_decode_time_seconds_count{{{lab}}} {float(state.requests)}",
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{BLOCK}",cache_dtype="auto",enable_prefix_caching='
+            f'"{state.caching}",engine="0"}} 1.0',
+            "",
+        ]
+    )
 
 
 def completion(state: State, req: dict) -> tuple[int, dict]:
@@ -91,12 +96,14 @@ def completion(state: State, req: dict) -> tuple[int, dict]:
     if not isinstance(prompt, str):
         return 400, {"error": {"message": "this fake takes string prompts only", "code": 400}}
     if salt is not None and (not isinstance(salt, str) or not salt):
-        return 400, {"error": {"message": "Parameter 'cache_salt' must be a non-empty string if provided.",
-                               "code": 400}}
+        return 400, {
+            "error": {"message": "Parameter 'cache_salt' must be a non-empty string if provided.", "code": 400}
+        }
     ids = tokens_of(prompt)
     if len(ids) + 1 > state.max_model_len:
-        return 400, {"error": {"message": f"This model's maximum context length is {state.max_model_len} tokens",
-                               "code": 400}}
+        return 400, {
+            "error": {"message": f"This model's maximum context length is {state.max_model_len} tokens", "code": 400}
+        }
     with state.lock:
         cached = state.lookup_and_insert(ids, salt)
         state.requests += 1
@@ -104,18 +111,37 @@ def completion(state: State, req: dict) -> tuple[int, dict]:
         state.prefill_s += 0.002 + random.random() * 1e-4
         state.decode_s += 0.01 + random.random() * 1e-4
     path = "cached" if cached and not state.batch_invariant else "recomputed"
-    text = f"fake reply to {hashlib.sha256(prompt.encode()).hexdigest()[:8]} ({path})"[:4 * int(req["max_tokens"])]
+    text = f"fake reply to {hashlib.sha256(prompt.encode()).hexdigest()[:8]} ({path})"[: 4 * int(req["max_tokens"])]
     out = tokens_of(text)
     gap = 2.25 if path == "recomputed" else 2.0
     tops = [{f"token_id:{t}": -0.25, f"token_id:{(t + 1) % 65536}": -0.25 - gap} for t in out]
     body = {
-        "id": "cmpl-fake", "object": "text_completion", "created": 0, "model": req.get("model"),
-        "choices": [{"index": 0, "text": text, "finish_reason": "stop", "stop_reason": None,
-                     "token_ids": out if req.get("return_token_ids") else None, "prompt_token_ids": None,
-                     "logprobs": {"text_offset": list(range(0, 4 * len(out), 4)), "token_logprobs": [-0.25] * len(out),
-                                  "tokens": [f"token_id:{t}" for t in out], "top_logprobs": tops}}],
-        "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out), "total_tokens": len(ids) + len(out),
-                  "prompt_tokens_details": {"cached_tokens": cached}},
+        "id": "cmpl-fake",
+        "object": "text_completion",
+        "created": 0,
+        "model": req.get("model"),
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "finish_reason": "stop",
+                "stop_reason": None,
+                "token_ids": out if req.get("return_token_ids") else None,
+                "prompt_token_ids": None,
+                "logprobs": {
+                    "text_offset": list(range(0, 4 * len(out), 4)),
+                    "token_logprobs": [-0.25] * len(out),
+                    "tokens": [f"token_id:{t}" for t in out],
+                    "top_logprobs": tops,
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(ids),
+            "completion_tokens": len(out),
+            "total_tokens": len(ids) + len(out),
+            "prompt_tokens_details": {"cached_tokens": cached},
+        },
     }
     return 200, body
 
@@ -133,12 +159,17 @@ def main() -> None:
     caching = "--enable-prefix-caching" in args and "--no-enable-prefix-caching" not in args
     bi = os.environ.get("VLLM_BATCH_INVARIANT") == "1"
     state = State(caching, bi, int(opt("--max-model-len", "8192")))
-    print(f"INFO fake vLLM {VERSION} GPU server (tests/engines/fake_vllm_gpu.py): no model, no GPU; args {args}",
-          flush=True)
+    print(
+        f"INFO fake vLLM {VERSION} GPU server (tests/engines/fake_vllm_gpu.py): no model, no GPU; args {args}",
+        flush=True,
+    )
     if bi:
         print("WARNING [vllm.py:1457] Disabling cascade attention when VLLM_BATCH_INVARIANT is enabled.", flush=True)
-    print("INFO [cuda.py:476] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', "
-          "'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].", flush=True)
+    print(
+        "INFO [cuda.py:476] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', "
+        "'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
+        flush=True,
+    )
     print("INFO [selector.py:135] Using NHD KV cache layout for FLASH_ATTN backend.", flush=True)
     print("INFO [flash_attn.py:718] Using FlashAttention version 3", flush=True)
 

@@ -14,13 +14,17 @@ from artifact.protocol.requests import new_record, send
 from artifact.records.schema import REQUEST
 from budget import vllm_test_config, with_workload
 
-CONFIGS = {"llama.cpp": ("demo-smollm2-cpu", pytest.mark.server), "vllm": ("demo-smollm2-cpu-vllm", pytest.mark.vllm),
-           # servers the user runs: one user-started llama-server, the cache switched per request (cache_prompt)
-           "endpoint": ("endpoint", pytest.mark.server)}
+CONFIGS = {
+    "llama.cpp": ("demo-smollm2-cpu", pytest.mark.server),
+    "vllm": ("demo-smollm2-cpu-vllm", pytest.mark.vllm),
+    # servers the user runs: one user-started llama-server, the cache switched per request (cache_prompt)
+    "endpoint": ("endpoint", pytest.mark.server),
+}
 # Longer than two of vLLM's CPU blocks (128 tokens): a prefix cache reuses whole blocks only.
 SYSTEM = " ".join(f"Rule {i}: answer briefly and name colours in English." for i in range(30))
-PROMPT = (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
-          "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n")
+PROMPT = (
+    f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n"
+)
 
 
 def test_every_registered_engine_declares_its_capabilities():

@@ -49,8 +49,10 @@ def protocol_and_check(cfg, results: Path) -> tuple[dict, dict]:
     execute_plan(cfg, load_plan("main"), results)
     run_check(results, results / "check", quiet=True)
     doc = json.loads((results / "check" / "check.json").read_text())
-    return ({(r.manifest["arm"], r.manifest["run"]): r for r in find_runs(results)},
-            {c["id"]: c for c in doc["claims"]})
+    return (
+        {(r.manifest["arm"], r.manifest["run"]): r for r in find_runs(results)},
+        {c["id"]: c for c in doc["claims"]},
+    )
 
 
 def reasons(claim: dict) -> str:
@@ -59,16 +61,20 @@ def reasons(claim: dict) -> str:
 
 # --- without a server ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("settings, message", [
-    ({"url_on": "", "url_off": ""}, "give url_on and url_off"),
-    ({"url": "http://127.0.0.1:8080"}, "only with a per-request cache_control"),
-    ({"cache_control": "cache_prompt"}, "cache_control applies to one url"),
-    ({"url_off": "http://127.0.0.1:8080/v1"}, "are the same server"),
-    ({"url_on": "http://192.0.2.1:8000"}, "not a loopback address: set allow_remote = true"),
-    ({"url_on": "localhost.example.com:80"}, "not an http:// or https:// URL"),
-    ({"extra_request": {"seed": 1}}, "extra_request sets seed"),
-    ({"cache_control": "salt"}, "cache_control = 'salt' is not one of"),
-])
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"url_on": "", "url_off": ""}, "give url_on and url_off"),
+        ({"url": "http://127.0.0.1:8080"}, "only with a per-request cache_control"),
+        ({"cache_control": "cache_prompt"}, "cache_control applies to one url"),
+        ({"url_off": "http://127.0.0.1:8080/v1"}, "are the same server"),
+        ({"url_on": "http://192.0.2.1:8000"}, "not a loopback address: set allow_remote = true"),
+        ({"url_on": "localhost.example.com:80"}, "not an http:// or https:// URL"),
+        ({"extra_request": {"seed": 1}}, "extra_request sets seed"),
+        ({"cache_control": "salt"}, "cache_control = 'salt' is not one of"),
+    ],
+)
 def test_settings_that_cannot_work_are_one_line_errors(settings, message):
     with pytest.raises(ArtifactError, match=re.escape(message)):
         load_config("endpoint", settings)
@@ -77,7 +83,7 @@ def test_settings_that_cannot_work_are_one_line_errors(settings, message):
 def test_command_line_settings_are_read_as_toml_values_or_text():
     assert parse_setting("url=http://127.0.0.1:8080") == ("url", "http://127.0.0.1:8080")
     assert parse_setting("allow_remote=true") == ("allow_remote", True)
-    assert parse_setting('extra_request={ ignore_eos = false }') == ("extra_request", {"ignore_eos": False})
+    assert parse_setting("extra_request={ ignore_eos = false }") == ("extra_request", {"ignore_eos": False})
     with pytest.raises(ArtifactError, match="expected KEY=VALUE"):
         parse_setting("url")
 
@@ -94,9 +100,14 @@ def test_one_url_with_a_cache_control_switches_the_cache_per_request_and_may_run
     assert engine.loopback_servers(two) == ["127.0.0.1:8081", "127.0.0.1:8080"]
 
 
-@pytest.mark.parametrize("plan, message", [
-    ("cram0", "llama_cpp.cache_ram_mib = 0"), ("fresh", "lifecycle 'fresh'"), ("ub1", "llama_cpp.ubatch_size = 1"),
-])
+@pytest.mark.parametrize(
+    "plan, message",
+    [
+        ("cram0", "llama_cpp.cache_ram_mib = 0"),
+        ("fresh", "lifecycle 'fresh'"),
+        ("ub1", "llama_cpp.ubatch_size = 1"),
+    ],
+)
 def test_plans_that_set_a_server_condition_are_refused_before_anything_runs(plan, message, tmp_path):
     with pytest.raises(ArtifactError, match=re.escape(message)):
         execute_plan(endpoint_cfg(), load_plan(plan), tmp_path)
@@ -110,16 +121,33 @@ def test_a_wrong_port_fails_in_seconds_naming_the_url_and_its_setting(tmp_path):
 
     cfg = load_config("endpoint", {"url_off": "http://127.0.0.1:9"})
     t0 = time.monotonic()
-    with pytest.raises(ArtifactError, match=r"^nothing answers at the server at http://127.0.0.1:9 \(url_off, the "
-                       r"OFF arm\) .*start the server first, or fix the URL$") as err:
+    with pytest.raises(
+        ArtifactError,
+        match=r"^nothing answers at the server at http://127.0.0.1:9 \(url_off, the "
+        r"OFF arm\) .*start the server first, or fix the URL$",
+    ) as err:
         execute_plan(cfg, load_plan("main"), tmp_path)
     assert time.monotonic() - t0 < 10 and "\n" not in str(err.value)
 
 
 def test_no_code_outside_its_package_names_the_engine():
     """The engine is one folder plus its registry line: nothing else in the artifact's code names it."""
-    out = subprocess.run(["git", "grep", "-n", "-I", "-E", r"engines\.endpoint|[\"']endpoint[\"']", "--", "artifact",
-                          ":!artifact/engines/endpoint"], cwd=REPO, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            "git",
+            "grep",
+            "-n",
+            "-I",
+            "-E",
+            r"engines\.endpoint|[\"']endpoint[\"']",
+            "--",
+            "artifact",
+            ":!artifact/engines/endpoint",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     lines = [x for x in out.stdout.splitlines() if x]
     assert [x.split(":", 2)[0] for x in lines] == ["artifact/engines/__init__.py"], lines
 
@@ -138,6 +166,7 @@ def test_the_server_family_is_what_the_server_reports_as_owned_by_and_never_gues
 
 def test_a_server_answering_html_is_a_one_line_error_naming_the_url_in_seconds(tmp_path):
     """A real HTTP server that is not an OpenAI-compatible one (a web page on the port): one line, which URL, why."""
+
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = b"<!DOCTYPE html>\n<html>\n<body>\n<h1>It works!</h1>\n</body>\n</html>\n"
@@ -162,8 +191,10 @@ def test_a_server_answering_html_is_a_one_line_error_naming_the_url_in_seconds(t
     finally:
         httpd.shutdown()
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith(f"the server at http://127.0.0.1:{port} (url_off, the OFF arm) answered "
-                                             "GET /v1/models with HTTP 200 (text/html): not an OpenAI-compatible")
+    assert "\n" not in msg and msg.startswith(
+        f"the server at http://127.0.0.1:{port} (url_off, the OFF arm) answered "
+        "GET /v1/models with HTTP 200 (text/html): not an OpenAI-compatible"
+    )
 
 
 def run_args(**kw):
@@ -174,8 +205,25 @@ def run_args(**kw):
 def test_the_budget_and_the_timeouts_are_command_line_options():
     from artifact.cli import budgeted, parser
 
-    args = parser().parse_args(["run", "endpoint", "--episodes", "3", "--turns", "2", "--steps", "4", "--n-predict",
-                                "64", "--startup-timeout", "30", "--request-timeout", "90", "--dry-run"])
+    args = parser().parse_args(
+        [
+            "run",
+            "endpoint",
+            "--episodes",
+            "3",
+            "--turns",
+            "2",
+            "--steps",
+            "4",
+            "--n-predict",
+            "64",
+            "--startup-timeout",
+            "30",
+            "--request-timeout",
+            "90",
+            "--dry-run",
+        ]
+    )
     cfg = budgeted(load_config("endpoint"), args)
     assert cfg.workload.settings["max_turns"] == 2 and cfg.workload.settings["max_steps_per_turn"] == 4
     assert cfg.workload.n_predict == 64 and args.episodes == 3 and args.dry_run
@@ -194,8 +242,9 @@ def test_the_engine_timeouts_are_not_part_of_what_a_run_resumes_by():
     cfg = load_config("demo-smollm2-cpu")
     plan = load_plan("main")
     made = fingerprints(cfg, plan, ["e0"], {"data": 1})
-    slower = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, startup_timeout_s=999.0,
-                                                                 request_timeout_s=5.0))
+    slower = dataclasses.replace(
+        cfg, engine=dataclasses.replace(cfg.engine, startup_timeout_s=999.0, request_timeout_s=5.0)
+    )
     now = fingerprints(slower, plan, ["e0"], {"data": 1})
     manifest = {"fingerprint": made.resume, "config_data": cfg.as_dict()}
     assert now.resume != made.resume and resumes(now, manifest) and not resumes(now.resume, manifest)
@@ -204,6 +253,7 @@ def test_the_engine_timeouts_are_not_part_of_what_a_run_resumes_by():
 
 
 # --- llama-server ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def llama_urls(tmp_path_factory):
@@ -259,11 +309,14 @@ def test_llama_server_one_server_per_arm_decides_rq1_from_what_the_off_server_re
     off_manifests = [runs[("off", k)].manifest for k in (1, 2)]
 
     # resumed with other engine timeouts: the complete sessions are reused, nothing is sent again
-    slower = dataclasses.replace(cfg := endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]),
-                                 engine=dataclasses.replace(cfg.engine, startup_timeout_s=33, request_timeout_s=999))
+    slower = dataclasses.replace(
+        cfg := endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]),
+        engine=dataclasses.replace(cfg.engine, startup_timeout_s=33, request_timeout_s=999),
+    )
     execute_plan(slower, load_plan("main"), tmp_path)
-    assert {r.path: r.manifest["fingerprint"] for r in find_runs(tmp_path)} == \
-        {r.path: r.manifest["fingerprint"] for r in runs.values()}
+    assert {r.path: r.manifest["fingerprint"] for r in find_runs(tmp_path)} == {
+        r.path: r.manifest["fingerprint"] for r in runs.values()
+    }
 
     # the same servers again, into new results: the ON server has served these prompts, so ON run 1 starts warm,
     # the records say so, and check does not decide RQ2 on it. The new results start with this run's complete OFF
@@ -271,26 +324,41 @@ def test_llama_server_one_server_per_arm_decides_rq1_from_what_the_off_server_re
     plan_dir = on1.path.parent
     again = tmp_path / "again" / plan_dir.relative_to(tmp_path)
     shutil.copytree(plan_dir, again, ignore=lambda d, names: [n for n in names if n.startswith("on-run")])
-    runs, claims = protocol_and_check(endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]),
-                                      tmp_path / "again")
+    runs, claims = protocol_and_check(
+        endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"]), tmp_path / "again"
+    )
     assert [runs[("off", k)].manifest["started_at"] for k in (1, 2)] == [off["started_at"] for off in off_manifests]
     first = runs[("on", 1)].requests[0]
     assert first["cache_n"] > 0 and first["engine_extra"]["cached_before_session"] == first["cache_n"]
     assert claims["RQ2"]["status"] == "INCONCLUSIVE", claims["RQ2"]
-    assert (f"on-run1 did not start cold: episode multi_turn_base_0 request 0 was served {first['cache_n']} cached "
-            "prompt tokens its session had not sent") in reasons(claims["RQ2"])
+    assert (
+        f"on-run1 did not start cold: episode multi_turn_base_0 request 0 was served {first['cache_n']} cached "
+        "prompt tokens its session had not sent"
+    ) in reasons(claims["RQ2"])
     assert claims["RQ1"]["status"] == "PASS", claims["RQ1"]
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("name, quant, message", [
-    ("Llama-3.1-8B-Instruct", "Q8_0", "reports its model is Q4_K - Medium, 135M parameters (/v1/models meta, /props), "
-                                      "the configuration declares 'Llama-3.1-8B-Instruct' Q8_0"),
-    ("SmolLM2-1.7B-Instruct", "Q4_K_M", "reports a 135M-parameter model (/v1/models meta.n_params), the configuration "
-                                        "declares 'SmolLM2-1.7B-Instruct' (1,700M)"),
-])
-def test_a_declared_model_the_server_does_not_report_is_a_one_line_error_before_any_request(llama_urls, tmp_path,
-                                                                                             name, quant, message):
+@pytest.mark.parametrize(
+    "name, quant, message",
+    [
+        (
+            "Llama-3.1-8B-Instruct",
+            "Q8_0",
+            "reports its model is Q4_K - Medium, 135M parameters (/v1/models meta, /props), "
+            "the configuration declares 'Llama-3.1-8B-Instruct' Q8_0",
+        ),
+        (
+            "SmolLM2-1.7B-Instruct",
+            "Q4_K_M",
+            "reports a 135M-parameter model (/v1/models meta.n_params), the configuration "
+            "declares 'SmolLM2-1.7B-Instruct' (1,700M)",
+        ),
+    ],
+)
+def test_a_declared_model_the_server_does_not_report_is_a_one_line_error_before_any_request(
+    llama_urls, tmp_path, name, quant, message
+):
     cfg = endpoint_cfg(url_on=llama_urls["on"], url_off=llama_urls["off"])
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=name, quant=quant))
     with pytest.raises(ArtifactError, match=re.escape(message)) as err:
@@ -304,14 +372,36 @@ def test_the_dry_run_says_what_the_servers_can_decide_and_how_long_the_budget_ta
     from artifact.cli import main
 
     t0 = time.monotonic()
-    assert main(["run", "endpoint", "--dry-run", "--engine-setting", f"url_on={llama_urls['on']}",
-                 "--engine-setting", f"url_off={llama_urls['off']}", "--episodes", "2", "--turns", "1",
-                 "--steps", "1", "--n-predict", "12"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "endpoint",
+                "--dry-run",
+                "--engine-setting",
+                f"url_on={llama_urls['on']}",
+                "--engine-setting",
+                f"url_off={llama_urls['off']}",
+                "--episodes",
+                "2",
+                "--turns",
+                "1",
+                "--steps",
+                "1",
+                "--n-predict",
+                "12",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert time.monotonic() - t0 < 300
     assert re.search(r"timed: OFF [\d.]+ s for a [\d,]+-token prompt and 12 generated tokens; ON ", out), out
-    assert re.search(r"budget: 2 episodes x 4 runs \(off, on x 2\), about 2 requests per episode \(at most 2 per "
-                     r"episode\), .*: about \d+ min", out), out
+    assert re.search(
+        r"budget: 2 episodes x 4 runs \(off, on x 2\), about 2 requests per episode \(at most 2 per "
+        r"episode\), .*: about \d+ min",
+        out,
+    ), out
     assert "RQ1 (cache-OFF reruns identical): yes" in out and "RQ4 (a second engine): NOT-RUN" in out
     assert "quantization held: the server's file type" in out and "cold start of ON run 1: none" in out
 
@@ -363,9 +453,11 @@ def test_a_model_the_servers_do_not_serve_is_refused_before_any_request(llama_ur
 # Served in bf16 on a 2-core CPU (no bf16 instructions) each request took 6-11 minutes; served as the
 # other vLLM server tests (float32, eager: tests/budget.py) both passed in 168 s (docs/own-server.md). They run
 # when asked: CI's run is 44 of its 45 minutes without them.
-VLLM_ENDPOINT = pytest.mark.skipif(os.environ.get("ARTIFACT_ENDPOINT_VLLM_TEST") != "1",
-                                   reason="NOT RUN unless ARTIFACT_ENDPOINT_VLLM_TEST=1 (.ci/run sets it): the "
-                                          "endpoint protocol on a user-started vLLM CPU server (~3 min on 2 cores)")
+VLLM_ENDPOINT = pytest.mark.skipif(
+    os.environ.get("ARTIFACT_ENDPOINT_VLLM_TEST") != "1",
+    reason="NOT RUN unless ARTIFACT_ENDPOINT_VLLM_TEST=1 (.ci/run sets it): the "
+    "endpoint protocol on a user-started vLLM CPU server (~3 min on 2 cores)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -373,8 +465,15 @@ def vllm_url(tmp_path_factory):
     """One user-started vLLM server with prefix caching on and cache use reported in usage (its own flag), so that
     cache_salt switches the cache per request."""
     log = tmp_path_factory.mktemp("vllm-user-server") / "vllm.log"
-    with vllm_server(log, "--enable-prefix-caching", "--enable-prompt-tokens-details",
-                     "--generation-config", "vllm", "--max-num-batched-tokens", "8192") as url:
+    with vllm_server(
+        log,
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--generation-config",
+        "vllm",
+        "--max-num-batched-tokens",
+        "8192",
+    ) as url:
         yield url
 
 

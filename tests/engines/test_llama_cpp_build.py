@@ -21,14 +21,18 @@ def _project(root: Path) -> None:
     (root / "tools" / "server").mkdir(parents=True)
     (root / "tools" / "mtmd").mkdir()
     (root / "tools" / "cli").mkdir()
-    (root / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.19)\nproject(llama.cpp C)\n"
-                                         "add_subdirectory(tools)\n")
-    (root / "tools" / "CMakeLists.txt").write_text("add_subdirectory(mtmd)\nadd_subdirectory(server)\n"
-                                                   "add_subdirectory(cli)\n")
-    (root / "tools" / "mtmd" / "CMakeLists.txt").write_text("add_library(mtmd STATIC m.c)\n"
-                                                            "add_executable(llama-mtmd-cli c.c)\n")
-    (root / "tools" / "server" / "CMakeLists.txt").write_text("add_executable(llama-server s.c)\n"
-                                                              "target_link_libraries(llama-server mtmd)\n")
+    (root / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.19)\nproject(llama.cpp C)\nadd_subdirectory(tools)\n"
+    )
+    (root / "tools" / "CMakeLists.txt").write_text(
+        "add_subdirectory(mtmd)\nadd_subdirectory(server)\nadd_subdirectory(cli)\n"
+    )
+    (root / "tools" / "mtmd" / "CMakeLists.txt").write_text(
+        "add_library(mtmd STATIC m.c)\nadd_executable(llama-mtmd-cli c.c)\n"
+    )
+    (root / "tools" / "server" / "CMakeLists.txt").write_text(
+        "add_executable(llama-server s.c)\ntarget_link_libraries(llama-server mtmd)\n"
+    )
     (root / "tools" / "cli" / "CMakeLists.txt").write_text("add_executable(llama-cli c.c)\n")
     (root / "tools" / "mtmd" / "m.c").write_text("int mtmd(void) { return 0; }\n")
     (root / "tools" / "server" / "s.c").write_text("int mtmd(void);\nint main(void) { return mtmd(); }\n")
@@ -41,10 +45,22 @@ def test_only_the_named_programs_and_what_they_link_are_built(tmp_path):
     src, build = tmp_path / "src", tmp_path / "build"
     _project(src)
     include = tmp_path / "only-targets.cmake"
-    include.write_text(subprocess.run(["bash", str(SCRIPT), "--only-targets-cmake"], check=True,
-                                      capture_output=True, text=True).stdout)
-    subprocess.run(["cmake", "-S", str(src), "-B", str(build), f"-DCMAKE_PROJECT_INCLUDE={include}",
-                    "-DARTIFACT_LLAMA_TARGETS=llama-server"], check=True, capture_output=True)
+    include.write_text(
+        subprocess.run(["bash", str(SCRIPT), "--only-targets-cmake"], check=True, capture_output=True, text=True).stdout
+    )
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(src),
+            "-B",
+            str(build),
+            f"-DCMAKE_PROJECT_INCLUDE={include}",
+            "-DARTIFACT_LLAMA_TARGETS=llama-server",
+        ],
+        check=True,
+        capture_output=True,
+    )
     subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
     built = {p.name for p in build.rglob("*") if p.is_file() and p.name.startswith(("llama-", "libmtmd"))}
     assert built == {"llama-server", "libmtmd.a"}  # the server and the library it links; no other program

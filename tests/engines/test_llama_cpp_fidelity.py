@@ -68,8 +68,13 @@ def test_host_prompt_cache_serves_a_returning_prompt_in_main_and_not_in_cram0(cf
     assert cached < 16, (cached, total)  # recomputed: only the shared first tokens
     # A pinned slot with similarity selection off bypasses the host cache even at 8192 MiB: the condition the
     # artifact used to run by mistake (id_slot 0, -sps 0).
-    pinned = dataclasses.replace(main, name="pinned", engine_settings={"llama_cpp": {
-        **main.engine_settings["llama_cpp"], "pin_slot": True, "slot_prompt_similarity": 0.0}})
+    pinned = dataclasses.replace(
+        main,
+        name="pinned",
+        engine_settings={
+            "llama_cpp": {**main.engine_settings["llama_cpp"], "pin_slot": True, "slot_prompt_similarity": 0.0}
+        },
+    )
     cached, _ = a_b_a(cfg, pinned, tmp_path)
     assert cached < 16
 
@@ -77,11 +82,12 @@ def test_host_prompt_cache_serves_a_returning_prompt_in_main_and_not_in_cram0(cf
 def test_plans_carry_their_cache_condition_as_data(cfg):
     plans = {name: load_plan(name) for name in ("main", "cram0", "fresh", "bridge")}
     conditions = {n: llama_server.cache_condition(llama_server.ENGINE.settings(cfg, p)) for n, p in plans.items()}
-    assert conditions["main"] == {"server_args": ["--cache-ram", "8192", "-sps", "0.1", "--cache-idle-slots"],
-                                  "request": {"id_slot": -1},
-                                  "description": "host prompt cache 8192 MiB (--cache-ram), slot chosen by the server",
-                                  "settings": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1,
-                                               "pin_slot": False}}
+    assert conditions["main"] == {
+        "server_args": ["--cache-ram", "8192", "-sps", "0.1", "--cache-idle-slots"],
+        "request": {"id_slot": -1},
+        "description": "host prompt cache 8192 MiB (--cache-ram), slot chosen by the server",
+        "settings": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1, "pin_slot": False},
+    }
     assert conditions["cram0"]["server_args"][:2] == ["--cache-ram", "0"]
     assert conditions["fresh"] == conditions["main"] and plans["fresh"].lifecycle == "fresh"
 
@@ -93,8 +99,13 @@ def test_a_user_config_file_cannot_reach_the_server(cfg, tmp_path, monkeypatch):
     (home / ".config" / "llama.cpp" / "config.ini").write_text("ctx-size = 512\n")
     binary = resolve_binary(cfg.engine.binary)
     # Control: the same binary, given this HOME, does read the file.
-    seen = subprocess.run([str(binary), "--version"], env={"HOME": str(home), "PATH": os.environ["PATH"]},
-                          capture_output=True, text=True, timeout=60)
+    seen = subprocess.run(
+        [str(binary), "--version"],
+        env={"HOME": str(home), "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert llama_server.CONFIG_FILE_LOG_LINE in seen.stdout + seen.stderr
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
@@ -106,8 +117,9 @@ def test_a_user_config_file_cannot_reach_the_server(cfg, tmp_path, monkeypatch):
 @pytest.mark.server
 def test_a_server_that_says_it_used_a_config_file_is_refused(cfg, tmp_path):
     wrapper = tmp_path / "llama-server"
-    wrapper.write_text(f"#!/bin/sh\necho 'using config file: /somewhere/config.ini'\n"
-                       f"exec {resolve_binary(cfg.engine.binary)} \"$@\"\n")
+    wrapper.write_text(
+        f"#!/bin/sh\necho 'using config file: /somewhere/config.ini'\nexec {resolve_binary(cfg.engine.binary)} \"$@\"\n"
+    )
     wrapper.chmod(0o755)
     wrapped = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, binary=str(wrapper)))
     with pytest.raises(ArtifactError, match="applied a configuration file"):
@@ -135,6 +147,7 @@ def test_llama_arg_and_other_variables_never_reach_the_server(tmp_path, monkeypa
 
 
 # -- the pairing fingerprint ------------------------------------------------------------------------------------
+
 
 @pytest.mark.server  # needs the built llama-server (its binary is hashed or started)
 def test_engine_identity_covers_binary_args_requests_and_threads(cfg, tmp_path):
@@ -172,6 +185,7 @@ def test_pairing_fingerprint_covers_workload_data_and_is_the_same_for_both_arms(
 
 # -- configurations validated against what exists --------------------------------------------------------------
 
+
 def test_an_engine_kind_that_is_not_implemented_is_refused(cfg, tmp_path):
     other = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, kind="sglang"))
     with pytest.raises(ArtifactError, match="engine.kind = 'sglang' is not implemented"):
@@ -194,12 +208,20 @@ def test_step_limit_is_bfcls_a_turn_makes_at_most_limit_plus_one_requests():
         calls.append(step)
         return "[ls()]", 0, 0
 
-    result = bfcl.run_episode(episode, "qwen", "ep_steps", always_calls_a_tool, prompt_variant="python",
-                              max_steps_per_turn=3, log=io.StringIO())
+    result = bfcl.run_episode(
+        episode,
+        "qwen",
+        "ep_steps",
+        always_calls_a_tool,
+        prompt_variant="python",
+        max_steps_per_turn=3,
+        log=io.StringIO(),
+    )
     assert len(calls) == 4 and result.n_requests == 4 and result.verdict != "valid"
 
 
 # -- infrastructure failures end the run, never an episode ------------------------------------------------------
+
 
 class FaultProxy(http.server.ThreadingHTTPServer):
     """Forwards to a real llama-server; the `fail_at`-th /completion is answered by `fault(response_json)`."""
@@ -238,8 +260,9 @@ def run_through_fault(cfg, tmp_path, monkeypatch, fault):
         proxy = FaultProxy(f"http://127.0.0.1:{self.proc.port}", 1, fault)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         proxies.append(proxy)
-        self.proc.client = httpx.Client(base_url=f"http://127.0.0.1:{proxy.server_address[1]}", timeout=600,
-                                        trust_env=False)
+        self.proc.client = httpx.Client(
+            base_url=f"http://127.0.0.1:{proxy.server_address[1]}", timeout=600, trust_env=False
+        )
         return self
 
     monkeypatch.setattr(LlamaServer, "start", start_behind_proxy)
@@ -258,8 +281,9 @@ def run_through_fault(cfg, tmp_path, monkeypatch, fault):
 
 @pytest.mark.server
 def test_http_5xx_fails_the_run_not_the_episode_fault_proxy(cfg, tmp_path, monkeypatch):
-    message = run_through_fault(cfg, tmp_path, monkeypatch,
-                                lambda body: (500, b'{"error": {"code": 500, "message": "boom", "type": "server"}}'))
+    message = run_through_fault(
+        cfg, tmp_path, monkeypatch, lambda body: (500, b'{"error": {"code": 500, "message": "boom", "type": "server"}}')
+    )
     assert "HTTP 500" in message and "boom" in message
 
 
@@ -291,19 +315,34 @@ def test_a_full_disk_fails_the_run_not_the_episode(cfg, tmp_path, monkeypatch):
 
 # -- one writer per results directory ---------------------------------------------------------------------------
 
+
 def test_a_second_writer_on_the_same_plan_directory_is_refused(tmp_path):
     pdir = tmp_path / "results" / "demo-smollm2-agent-cpu" / "main"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from artifact.protocol.sessions import "
-         "plan_lock\nwith plan_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(60)", str(pdir)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from artifact.protocol.sessions import "
+            "plan_lock\nwith plan_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(60)",
+            str(pdir),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         (pdir / "off-run1").mkdir()
         (pdir / "off-run1" / "marker").write_text("live run")
-        r = subprocess.run([sys.executable, "-m", "artifact", "run", "demo-smollm2-cpu", "--results",
-                            str(tmp_path / "results")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "artifact", "run", "demo-smollm2-cpu", "--results", str(tmp_path / "results")],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         error = r.stderr.strip().splitlines()[-1]  # (a warning line precedes it when pytest runs unisolated)
         assert r.returncode == 2 and error.startswith("error: ") and "is being written by pid" in error
         assert (pdir / "off-run1" / "marker").read_text() == "live run"  # nothing moved away
@@ -314,19 +353,37 @@ def test_a_second_writer_on_the_same_plan_directory_is_refused(tmp_path):
 
 # -- secrets out of reach, network isolation recorded -----------------------------------------------------------
 
+
 @pytest.mark.server
 def test_a_run_through_run_sh_starts_without_secrets_and_without_network(tmp_path):
     config = tmp_path / "tiny.toml"
     text = (REPO / "configs" / "demo-smollm2-cpu.toml").read_text()
-    for old, new in [("max_steps_per_turn = 3 ", "max_steps_per_turn = 0 "), ("max_turns = 2", "max_turns = 1"),
-                     ("n_predict = 192", "n_predict = 8")]:
+    for old, new in [
+        ("max_steps_per_turn = 3 ", "max_steps_per_turn = 0 "),
+        ("max_turns = 2", "max_turns = 1"),
+        ("n_predict = 192", "n_predict = 8"),
+    ]:
         text = text.replace(old, new)
     config.write_text(text)
     env = {**os.environ, "SERVICE_API_TOKEN": "sekrit", "AWS_SECRET_ACCESS_KEY": "sekrit"}
     env.pop("ARTIFACT_ALLOW_NETWORK", None)
-    r = subprocess.run([str(REPO / "run.sh"), "run", str(config), "--plan", "cram0", "--episodes", "1",
-                        "--results", str(tmp_path / "results")], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [
+            str(REPO / "run.sh"),
+            "run",
+            str(config),
+            "--plan",
+            "cram0",
+            "--episodes",
+            "1",
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     for run in find_runs(tmp_path / "results"):
         iso = run.manifest["isolation"]
@@ -360,23 +417,39 @@ def test_the_recorded_command_line_and_binary_are_held_against_the_identity(cfg)
     settings = Settings(ubatch_size=512, flash_attn="on", cache_ram_mib=0)
     files = {"llama-server": "aa" * 32, "libggml.so": "bb" * 32}
     combined = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-    ident = {"engine": "llama.cpp", "binary_sha256": "aa" * 32, "binary_files_sha256": combined,
-             "server_args": server_args(cfg, settings, f"<model sha256 {cfg.model.sha256}>", "<port>"),
-             "request_fields": {"id_slot": -1}}
-    m = {"model": {"sha256": cfg.model.sha256}, "pairing_inputs": {"engine": ident},
-         "server_cmd": ["/bin/llama-server"] + server_args(cfg, settings, "/models/x.gguf", "40001"),
-         "binary": {"path": "/bin/llama-server", "sha256": "aa" * 32, "files_sha256": combined, "files": files},
-         "cache_condition": cache_condition(settings)}
+    ident = {
+        "engine": "llama.cpp",
+        "binary_sha256": "aa" * 32,
+        "binary_files_sha256": combined,
+        "server_args": server_args(cfg, settings, f"<model sha256 {cfg.model.sha256}>", "<port>"),
+        "request_fields": {"id_slot": -1},
+    }
+    m = {
+        "model": {"sha256": cfg.model.sha256},
+        "pairing_inputs": {"engine": ident},
+        "server_cmd": ["/bin/llama-server"] + server_args(cfg, settings, "/models/x.gguf", "40001"),
+        "binary": {"path": "/bin/llama-server", "sha256": "aa" * 32, "files_sha256": combined, "files": files},
+        "cache_condition": cache_condition(settings),
+    }
     assert ENGINE.manifest_problem(m) is None
     shown = ENGINE.command_settings(m)
-    assert shown == {"ubatch_size": 512, "flash_attn": settings.flash_attn, "gpu_layers": settings.gpu_layers,
-                     "slots": 1, "cache_ram_mib": 0, "slot_prompt_similarity": 0.1, "pin_slot": False}
+    assert shown == {
+        "ubatch_size": 512,
+        "flash_attn": settings.flash_attn,
+        "gpu_layers": settings.gpu_layers,
+        "slots": 1,
+        "cache_ram_mib": 0,
+        "slot_prompt_similarity": 0.1,
+        "pin_slot": False,
+    }
     edited = {**m, "server_cmd": [a if a != "512" else "1" for a in m["server_cmd"]]}
     assert "the server ran another command line" in ENGINE.manifest_problem(edited)
-    assert "not the one the runs were paired by" in ENGINE.manifest_problem({**m, "binary": {**m["binary"],
-                                                                                              "sha256": "cc" * 32}})
+    assert "not the one the runs were paired by" in ENGINE.manifest_problem(
+        {**m, "binary": {**m["binary"], "sha256": "cc" * 32}}
+    )
     assert "is not the digest of binary.files" in ENGINE.manifest_problem(
-        {**m, "binary": {**m["binary"], "files": {**files, "libggml.so": "dd" * 32}}})
+        {**m, "binary": {**m["binary"], "files": {**files, "libggml.so": "dd" * 32}}}
+    )
 
 
 def test_a_model_pinned_file_by_file_is_named_by_its_first_file_in_the_pairing_and_the_check():
@@ -389,10 +462,14 @@ def test_a_model_pinned_file_by_file_is_named_by_its_first_file_in_the_pairing_a
     cfg = read_config("paper/qwen2.5-7b-q4_k_m")
     first = cfg.model.files[0].sha256
     assert cfg.model.sha256 == "" and model_file_sha256(cfg) == first
-    manifest = {"model": {"sha256": "", "files": [{"name": f.name, "sha256": f.sha256} for f in cfg.model.files]},
-                "pairing_inputs": {"engine": {"server_args": ["-m", f"<model sha256 {first}>", "--port", "<port>"]}},
-                "server_cmd": ["llama-server", "-m", "/w/qwen-00001-of-00002.gguf", "--port", "8080"]}
+    manifest = {
+        "model": {"sha256": "", "files": [{"name": f.name, "sha256": f.sha256} for f in cfg.model.files]},
+        "pairing_inputs": {"engine": {"server_args": ["-m", f"<model sha256 {first}>", "--port", "<port>"]}},
+        "server_cmd": ["llama-server", "-m", "/w/qwen-00001-of-00002.gguf", "--port", "8080"],
+    }
     assert manifest_problem(manifest) is None
-    other = {**manifest, "pairing_inputs": {"engine": {"server_args": ["-m", f"<model sha256 {'0' * 64}>", "--port",
-                                                                       "<port>"]}}}
+    other = {
+        **manifest,
+        "pairing_inputs": {"engine": {"server_args": ["-m", f"<model sha256 {'0' * 64}>", "--port", "<port>"]}},
+    }
     assert "names model sha256 000000000000" in manifest_problem(other)

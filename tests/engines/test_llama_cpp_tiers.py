@@ -34,8 +34,12 @@ MAIN_CMD = ["llama-server", "-m", "m.gguf", "--cache-ram", "8192", "-sps", "0.1"
 
 
 def rec(cache_n, prompt_tokens, prompt_n=None, error=None):
-    return {"cache_n": cache_n, "prompt_tokens": prompt_tokens,
-            "prompt_n": prompt_tokens - (cache_n or 0) if prompt_n is None else prompt_n, "error": error}
+    return {
+        "cache_n": cache_n,
+        "prompt_tokens": prompt_tokens,
+        "prompt_n": prompt_tokens - (cache_n or 0) if prompt_n is None else prompt_n,
+        "error": error,
+    }
 
 
 def test_parse_log_reads_one_selection_per_completion_with_its_computed_tokens():
@@ -51,19 +55,22 @@ def test_server_cache_settings_come_from_the_recorded_command_line_with_llama_se
     assert server_cache(["llama-server"]) == ServerCache(True, 0.1)  # b10435's defaults: 8192 MiB, 0.1
 
 
-@pytest.mark.parametrize("sel, record, cache, tier, certain", [
-    (Selection("lru"), rec(0, 3776), ServerCache(True, 0.1), "none", True),
-    (Selection("lcp", 0.983, 0.1, 1.0), rec(3810, 3876), ServerCache(True, 0.1), "slot", True),
-    (Selection("lru"), rec(3745, 3793), ServerCache(True, 0.1), "host", True),  # 3745 > 0.1 x 3793
-    (Selection("lru"), rec(200, 3793), ServerCache(True, 0.1), "slot_or_host", False),  # within the slot's reach
-    (Selection("lru"), rec(200, 3793), ServerCache(False, 0.1), "slot", True),  # --cache-ram 0
-    (Selection("lcp", 0.300, 0.1, 0.4), rec(2000, 4000), ServerCache(True, 0.1), "host", True),  # > 0.3005 x 4000
-    (Selection("lcp", 0.300, 0.1, 0.4), rec(1200, 4000), ServerCache(True, 0.1), "slot_or_host", False),
-    (Selection("lcp", 0.300, 0.1, 0.4), rec(150, 500), ServerCache(True, 0.1), "slot", True),  # band < 1 token
-    (Selection("id"), rec(300, 500), ServerCache(True, 0.0), "slot", True),  # pinned, similarity off
-    (Selection("id"), rec(300, 500), ServerCache(True, 0.1), "slot_or_host", False),
-    (Selection("lru"), rec(None, 500), ServerCache(True, 0.1), "unknown", False),
-])
+@pytest.mark.parametrize(
+    "sel, record, cache, tier, certain",
+    [
+        (Selection("lru"), rec(0, 3776), ServerCache(True, 0.1), "none", True),
+        (Selection("lcp", 0.983, 0.1, 1.0), rec(3810, 3876), ServerCache(True, 0.1), "slot", True),
+        (Selection("lru"), rec(3745, 3793), ServerCache(True, 0.1), "host", True),  # 3745 > 0.1 x 3793
+        (Selection("lru"), rec(200, 3793), ServerCache(True, 0.1), "slot_or_host", False),  # within the slot's reach
+        (Selection("lru"), rec(200, 3793), ServerCache(False, 0.1), "slot", True),  # --cache-ram 0
+        (Selection("lcp", 0.300, 0.1, 0.4), rec(2000, 4000), ServerCache(True, 0.1), "host", True),  # > 0.3005 x 4000
+        (Selection("lcp", 0.300, 0.1, 0.4), rec(1200, 4000), ServerCache(True, 0.1), "slot_or_host", False),
+        (Selection("lcp", 0.300, 0.1, 0.4), rec(150, 500), ServerCache(True, 0.1), "slot", True),  # band < 1 token
+        (Selection("id"), rec(300, 500), ServerCache(True, 0.0), "slot", True),  # pinned, similarity off
+        (Selection("id"), rec(300, 500), ServerCache(True, 0.1), "slot_or_host", False),
+        (Selection("lru"), rec(None, 500), ServerCache(True, 0.1), "unknown", False),
+    ],
+)
 def test_attribution_rules(sel, record, cache, tier, certain):
     got = attribute(sel, record, cache)
     assert (got.tier, got.certain) == (tier, certain), got.evidence
@@ -78,9 +85,14 @@ def test_a_session_whose_log_does_not_line_up_with_its_records_is_unknown_not_gu
     wrong = [dict(r) for r in records]
     wrong[1]["prompt_n"] = 65  # the log says 66
     assert session_tiers({"server_cmd": MAIN_CMD}, wrong, LOG)[1] == Tier(
-        "unknown", False, "request 1 of the session computed 65 prompt tokens, its log line says 66")
-    assert [t.tier for t in session_tiers({"server_cmd": MAIN_CMD}, records, None)] == \
-        ["none", "unknown", "none", "unknown"]
+        "unknown", False, "request 1 of the session computed 65 prompt tokens, its log line says 66"
+    )
+    assert [t.tier for t in session_tiers({"server_cmd": MAIN_CMD}, records, None)] == [
+        "none",
+        "unknown",
+        "none",
+        "unknown",
+    ]
 
 
 def test_engines_declare_their_tiers_and_vllm_attributes_to_its_one_tier():
@@ -106,8 +118,9 @@ def test_known_tiers_on_the_real_server(tmp_path):
     with LlamaServer(cfg, plan, verified_weights(cfg.model), log) as server:
         for prompt in (PROMPT_A, PROMPT_A + " and a pear", PROMPT_B, PROMPT_A):
             c = server.complete(prompt, 4, True)
-            records.append({"cache_n": c.cache_n, "prompt_tokens": c.prompt_tokens, "prompt_n": c.prompt_n,
-                            "error": None})
+            records.append(
+                {"cache_n": c.cache_n, "prompt_tokens": c.prompt_tokens, "prompt_n": c.prompt_n, "error": None}
+            )
         cmd = server.cmd
     tiers = engines.get("llama.cpp").request_tiers({"server_cmd": cmd}, records, log.read_text())
     assert [t.tier for t in tiers] == ["none", "slot", "none", "host"], [(t.tier, t.evidence) for t in tiers]

@@ -29,12 +29,27 @@ vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching
 
 def body(tokens, tops, finish="stop", stop_reason=None, cached=None):
     return {
-        "choices": [{"index": 0, "text": "ab", "token_ids": tokens, "finish_reason": finish,
-                     "stop_reason": stop_reason,
-                     "logprobs": {"tokens": [f"token_id:{t}" for t in tokens], "token_logprobs": [0.0] * len(tokens),
-                                  "top_logprobs": tops, "text_offset": [0] * len(tokens)}}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": len(tokens), "total_tokens": 10 + len(tokens),
-                  "prompt_tokens_details": None if cached is None else {"cached_tokens": cached}},
+        "choices": [
+            {
+                "index": 0,
+                "text": "ab",
+                "token_ids": tokens,
+                "finish_reason": finish,
+                "stop_reason": stop_reason,
+                "logprobs": {
+                    "tokens": [f"token_id:{t}" for t in tokens],
+                    "token_logprobs": [0.0] * len(tokens),
+                    "top_logprobs": tops,
+                    "text_offset": [0] * len(tokens),
+                },
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": len(tokens),
+            "total_tokens": 10 + len(tokens),
+            "prompt_tokens_details": None if cached is None else {"cached_tokens": cached},
+        },
     }
 
 
@@ -51,14 +66,17 @@ def test_a_response_becomes_token_ids_and_ranked_top2(vcfg):
     assert parse_choice(body([7], tops[:1], finish="length"))[3] == "limit"
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda b: b["choices"][0]["logprobs"]["tokens"].__setitem__(0, "hello"), "not 'token_id:N'"),
-    (lambda b: b["choices"][0].__setitem__("token_ids", [8]), "disagree"),
-    (lambda b: b["choices"][0]["logprobs"]["top_logprobs"].pop(), "do not match"),
-    (lambda b: b.pop("usage"), "'usage'"),
-    (lambda b: b["choices"][0].__setitem__("finish_reason", "abort"), "abort"),
-    (lambda b: b.__setitem__("choices", []), "0 choices"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda b: b["choices"][0]["logprobs"]["tokens"].__setitem__(0, "hello"), "not 'token_id:N'"),
+        (lambda b: b["choices"][0].__setitem__("token_ids", [8]), "disagree"),
+        (lambda b: b["choices"][0]["logprobs"]["top_logprobs"].pop(), "do not match"),
+        (lambda b: b.pop("usage"), "'usage'"),
+        (lambda b: b["choices"][0].__setitem__("finish_reason", "abort"), "abort"),
+        (lambda b: b.__setitem__("choices", []), "0 choices"),
+    ],
+)
 def test_a_malformed_response_is_a_one_line_fatal_error(mutate, message):
     b = body([7], [{"token_id:7": -0.1, "token_id:9": -2.5}])
     mutate(b)
@@ -103,17 +121,20 @@ def test_the_gsm8k_bridge_is_refused_on_vllm_before_anything_starts(vcfg, tmp_pa
 
     cfg = tmp_path / "vllm-gsm8k.toml"
     cfg.write_text(f'extends = "{vcfg.path}"\nname = "vllm-gsm8k"\n[workload]\nname = "gsm8k"\nepisodes = 2\n')
-    with pytest.raises(ArtifactError, match="needs arm 'bridge', per request cache switch, which engine vllm does "
-                                            "not have"):
+    with pytest.raises(
+        ArtifactError, match="needs arm 'bridge', per request cache switch, which engine vllm does not have"
+    ):
         execute(str(cfg), "bridge", None, tmp_path / "results")
     assert not (tmp_path / "results").exists()
 
 
 def test_flags_the_adapter_owns_cannot_be_overridden(vcfg):
-    for extra, message in [(("--dtype", "bfloat16", "--disable-log-stats"), "--disable-log-stats"),
-                           (("--dtype", "bfloat16", "--enable-prefix-caching"), "--enable-prefix-caching"),
-                           (("--max-num-seqs=4", "--dtype", "bfloat16"), "--max-num-seqs"),
-                           ((), "--dtype explicitly")]:
+    for extra, message in [
+        (("--dtype", "bfloat16", "--disable-log-stats"), "--disable-log-stats"),
+        (("--dtype", "bfloat16", "--enable-prefix-caching"), "--enable-prefix-caching"),
+        (("--max-num-seqs=4", "--dtype", "bfloat16"), "--max-num-seqs"),
+        ((), "--dtype explicitly"),
+    ]:
         cfg = dataclasses.replace(vcfg, server=dataclasses.replace(vcfg.server, extra_args=extra))
         with pytest.raises(ArtifactError, match=message):
             serve_args(cfg, "m", "1", "--no-enable-prefix-caching")
@@ -127,16 +148,26 @@ def test_the_recorded_command_line_is_held_against_the_identity_it_was_paired_by
     from artifact.engines.vllm.adapter import ARM_FLAGS, ENGINE
 
     cfg = load_config("demo-smollm2-cpu-vllm")
-    ident = {"engine": "vllm", "vllm": "0.11.0",
-             "server_args": serve_args(cfg, "<model dir>", "<port>", "<arm: " + " | ".join(ARM_FLAGS.values()) + ">")}
+    ident = {
+        "engine": "vllm",
+        "vllm": "0.11.0",
+        "server_args": serve_args(cfg, "<model dir>", "<port>", "<arm: " + " | ".join(ARM_FLAGS.values()) + ">"),
+    }
     for arm in ("off", "on"):
-        m = {"arm": arm, "pairing_inputs": {"engine": ident},
-             "server_cmd": ["/venv/bin/vllm"] + serve_args(cfg, "/models/m", "41234", ARM_FLAGS[arm]),
-             "cache_condition": {"arm_flag": ARM_FLAGS[arm]}}
+        m = {
+            "arm": arm,
+            "pairing_inputs": {"engine": ident},
+            "server_cmd": ["/venv/bin/vllm"] + serve_args(cfg, "/models/m", "41234", ARM_FLAGS[arm]),
+            "cache_condition": {"arm_flag": ARM_FLAGS[arm]},
+        }
         assert ENGINE.manifest_problem(m) is None
     m["server_cmd"] = ["/venv/bin/vllm"] + serve_args(cfg, "/models/m", "41234", ARM_FLAGS["off"])  # arm "on"
     assert "lacks --enable-prefix-caching, the flag of arm 'on'" in ENGINE.manifest_problem(m)
-    m["server_cmd"] = ["/venv/bin/vllm"] + serve_args(dataclasses.replace(
-        cfg, server=dataclasses.replace(cfg.server, batch_size=1)), "/models/m", "41234", ARM_FLAGS["on"])
+    m["server_cmd"] = ["/venv/bin/vllm"] + serve_args(
+        dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, batch_size=1)),
+        "/models/m",
+        "41234",
+        ARM_FLAGS["on"],
+    )
     assert "the server ran another command line" in ENGINE.manifest_problem(m)
     assert "not `vllm serve`" in ENGINE.manifest_problem({**m, "server_cmd": ["llama-server", "--port", "1"]})

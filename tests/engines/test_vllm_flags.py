@@ -31,6 +31,7 @@ def test_the_adapters_serve_arguments_mean_to_vllm_what_the_adapter_means():
     assert got["kv_cache_dtype"] == "auto" and got["dtype"] == "bfloat16"
     assert got["max_model_len"] == cfg.server.ctx_size and got["max_num_batched_tokens"] == cfg.server.batch_size
     assert got["served_model_name"] == [cfg.model.name]
-    bad = subprocess.run([str(python), str(FLAGS), *args, "--no-such-flag"], capture_output=True, text=True,
-                         timeout=600)
+    bad = subprocess.run(
+        [str(python), str(FLAGS), *args, "--no-such-flag"], capture_output=True, text=True, timeout=600
+    )
     assert bad.returncode != 0 and "--no-such-flag" in bad.stderr

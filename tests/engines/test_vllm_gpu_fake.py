@@ -27,7 +27,7 @@ from artifact.records.store import find_runs
 from budget import with_workload
 
 FAKE_SERVER = Path(__file__).with_name("fake_vllm_gpu.py")
-FAKE_TORCH = '''__version__ = "2.11.0+cu130"
+FAKE_TORCH = """__version__ = "2.11.0+cu130"
 class version:
     cuda = "13.0"
 class cuda:
@@ -37,17 +37,20 @@ class cuda:
     def device_count(): return 1
     @staticmethod
     def get_device_name(i): return "NVIDIA H200 (fake)"
-'''
+"""
 
 
 def fake_vllm_env(root: Path, version: str = "0.25.0") -> Path:
     """A FAKE vLLM environment: `bin/vllm` runs the fake GPU server; its Python sees fake vllm, torch, transformers
     packages (for the adapter's probe) in front of this test's own Python."""
     pkgs = root / "pkgs"
-    for name, text in (("vllm/__init__.py", f'__version__ = "{version}"\n'),
-                       ("vllm/_version.py", '__commit_id__ = "gdd10e03f9"\n'),
-                       (f"vllm-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"),
-                       ("torch/__init__.py", FAKE_TORCH), ("transformers/__init__.py", '__version__ = "5.17.0"\n')):
+    for name, text in (
+        ("vllm/__init__.py", f'__version__ = "{version}"\n'),
+        ("vllm/_version.py", '__commit_id__ = "gdd10e03f9"\n'),
+        (f"vllm-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"),
+        ("torch/__init__.py", FAKE_TORCH),
+        ("transformers/__init__.py", '__version__ = "5.17.0"\n'),
+    ):
         (pkgs / name).parent.mkdir(parents=True, exist_ok=True)
         (pkgs / name).write_text(text)
     bin_dir = root / "bin"
@@ -68,17 +71,18 @@ def fake_config(tmp_path: Path, base: str = "agent-fp16", version: str = "0.25.0
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     vllm = fake_vllm_env(tmp_path / f"fake-vllm-{version}", version)
     cfg = tmp_path / f"fake-{base}.toml"
-    cfg.write_text(f'extends = "{REPO}/configs/h200-vllm/{base}.toml"\nname = "fake-h200-vllm-{base}"\n'
-                   f'[engine]\nbinary = "{vllm}"\nstartup_timeout_s = 30\n'
-                   f'[model]\nsource = "path:{model}"\nsha256 = "{digest}"\n')
+    cfg.write_text(
+        f'extends = "{REPO}/configs/h200-vllm/{base}.toml"\nname = "fake-h200-vllm-{base}"\n'
+        f'[engine]\nbinary = "{vllm}"\nstartup_timeout_s = 30\n'
+        f'[model]\nsource = "path:{model}"\nsha256 = "{digest}"\n'
+    )
     return cfg
 
 
 @pytest.fixture(scope="module")
 def gpu_results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fake-gpu")
-    cfg = with_workload(load_config(str(fake_config(tmp))), episodes=2, max_turns=2, max_steps_per_turn=1,
-                        n_predict=16)
+    cfg = with_workload(load_config(str(fake_config(tmp))), episodes=2, max_turns=2, max_steps_per_turn=1, n_predict=16)
     results = tmp / "results"
     for plan in ("main", "bi", "bi-salt", "salt"):
         execute_plan(cfg, load_plan(plan), results)
@@ -93,8 +97,11 @@ def test_every_manifest_records_version_environment_batch_invariance_and_backend
         m = run.manifest
         assert m["status"] == "complete" and m["engine"] == "vllm"
         assert m["engine_build"] == "vLLM 0.25.0 (CUDA build, torch 2.11.0+cu130, NVIDIA H200 (fake))"
-        assert m["vllm"]["vllm"] == "0.25.0" and m["vllm"]["build"] == "cuda" and m["server_version"] == {
-            "version": "0.25.0"}
+        assert (
+            m["vllm"]["vllm"] == "0.25.0"
+            and m["vllm"]["build"] == "cuda"
+            and m["server_version"] == {"version": "0.25.0"}
+        )
         assert m["vllm_version"]["configured"] == "0.25.0" and m["vllm_version"]["torch_pin"] == "2.11.0"
         assert m["attention_backend"] == "FLASH_ATTN" and m["attention"]["flash_attn_version"] == 3
         assert m["attention"]["candidates"][0] == "FLASH_ATTN"
@@ -114,9 +121,18 @@ def test_every_manifest_records_version_environment_batch_invariance_and_backend
 # The fields in which a salted OFF run differs from a true OFF run by design (its requests carry a salt; its server
 # is started as the ON arm's: it counts prefix-cache queries, none of them hits, and its command line and cache
 # condition differ)
-SALTED_BY_DESIGN = {"engine_extra.cache_salt", "engine_extra.metrics_prefix_cache_queries", "server_cmd",
-                    "cache_condition", "plan", "plan_data",
-                    "pairing_fingerprint", "pairing_inputs", "run_dir", "server_log"}
+SALTED_BY_DESIGN = {
+    "engine_extra.cache_salt",
+    "engine_extra.metrics_prefix_cache_queries",
+    "server_cmd",
+    "cache_condition",
+    "plan",
+    "plan_data",
+    "pairing_fingerprint",
+    "pairing_inputs",
+    "run_dir",
+    "server_log",
+}
 
 
 def test_a_salted_off_arm_is_never_served_from_cache_and_equals_the_true_off_arm(gpu_results):
@@ -157,7 +173,10 @@ def test_check_judges_rq4_on_gpu_records_and_batch_invariance_beyond_the_paper(g
 
 def test_a_configuration_for_another_vllm_version_is_refused_before_anything_runs(tmp_path):
     cfg = load_config(str(fake_config(tmp_path, version="0.11.0")))
-    with pytest.raises(ArtifactError, match=r"vLLM 0\.11\.0 is installed, the configuration is written for vLLM "
-                                            r"0\.25\.0"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"vLLM 0\.11\.0 is installed, the configuration is written for vLLM "
+        r"0\.25\.0",
+    ):
         execute_plan(cfg, load_plan("main"), tmp_path / "results")
     assert not list(tmp_path.rglob("manifest.json"))

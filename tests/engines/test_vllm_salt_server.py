@@ -43,6 +43,10 @@ def test_a_salted_off_arm_on_a_caching_server_equals_the_true_off_arm(tmp_path):
         assert r["engine_extra"]["metrics_prefix_cache_queries"] == r["prompt_tokens"]
     same = reproduce.compare_records(salted, off)
     # every outcome field equal; by design the salt differs and only the caching server counts prefix-cache queries
-    differ = [f for f in same.fields if f.name not in ("engine_extra.cache_salt", "engine_extra.metrics_prefix_cache_queries")
-              and f.file == "requests.jsonl"]
+    differ = [
+        f
+        for f in same.fields
+        if f.name not in ("engine_extra.cache_salt", "engine_extra.metrics_prefix_cache_queries")
+        and f.file == "requests.jsonl"
+    ]
     assert not differ and not same.unmatched, [f.first for f in differ] + same.unmatched

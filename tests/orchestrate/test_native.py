@@ -31,15 +31,23 @@ SMOKE = "docker-smoke-smollm2-cpu"
 
 
 def cli(*args, env=None, timeout=900):
-    return subprocess.run([sys.executable, "-m", "artifact", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "artifact", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
 
 
 def fake_jobs(spec: list[tuple[str, float, float]]) -> list[Job]:
     """Jobs named `name` with (GPU GiB, hours): the smoke configuration renamed (nothing of it is run)."""
     base = load_config(str(REPO / "configs" / "ci" / "docker-smoke.toml"))
-    return [Job(dataclasses.replace(base, name=name), "configs/ci/docker-smoke.toml", "main", mem, hours)
-            for name, mem, hours in spec]
+    return [
+        Job(dataclasses.replace(base, name=name), "configs/ci/docker-smoke.toml", "main", mem, hours)
+        for name, mem, hours in spec
+    ]
 
 
 # A CPU process standing in for one protocol job: records when it ran and which GPU it was given, prints a protocol
@@ -63,9 +71,10 @@ STAND_IN = textwrap.dedent("""
 
 # The same, with the manifest's host record made by the real provenance.host() in the job's process (it reads the
 # ARTIFACT_GPU_SHARING the fan-out gave the job).
-STAND_IN_HOST = STAND_IN.replace('manifest={"engine_build": "fake-build"}',
-                                 'manifest={"engine_build": "fake-build", '
-                                 '"host": __import__("artifact.provenance").provenance.host()}')
+STAND_IN_HOST = STAND_IN.replace(
+    'manifest={"engine_build": "fake-build"}',
+    'manifest={"engine_build": "fake-build", "host": __import__("artifact.provenance").provenance.host()}',
+)
 
 
 def test_scheduling_policy_longest_first_each_slot_takes_the_next_job_that_fits():
@@ -74,8 +83,13 @@ def test_scheduling_policy_longest_first_each_slot_takes_the_next_job_that_fits(
     queue = sorted(jobs, key=lambda j: -j.hours)
     assert queue[pick(queue, gpu1)].cfg.name == "mid" and queue[pick(queue, gpu0)].cfg.name == "big"
     plan = [(s.label, j.cfg.name, start, end) for s, j, start, end in simulate(jobs, [gpu0, gpu1])]
-    assert plan == [("gpu0", "big", 0.0, 2.0), ("gpu1", "mid", 0.0, 1.0), ("gpu1", "small", 1.0, 1.5),
-                    ("gpu1", "tiny", 1.5, 1.7), ("gpu0", "big2", 2.0, 2.3)]
+    assert plan == [
+        ("gpu0", "big", 0.0, 2.0),
+        ("gpu1", "mid", 0.0, 1.0),
+        ("gpu1", "small", 1.0, 1.5),
+        ("gpu1", "tiny", 1.5, 1.7),
+        ("gpu0", "big2", 2.0, 2.3),
+    ]
     # a job that fits no slot is never scheduled; a slot that fits nothing retires
     assert [j.cfg.name for _, j, *_ in simulate(fake_jobs([("huge", 80, 1.0)]), [gpu0, gpu1])] == []
 
@@ -85,8 +99,9 @@ def test_fanout_on_fake_gpu_slots_runs_cpu_jobs_one_per_gpu_longest_first_fittin
     taking the next job that fits its memory, CUDA_VISIBLE_DEVICES per job, logs and progress per job."""
     results, trace = tmp_path / "results", tmp_path / "trace.jsonl"
     # gpu0 (24 GiB) takes everything, gpu1 (10 GiB) only the small ones; 1 h of estimate = 4 s here
-    jobs = fake_jobs([("a-big", 20, 1.0), ("b-mid", 9, 0.75), ("c-mid", 8, 0.5), ("d-big", 16, 0.25),
-                      ("e-small", 2, 0.1)])
+    jobs = fake_jobs(
+        [("a-big", 20, 1.0), ("b-mid", 9, 0.75), ("c-mid", 8, 0.5), ("d-big", 16, 0.25), ("e-small", 2, 0.1)]
+    )
     slots = [Slot("gpu0", ("0",), 24.0), Slot("gpu1", ("1",), 10.0)]
 
     def command(job, slot):
@@ -117,8 +132,7 @@ def sharing_args(**kw):
     return type("Args", (), {"cpu": False, "parallel": 1, "jobs_per_gpu": 1, "gpu_sharing": "auto", **kw})()
 
 
-def test_fanout_on_fake_gpu_slots_runs_several_jobs_per_gpu_and_every_manifest_says_how(tmp_path, capsys,
-                                                                                         monkeypatch):
+def test_fanout_on_fake_gpu_slots_runs_several_jobs_per_gpu_and_every_manifest_says_how(tmp_path, capsys, monkeypatch):
     """--jobs-per-gpu 2 on two FAKE GPUs (no GPU, no MPS here: time slices): each GPU is two slots with half its
     memory, two jobs run at once on one GPU, never three, and each job's manifest (written by the real provenance in
     the job's process) and the progress table say how the GPU was shared."""
@@ -128,7 +142,11 @@ def test_fanout_on_fake_gpu_slots_runs_several_jobs_per_gpu_and_every_manifest_s
     gpus = [Slot("gpu0", ("0",), 20.0), Slot("gpu1", ("1",), 10.0)]
     slots = native.shared_slots(gpus, 2)
     assert [(s.label, s.device_ids, s.memory_gib) for s in slots] == [
-        ("gpu0.0", ("0",), 10.0), ("gpu1.0", ("1",), 5.0), ("gpu0.1", ("0",), 10.0), ("gpu1.1", ("1",), 5.0)]
+        ("gpu0.0", ("0",), 10.0),
+        ("gpu1.0", ("1",), 5.0),
+        ("gpu0.1", ("0",), 10.0),
+        ("gpu1.1", ("1",), 5.0),
+    ]
     sharing = native.plan_sharing(sharing_args(jobs_per_gpu=2))
     assert sharing.mode == native.SLICES and "no nvidia-cuda-mps-control" in sharing.words()
 
@@ -232,8 +250,7 @@ def fake_mps(tmp_path, monkeypatch):
             pass
 
 
-def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one_that_served_before(tmp_path,
-                                                                                                   fake_mps):
+def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one_that_served_before(tmp_path, fake_mps):
     tool, pipe = fake_mps
     plan = native.plan_sharing(sharing_args(jobs_per_gpu=3))
     assert plan.mode == native.MPS and "started for the run" in plan.reason and not plan.started_here
@@ -243,8 +260,13 @@ def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one
     env = sharing.job_env(slot)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
     assert json.loads(env["ARTIFACT_GPU_SHARING"]) == {
-        "mode": "CUDA MPS", "jobs_per_gpu": 3, "slot": "gpu0.2", "gpus": ["0"], "mps_pipe_directory": str(pipe),
-        "mps_daemon": "started by ./run.sh all --native"}
+        "mode": "CUDA MPS",
+        "jobs_per_gpu": 3,
+        "slot": "gpu0.2",
+        "gpus": ["0"],
+        "mps_pipe_directory": str(pipe),
+        "mps_daemon": "started by ./run.sh all --native",
+    }
     native.stop_sharing(sharing)
     assert not (pipe / "control").exists() and not native.mps_running(pipe)
     calls = (tool.parent / "calls").read_text().splitlines()
@@ -281,8 +303,11 @@ def test_mps_served_is_what_the_fake_control_daemon_says_of_the_servers_processe
 
     tool, pipe = fake_mps
     me = os.getpid()
-    assert provenance.mps_served([me]) == {"served": False, "daemon": False,
-                                           "why": f"no MPS control daemon answers at {pipe}"}
+    assert provenance.mps_served([me]) == {
+        "served": False,
+        "daemon": False,
+        "why": f"no MPS control daemon answers at {pipe}",
+    }
     subprocess.run([str(tool), "-d"], check=True, timeout=30)
     assert provenance.cuda_mps()
     (tool.parent / "clients").write_text("1\n2\n")
@@ -303,9 +328,11 @@ def test_fanout_stop_reaches_the_running_jobs_and_leaves_them_interrupted(tmp_pa
 
     jobs = fake_jobs([("long", 1, 1.0)])
     marker = tmp_path / "got-term"
-    script = ("import signal, sys, time\n"
-              f"signal.signal(signal.SIGTERM, lambda *a: (open({str(marker)!r}, 'w').write('x'), sys.exit(143)))\n"
-              "time.sleep(60)\n")
+    script = (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (open({str(marker)!r}, 'w').write('x'), sys.exit(143)))\n"
+        "time.sleep(60)\n"
+    )
     fan = NativeFanout(tmp_path, {}, lambda job, slot: ([sys.executable, "-c", script], dict(os.environ)))
     threading.Timer(2.0, lambda: (fan.stop.set(), fan.stop_running())).start()
     t0 = time.monotonic()
@@ -349,8 +376,17 @@ def test_native_dry_run_with_several_jobs_per_fake_gpu_plans_the_slots_and_says_
     """The agent matrix, six jobs on one FAKE H200 (fake nvidia-smi), all at once: six slots of 1/6 of its memory,
     the sharing (time slices without nvidia-cuda-mps-control, CUDA MPS with a FAKE one), the build command."""
     env = fake_nvidia_smi(tmp_path / "one", "0, NVIDIA H200, 143771, 580.1")
-    argv = ["all", "--native", "--dry-run", "--matrix", "configs/ci/native-h200-agent.toml", "--cuda-archs", "90",
-            "--jobs-per-gpu", "6"]
+    argv = [
+        "all",
+        "--native",
+        "--dry-run",
+        "--matrix",
+        "configs/ci/native-h200-agent.toml",
+        "--cuda-archs",
+        "90",
+        "--jobs-per-gpu",
+        "6",
+    ]
     r = cli(*argv, env=env)
     assert r.returncode == 0, r.stderr
     out = r.stdout
@@ -394,8 +430,10 @@ def test_native_errors_are_one_line(tmp_path):
         (["all", "--native", "--dry-run", "--jobs-per-gpu", "0"], "error: --jobs-per-gpu must be >= 1"),
         (["all", "--dry-run", "--jobs-per-gpu", "2"], "error: --jobs-per-gpu is an option of --native"),
         (["all", "--native", "--cpu", "--jobs-per-gpu", "2"], "error: --jobs-per-gpu is for GPUs"),
-        (["all", "--native", "--dry-run", "--jobs-per-gpu", "2", "--gpu-sharing", "mps"],
-         "error: --gpu-sharing mps: no nvidia-cuda-mps-control on PATH"),
+        (
+            ["all", "--native", "--dry-run", "--jobs-per-gpu", "2", "--gpu-sharing", "mps"],
+            "error: --gpu-sharing mps: no nvidia-cuda-mps-control on PATH",
+        ),
     ]
     for argv, start in cases:
         r = cli(*argv, env={"PATH": "/usr/bin:/bin"}, timeout=300)
@@ -408,8 +446,17 @@ def test_all_native_cpu_end_to_end(tmp_path):
     """The native CPU path (what a Slurm task runs): the real llama-server, the protocol isolated, the final table,
     check and the report."""
     results = tmp_path / "results"
-    r = cli("all", "--native", "--cpu", "--matrix", "configs/ci/all.toml", "--results", str(results),
-            "--progress-every", "10")
+    r = cli(
+        "all",
+        "--native",
+        "--cpu",
+        "--matrix",
+        "configs/ci/all.toml",
+        "--results",
+        str(results),
+        "--progress-every",
+        "10",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{SMOKE}/main  done    cpu0" in r.stdout and "RQ1 (hard)  PASS" in r.stdout
     assert f"[cpu0] {SMOKE}/main: started (llama.cpp, pid" in r.stderr

@@ -28,13 +28,28 @@ HOST = socket.gethostname().split(".")[0]
 
 
 def cli(*args, env=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "artifact", "all", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**ENV, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "artifact", "all", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**ENV, **(env or {})},
+    )
 
 
 def submit(results: Path, *extra: str):
-    r = cli("--slurm", "--cpu", "--matrix", "configs/ci/all.toml", "--results", str(results),
-            "--progress-every", "10", *extra)
+    r = cli(
+        "--slurm",
+        "--cpu",
+        "--matrix",
+        "configs/ci/all.toml",
+        "--results",
+        str(results),
+        "--progress-every",
+        "10",
+        *extra,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     m = re.search(r"submitted array job (\d+): .* and check job (\d+) \(--dependency=afterany:\1\)", r.stdout)
     assert m, r.stdout
@@ -67,9 +82,11 @@ def isolated() -> bool:
 def slurm(tmp_path_factory):
     """A reachable single-node Slurm: the one .ci/run started, else started here (root, apt) and stopped after."""
     if isolated():
-        pytest.skip("this test process runs in a network namespace of its own (scripts/isolate.sh), from which "
-                    "slurmctld's TCP port is unreachable: run `ARTIFACT_ALLOW_NETWORK=1 ./run.sh test "
-                    "tests/test_slurm.py` (.ci/run does; the Slurm tasks isolate themselves)")
+        pytest.skip(
+            "this test process runs in a network namespace of its own (scripts/isolate.sh), from which "
+            "slurmctld's TCP port is unreachable: run `ARTIFACT_ALLOW_NETWORK=1 ./run.sh test "
+            "tests/test_slurm.py` (.ci/run does; the Slurm tasks isolate themselves)"
+        )
     state = tmp_path_factory.mktemp("slurm-state")
     env = {**os.environ, "SLURM_CI_STATE": str(state)}
     started = False
@@ -77,8 +94,13 @@ def slurm(tmp_path_factory):
     if not reachable:
         if os.geteuid() != 0:
             pytest.skip("no Slurm reachable and not root to start one (scripts/slurm-single-node.sh start)")
-        r = subprocess.run([str(REPO / "scripts" / "slurm-single-node.sh"), "start"], env=env, capture_output=True,
-                           text=True, timeout=600)
+        r = subprocess.run(
+            [str(REPO / "scripts" / "slurm-single-node.sh"), "start"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if r.returncode != 0:
             pytest.skip(f"a single-node Slurm could not be started here: {(r.stderr or r.stdout).strip()[-300:]}")
         started = True
@@ -89,6 +111,7 @@ def slurm(tmp_path_factory):
 
 # --- no daemons needed ------------------------------------------------------------------------------------------
 
+
 def dry(*extra, env=None):
     r = cli("--slurm", "--dry-run", *extra, env=env)
     assert r.returncode == 0, r.stderr
@@ -97,12 +120,33 @@ def dry(*extra, env=None):
 
 
 def test_dry_run_prints_both_batch_scripts_with_the_site_options_and_submits_nothing(tmp_path):
-    out, scripts = dry("--results", str(tmp_path / "r"), "--partition", "gpu", "--account", "proj42", "--qos",
-                       "normal", "--time", "4:00:00", "--gres", "gpu:a100:1", "--sbatch-line=--cpus-per-task=8",
-                       "--sbatch-line", "#SBATCH --constraint=h100", env={"PATH": "/usr/bin:/bin:/nonexistent"})
+    out, scripts = dry(
+        "--results",
+        str(tmp_path / "r"),
+        "--partition",
+        "gpu",
+        "--account",
+        "proj42",
+        "--qos",
+        "normal",
+        "--time",
+        "4:00:00",
+        "--gres",
+        "gpu:a100:1",
+        "--sbatch-line=--cpus-per-task=8",
+        "--sbatch-line",
+        "#SBATCH --constraint=h100",
+        env={"PATH": "/usr/bin:/bin:/nonexistent"},
+    )
     array, check = scripts["array"], scripts["check"]
-    for line in ("#SBATCH --partition=gpu", "#SBATCH --account=proj42", "#SBATCH --qos=normal",
-                 "#SBATCH --time=4:00:00", "#SBATCH --cpus-per-task=8", "#SBATCH --constraint=h100"):
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=proj42",
+        "#SBATCH --qos=normal",
+        "#SBATCH --time=4:00:00",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --constraint=h100",
+    ):
         assert line in array and line in check, line
     assert "#SBATCH --gres=gpu:a100:1" in array and "--gres" not in check  # the check needs no GPU
     assert "#SBATCH --array=0-9,12-15" in array  # 16 jobs, the two vLLM ones skipped (no vLLM installed here)
@@ -136,8 +180,11 @@ def test_missing_sbatch_and_bad_options_are_one_line_errors(tmp_path):
         (base + ["--sbatch-line", "cpus=8"], {}, "error: --sbatch-line 'cpus=8': expected one sbatch option"),
         (base + ["--sbatch-line=--array=0-3"], {}, "error: --sbatch-line '--array=0-3': --array is set by"),
         (["--partition", "x", "--dry-run"], {}, "error: --partition is an option of --slurm"),
-        (["--slurm", "--container", "apptainer", "--matrix", "configs/ci/all.toml"], {},
-         "error: --container apptainer needs --image FILE.sif"),
+        (
+            ["--slurm", "--container", "apptainer", "--matrix", "configs/ci/all.toml"],
+            {},
+            "error: --container apptainer needs --image FILE.sif",
+        ),
         (["--slurm", "--status", "--results", str(tmp_path / "none")], {}, "error: no Slurm submission under"),
     ]
     for argv, env, start in cases:
@@ -149,15 +196,19 @@ def test_missing_sbatch_and_bad_options_are_one_line_errors(tmp_path):
 
 # --- a real Slurm -----------------------------------------------------------------------------------------------
 
+
 def test_options_sbatch_refuses_are_one_line_errors_and_nothing_is_submitted(slurm, tmp_path):
     results = tmp_path / "r"
+
     def ids():
         return set(subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split())
 
     before = ids()
-    for extra, what in ((["--cpu", "--partition", "nosuch"], "invalid partition"),
-                        (["--cpu", "--sbatch-line=--no-such-option=1"], "unrecognized option"),
-                        ([], "gres")):  # GPU tasks (default --gres=gpu:1) on this node without GPUs
+    for extra, what in (
+        (["--cpu", "--partition", "nosuch"], "invalid partition"),
+        (["--cpu", "--sbatch-line=--no-such-option=1"], "unrecognized option"),
+        ([], "gres"),
+    ):  # GPU tasks (default --gres=gpu:1) on this node without GPUs
         r = cli("--slurm", "--matrix", "configs/ci/all.toml", "--results", str(results), *extra)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, (extra, r.stderr)
         assert r.stderr.startswith("error: sbatch refused the job array (") and what in r.stderr.lower(), r.stderr
@@ -230,7 +281,8 @@ def test_scancel_of_a_running_task_then_resubmission_resumes(slurm, tmp_path):
     print(f"submit, cancel, resubmit, resume through Slurm: {time.monotonic() - t0:.0f} s")
     after = manifests(pdir)
     assert {k: m["status"] for k, m in after.items()} == dict.fromkeys(
-        ["off-run1", "off-run2", "on-run1", "on-run2"], "complete")
+        ["off-run1", "off-run2", "on-run1", "on-run2"], "complete"
+    )
     assert after["off-run1"]["started_at"] == before["off-run1"]["started_at"]  # reused, not re-run
     newest = sorted((pdir / "logs").glob("slurm-*.log"))[-1].read_text()
     assert "session off: complete, reusing" in newest

@@ -31,14 +31,16 @@ def make_files(root: Path, sizes: dict) -> list[Item]:
 def test_stage_cuts_to_the_limit_and_receive_joins_call_by_call(tmp_path):
     items = make_files(tmp_path / "src", {"a.whl": 3 * MIB, "b.whl": 100_000, "big.gguf": 14 * MIB, "c.whl": 10})
     limit, carried = 10 * MIB, 4 * MIB  # 6 MiB - 1/4 MiB of room per call
-    m = staging.stage(items, tmp_path / "out", limit_bytes=limit, carried_bytes=carried,
-                      meta={"target": Target.here().record()})
+    m = staging.stage(
+        items, tmp_path / "out", limit_bytes=limit, carried_bytes=carried, meta={"target": Target.here().record()}
+    )
     room = limit - carried - MIB // 4
     total = sum(i.path.stat().st_size for i in items)
     assert len(m["calls"]) == -(-total // room) == 3  # the fewest calls: 17.1 MiB in calls of 5.75 MiB
     for c in m["calls"]:
-        size = sum(p.stat().st_size for p in (tmp_path / "out" / c["dir"]).rglob("*")
-                   if p.is_file() and p.name != "STAGE.json")
+        size = sum(
+            p.stat().st_size for p in (tmp_path / "out" / c["dir"]).rglob("*") if p.is_file() and p.name != "STAGE.json"
+        )
         assert size == c["bytes"] <= room
     big = next(f for f in m["files"] if f["name"] == "big.gguf")
     assert len(big["parts"]) == 3 and sum(p["bytes"] for p in big["parts"]) == 14 * MIB
@@ -59,8 +61,9 @@ def test_stage_cuts_to_the_limit_and_receive_joins_call_by_call(tmp_path):
 
 def test_receive_refuses_a_damaged_part_and_verify_a_damaged_or_foreign_stage(tmp_path):
     items = make_files(tmp_path / "src", {"a.whl": 2 * MIB, "m.gguf": 5 * MIB})
-    m = staging.stage(items, tmp_path / "out", limit_bytes=6 * MIB, carried_bytes=MIB,
-                      meta={"target": Target.here().record()})
+    m = staging.stage(
+        items, tmp_path / "out", limit_bytes=6 * MIB, carried_bytes=MIB, meta={"target": Target.here().record()}
+    )
     part = next(p for f in m["files"] if f["name"] == "m.gguf" for p in f["parts"] if p["call"] == 2)
     bad = tmp_path / "out" / "call2" / part["path"]
     bad.write_bytes(b"\0" + bad.read_bytes()[1:])
@@ -70,16 +73,22 @@ def test_receive_refuses_a_damaged_part_and_verify_a_damaged_or_foreign_stage(tm
     assert list((dest / ".parts").rglob("*.sha256-mismatch"))
     # a complete stage whose file was replaced afterwards; a stage made for another Python
     good = tmp_path / "good"
-    staging.stage(items, tmp_path / "out2", limit_bytes=1 << 40, carried_bytes=0,
-                  meta={"target": Target.here().record()})
+    staging.stage(
+        items, tmp_path / "out2", limit_bytes=1 << 40, carried_bytes=0, meta={"target": Target.here().record()}
+    )
     staging.receive(good, [tmp_path / "out2"], say=lambda _: None)
     staging.verify(good)
     (good / "pip" / "a.whl").write_bytes(b"y" * (2 * MIB))
     with pytest.raises(StageError, match="sha256 differs from the staging manifest"):
         staging.verify(good)
     foreign = tmp_path / "foreign"
-    staging.stage(items, tmp_path / "out3", limit_bytes=1 << 40, carried_bytes=0,
-                  meta={"target": Target.preset("h200").record() | {"python": "3.9"}})
+    staging.stage(
+        items,
+        tmp_path / "out3",
+        limit_bytes=1 << 40,
+        carried_bytes=0,
+        meta={"target": Target.preset("h200").record() | {"python": "3.9"}},
+    )
     staging.receive(foreign, [tmp_path / "out3"], say=lambda _: None)
     with pytest.raises(StageError, match=r"staged for Python 3\.9, this is .*point PYTHON= at a Python 3\.9"):
         staging.verify(foreign)
@@ -98,25 +107,35 @@ def test_h200_target_asks_pip_for_cpython_312_manylinux():
 
 
 def script(*args, env=None, timeout=300):
-    return subprocess.run(list(args), cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        list(args), cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def test_stage_cli_and_run_sh_offline_errors_are_one_line(tmp_path):
     items = make_files(tmp_path / "src", {"a.whl": 1000})
-    staging.stage(items, tmp_path / "out", limit_bytes=1 << 40, carried_bytes=0,
-                  meta={"target": Target.here().record(), "repo_files": {"run.sh": "0" * 64}})
+    staging.stage(
+        items,
+        tmp_path / "out",
+        limit_bytes=1 << 40,
+        carried_bytes=0,
+        meta={"target": Target.here().record(), "repo_files": {"run.sh": "0" * 64}},
+    )
     r = script(sys.executable, "scripts/stage-device.py", "receive", str(tmp_path / "dest"), str(tmp_path / "out"))
     assert r.returncode == 0 and "1 of 1 files complete" in r.stdout, r.stderr
     r = script(sys.executable, "scripts/stage-device.py", "verify", str(tmp_path / "dest"))
     assert r.returncode == 0 and "complete and verified: stage " in r.stdout
     cases = [
         ([sys.executable, "scripts/stage-device.py", "verify", str(tmp_path / "nothing")], "not a stage"),
-        ([sys.executable, "scripts/stage-device.py", "receive", str(tmp_path / "d2"), str(tmp_path)],
-         "not a staged call directory"),
+        (
+            [sys.executable, "scripts/stage-device.py", "receive", str(tmp_path / "d2"), str(tmp_path)],
+            "not a staged call directory",
+        ),
         # the stage pins the repository's files: another commit's run.sh is refused
-        ([sys.executable, "scripts/stage-device.py", "verify", str(tmp_path / "dest"), "--repo", str(REPO)],
-         "not the file the stage was made with"),
+        (
+            [sys.executable, "scripts/stage-device.py", "verify", str(tmp_path / "dest"), "--repo", str(REPO)],
+            "not the file the stage was made with",
+        ),
         (["./run.sh", "compare", "--offline", str(tmp_path / "missing"), "a", "b"], "no such directory"),
         (["./run.sh", "compare", "a", "b", "--offline"], "--offline needs a directory"),
         (["./run.sh", "compare", "--offline", str(tmp_path / "dest"), "a", "b"], "not the file the stage was made"),
@@ -160,8 +179,9 @@ def test_venv_without_ensurepip_fake_python_gets_pip_from_the_stage_or_says_what
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if "cannot install pip" in ln]
     assert len(lines) == 1 and "ensurepip is not available" in lines[0] and f"staged {wheel.name}" in lines[0]
-    pip = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "--version"], capture_output=True,
-                         text=True)
+    pip = subprocess.run(
+        [str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "--version"], capture_output=True, text=True
+    )
     assert pip.returncode == 0 and str(tmp_path / "venv") in pip.stdout
     # neither ensurepip nor a pip of its own nor a stage: one line, nothing left behind
     py2 = fake_python_without_ensurepip(tmp_path / "bin2", pip_too=False)
@@ -180,15 +200,18 @@ def test_staged_weights_travel_in_parts_and_land_under_the_weights_directory(tmp
     src.write_bytes(os.urandom(9 * MIB))
     wheel = make_files(tmp_path / "src", {"a.whl": 1000})
     items = wheel + [Item(src, staging.weights_group(rel), f"weights: $ARTIFACT_WEIGHTS/{rel}")]
-    m = staging.stage(items, tmp_path / "out", limit_bytes=10 * MIB, carried_bytes=4 * MIB,
-                      meta={"target": Target.here().record()})
+    m = staging.stage(
+        items, tmp_path / "out", limit_bytes=10 * MIB, carried_bytes=4 * MIB, meta={"target": Target.here().record()}
+    )
     assert len(m["calls"]) == 2 and staging.weights_group(rel) == "weights/pypi-parts/some-model"
     dest = tmp_path / "stage"
     staging.receive(dest, [tmp_path / "out"], say=lambda _: None)
     root = tmp_path / "weights"
     assert staging.place_weights(dest, staging.verify(dest), root) == [rel]
     assert (root / rel).read_bytes() == src.read_bytes()
-    assert (root / rel).stat().st_ino == (dest / "weights" / "pypi-parts" / "some-model" / "some-model.gguf").stat().st_ino
+    assert (root / rel).stat().st_ino == (
+        dest / "weights" / "pypi-parts" / "some-model" / "some-model.gguf"
+    ).stat().st_ino
     assert staging.place_weights(dest, m, root) == []  # already there
     with pytest.raises(StageError, match="not a path inside the weights directory"):
         staging.weights_group("../elsewhere/x.gguf")
@@ -202,9 +225,17 @@ def test_stage_device_weights_refuses_a_model_not_fetched_in_one_line(tmp_path):
     command stops in one line before it downloads anything; a model with no files under the weights directory
     (the embedded agent's are in a wheel) is refused too."""
     env = {**os.environ, "ARTIFACT_WEIGHTS": str(tmp_path / "empty")}
-    for config, text in (("configs/h200/qwen-q4_k_m.toml", "run ./run.sh fetch configs/h200/qwen-q4_k_m.toml first"),
-                         ("configs/h200/agent-q4_k_m.toml", "no files under the weights directory")):
-        r = subprocess.run([sys.executable, "scripts/stage-device.py", "--weights", config, "--out",
-                            str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    for config, text in (
+        ("configs/h200/qwen-q4_k_m.toml", "run ./run.sh fetch configs/h200/qwen-q4_k_m.toml first"),
+        ("configs/h200/agent-q4_k_m.toml", "no files under the weights directory"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "scripts/stage-device.py", "--weights", config, "--out", str(tmp_path / "out")],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: --weights"), r.stderr
         assert text in r.stderr and "Traceback" not in r.stderr and not (tmp_path / "out").exists(), r.stderr

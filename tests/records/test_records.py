@@ -10,8 +10,15 @@ from artifact.records.store import DISCARDED, REQUESTS, RunWriter, _read_jsonl, 
 from synthetic_runs import SHA, write_raw_run
 
 
-REQ = {"episode_id": "e0", "request_index": 0, "prompt_sha256": SHA, "output_tokens": [1], "prompt_tokens": 5,
-       "cache_n": 0, "error": None}
+REQ = {
+    "episode_id": "e0",
+    "request_index": 0,
+    "prompt_sha256": SHA,
+    "output_tokens": [1],
+    "prompt_tokens": 5,
+    "cache_n": 0,
+    "error": None,
+}
 
 
 def test_manifest_is_incomplete_until_finished_and_lines_are_flushed_as_written(tmp_path):
@@ -57,11 +64,18 @@ def test_find_runs_reads_manifests_in_protocol_order_and_skips_discarded(tmp_pat
     make_run("off", 2, {"e0": [[1]]}, config="other")
     stale = tmp_path / "synthetic/main" / DISCARDED / "t" / "off-run2"
     stale.mkdir()
-    (stale / "manifest.json").write_text(json.dumps({"config": "synthetic", "plan": "main", "arm": "off",
-                                                     "run": 2, "status": "incomplete", "episodes": []}))
+    (stale / "manifest.json").write_text(
+        json.dumps(
+            {"config": "synthetic", "plan": "main", "arm": "off", "run": 2, "status": "incomplete", "episodes": []}
+        )
+    )
     labels = [r.label for r in find_runs(tmp_path)]
-    assert labels == ["other/main/off-run2", "synthetic/main/off-run1", "synthetic/main/on-run1",
-                      "synthetic/main/on-run2"]
+    assert labels == [
+        "other/main/off-run2",
+        "synthetic/main/off-run1",
+        "synthetic/main/on-run1",
+        "synthetic/main/on-run2",
+    ]
 
 
 def test_load_run_errors_are_one_line(tmp_path):
@@ -77,8 +91,12 @@ def test_load_run_errors_are_one_line(tmp_path):
 def test_lazy_reader_returns_the_store_records(tmp_path):
     d = tmp_path / "r"
     records = [
-        {"episode_id": "e0", "output_text": 'says "top_logprobs": [[1]] here', "top_logprobs": [[[1, -0.5], [2, -1e-9]]],
-         "cache_n": 3},
+        {
+            "episode_id": "e0",
+            "output_text": 'says "top_logprobs": [[1]] here',
+            "top_logprobs": [[[1, -0.5], [2, -1e-9]]],
+            "cache_n": 3,
+        },
         {"episode_id": "e0", "top_logprobs": [[[1, None], [2, -1.0]]], "cache_n": 0},  # not plain numbers
         {"episode_id": "e0", "top_logprobs": [], "cache_n": 0, "output_tokens": [4, 5]},
         {"episode_id": "e0", "cache_n": 1},  # no top_logprobs at all
@@ -101,27 +119,36 @@ def test_sessions_group_runs_by_server_lifecycle():
     shared = [[(s.arm, s.run, s.session) for s in sess] for sess in sessions(load_plan("main"))]
     assert shared == [[("off", 1, "off"), ("off", 2, "off")], [("on", 1, "on"), ("on", 2, "on")]]
     fresh = [[(s.arm, s.run, s.session) for s in sess] for sess in sessions(load_plan("fresh"))]
-    assert fresh == [[("off", 1, "off-run1")], [("off", 2, "off-run2")], [("on", 1, "on-run1")],
-                     [("on", 2, "on-run2")]]
+    assert fresh == [[("off", 1, "off-run1")], [("off", 2, "off-run2")], [("on", 1, "on-run1")], [("on", 2, "on-run2")]]
 
 
-BASE = json.dumps({**REQ, "output_tokens": [1, 2], "output_text": "t: x", "top_logprobs": [[[1, -0.1], [5, -2.5]],
-                   [[2, -0.2], [6, -3.0]]], "engine_extra": {"k": "a:b", "n": {"m": 1}}})
+BASE = json.dumps(
+    {
+        **REQ,
+        "output_tokens": [1, 2],
+        "output_text": "t: x",
+        "top_logprobs": [[[1, -0.1], [5, -2.5]], [[2, -0.2], [6, -3.0]]],
+        "engine_extra": {"k": "a:b", "n": {"m": 1}},
+    }
+)
 
 
-@pytest.mark.parametrize("line, twice", [
-    (BASE, None),
-    (BASE.replace('"cache_n": 0', '"cache_n": 0, "cache_n": 2'), "cache_n"),
-    (BASE.replace('"k": "a:b"', '"k": "a:b", "k": "c"'), "k"),  # in a nested object
-    (BASE.replace('"output_text": "t: x"', '"output_text": "t: x:::", "output_text": "c"'), "output_text"),
-    (BASE.replace('"output_text": "t: x"', '"output_text": "t\\u003a", "output_text": "c"'), "output_text"),
-    (BASE.replace('"n": {"m": 1}', '"n": {"m": 1, "m": 2}'), "m"),
-    (BASE.replace('"top_logprobs": [[[1', '"top_logprobs": [{"a": 1, "a": 2}], "x": [[[1'), "a"),
-    (BASE[:-1] + ', "serving": "x: y"}', None),  # a field the schema does not list: kept
-    (BASE.replace('"output_tokens": [1, 2]', '"output_tokens": [1.0, 2]'), None),  # refused later, by the schema
-    (BASE.replace('"top_logprobs": [[[1, -0.1]', '"top_logprobs": [[[1, -Infinity]'), None),
-    (BASE.replace('"output_text": "t: x"', '"output_text": "bad \\ud800 text"'), None),
-])
+@pytest.mark.parametrize(
+    "line, twice",
+    [
+        (BASE, None),
+        (BASE.replace('"cache_n": 0', '"cache_n": 0, "cache_n": 2'), "cache_n"),
+        (BASE.replace('"k": "a:b"', '"k": "a:b", "k": "c"'), "k"),  # in a nested object
+        (BASE.replace('"output_text": "t: x"', '"output_text": "t: x:::", "output_text": "c"'), "output_text"),
+        (BASE.replace('"output_text": "t: x"', '"output_text": "t\\u003a", "output_text": "c"'), "output_text"),
+        (BASE.replace('"n": {"m": 1}', '"n": {"m": 1, "m": 2}'), "m"),
+        (BASE.replace('"top_logprobs": [[[1', '"top_logprobs": [{"a": 1, "a": 2}], "x": [[[1'), "a"),
+        (BASE[:-1] + ', "serving": "x: y"}', None),  # a field the schema does not list: kept
+        (BASE.replace('"output_tokens": [1, 2]', '"output_tokens": [1.0, 2]'), None),  # refused later, by the schema
+        (BASE.replace('"top_logprobs": [[[1, -0.1]', '"top_logprobs": [[[1, -Infinity]'), None),
+        (BASE.replace('"output_text": "t: x"', '"output_text": "bad \\ud800 text"'), None),
+    ],
+)
 def test_the_typed_decoder_reads_what_the_strict_decoder_reads(tmp_path, line, twice):
     """requests.jsonl's fast reader (msgspec, typed) gives the records json gives, and refuses a key written twice
     anywhere in a line as the strict reader does, the keys and colons it could miscount included."""
@@ -144,11 +171,12 @@ def test_a_key_twice_inside_top_logprobs_text_is_corruption(tmp_path):
 
     d = tmp_path / "cfg" / "main" / "on-run1"
     write_raw_run(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]}, [])
-    top = BASE[BASE.index('"top_logprobs": ') + 16:BASE.index(', "engine_extra"')]
+    top = BASE[BASE.index('"top_logprobs": ') + 16 : BASE.index(', "engine_extra"')]
     (d / REQUESTS).write_text(BASE.replace(top, '[{"a": 1, "a": 2}, null]') + "\n")
     (run,) = find_runs(tmp_path)
-    with pytest.raises(ArtifactError, match="requests.jsonl:1: a JSON object holds the key 'a' twice; the record is "
-                                            "corrupt"):
+    with pytest.raises(
+        ArtifactError, match="requests.jsonl:1: a JSON object holds the key 'a' twice; the record is corrupt"
+    ):
         validate_records(run)
 
 
@@ -171,15 +199,22 @@ def test_manifests_carry_the_schema_version_and_a_newer_one_is_refused_in_one_li
 def test_top2_parse_gives_writable_arrays_without_importing_pandas():
     """check's worker loads runs before it imports pandas: the top-2 parse must not pull it in (pyarrow's to_numpy
     does, ~0.5 s), and its arrays stay writable copies."""
-    code = ("import sys\n"
-            "from artifact.records.store import _parse_pairs\n"
-            "ids, lps = _parse_pairs([b'[[[1, -0.5], [7, -2.25]]]', b'[[[3, -0.1], [9, -3]]]'])\n"
-            "assert ids.tolist() == [[1, 7], [3, 9]] and lps.tolist() == [[-0.5, -2.25], [-0.1, -3.0]]\n"
-            "assert str(ids.dtype) == 'int64' and ids.flags.writeable and lps.flags.writeable\n"
-            "assert _parse_pairs([b'[[[1.5, -0.5], [7, -2.25]]]']) is None\n"
-            "print('pandas' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys\n"
+        "from artifact.records.store import _parse_pairs\n"
+        "ids, lps = _parse_pairs([b'[[[1, -0.5], [7, -2.25]]]', b'[[[3, -0.1], [9, -3]]]'])\n"
+        "assert ids.tolist() == [[1, 7], [3, 9]] and lps.tolist() == [[-0.5, -2.25], [-0.1, -3.0]]\n"
+        "assert str(ids.dtype) == 'int64' and ids.flags.writeable and lps.flags.writeable\n"
+        "assert _parse_pairs([b'[[[1.5, -0.5], [7, -2.25]]]']) is None\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -195,10 +230,22 @@ def _lines_file(tmp_path, data: bytes):
     return d / REQUESTS
 
 
-@pytest.mark.parametrize("space, blank", [
-    ("", True), (" \t", True), ("\x0b\x0c", True), ("\x1c", True), (" \x1f ", True), ("\u00a0", True),
-    ("\u3000 ", True), ("\u0085", True), ("\u2028", True), ("\u200b", False), ("\x00", False),
-])
+@pytest.mark.parametrize(
+    "space, blank",
+    [
+        ("", True),
+        (" \t", True),
+        ("\x0b\x0c", True),
+        ("\x1c", True),
+        (" \x1f ", True),
+        ("\u00a0", True),
+        ("\u3000 ", True),
+        ("\u0085", True),
+        ("\u2028", True),
+        ("\u200b", False),
+        ("\x00", False),
+    ],
+)
 def test_a_line_is_blank_where_str_strip_finds_it_blank(tmp_path, space, blank):
     """The readers split bytes; a line of whitespace as str.strip() knows it (Unicode's too, and \\x1c-\\x1f, which
     bytes.strip() keeps) is skipped, in the middle of a file and at its end, and any other line is decoded."""
@@ -260,7 +307,13 @@ def test_the_text_fields_hold_every_colon_a_request_line_may_hold_in_a_value():
     from artifact.records.schema import REQUEST, Field, Schema, decoded_text_fields
 
     assert decoded_text_fields(REQUEST, ("top_logprobs",)) == (
-        "episode_id", "prompt_sha256", "output_text", "stop_type", "error", "engine_extra")
+        "episode_id",
+        "prompt_sha256",
+        "output_text",
+        "stop_type",
+        "error",
+        "engine_extra",
+    )
     assert not any(":" in f.name for f in REQUEST.fields)
     with pytest.raises(TypeError, match="a field name holds ':'"):
         decoded_text_fields(Schema("x", "x.jsonl", (Field("a:b", (str,), "a name with a colon"),)))
@@ -268,13 +321,20 @@ def test_the_text_fields_hold_every_colon_a_request_line_may_hold_in_a_value():
 
 def _top2_run(tmp_path, texts: list[str]):
     d = tmp_path / "cfg" / "main" / "on-run1"
-    reqs = [{**REQ, "request_index": i, "output_tokens": [1, 2], "top_logprobs": [[[1, -0.1], [5, -2.5]],
-                                                                                    [[2, -0.2], [6, -3.0]]]}
-            for i in range(len(texts))]
+    reqs = [
+        {
+            **REQ,
+            "request_index": i,
+            "output_tokens": [1, 2],
+            "top_logprobs": [[[1, -0.1], [5, -2.5]], [[2, -0.2], [6, -3.0]]],
+        }
+        for i in range(len(texts))
+    ]
     write_raw_run(d, {**MAN, "episodes": ["e0"]}, reqs)
     lines = (d / REQUESTS).read_text().splitlines()
-    (d / REQUESTS).write_text("".join(line.replace(json.dumps(r["top_logprobs"]), t) + "\n"
-                                      for line, r, t in zip(lines, reqs, texts)))
+    (d / REQUESTS).write_text(
+        "".join(line.replace(json.dumps(r["top_logprobs"]), t) + "\n" for line, r, t in zip(lines, reqs, texts))
+    )
     (run,) = find_runs(tmp_path)
     return run
 
@@ -324,10 +384,17 @@ def test_check_worker_imports_only_what_loading_a_run_needs():
 
     assert run.load_run is load.load_run and run.check_records is load.check_records
     assert run.WORKER_MODULES[0] == run.load_run.__module__ == "artifact.check.load"
-    code = ("import sys\n"
-            "import artifact.check.load\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('artifact.analysis', 'artifact.check.facts', "
-            "'pandas'))))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys\n"
+        "import artifact.check.load\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('artifact.analysis', 'artifact.check.facts', "
+        "'pandas'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "[]"

@@ -31,8 +31,10 @@ def test_the_layout_of_text_utf8_cannot_encode_is_json_dumps_own():
 
 def test_a_margin_from_the_arrays_is_the_decoded_list_s(tmp_path):
     episodes = {"e0": [[1, 2, 3]], "e1": [[4, 5]]}
-    logprobs = {("e0", 0): [[[1, -0.25], [7, -1.75]], [[2, -1.0], [8, -1.0]], [[3, -0.125], [9, -3.0]]],
-                ("e1", 0): [[[4, -1], [6, -2]], [[5, -1], [6, -3]]]}  # integers: json reads ints
+    logprobs = {
+        ("e0", 0): [[[1, -0.25], [7, -1.75]], [[2, -1.0], [8, -1.0]], [[3, -0.125], [9, -3.0]]],
+        ("e1", 0): [[[4, -1], [6, -2]], [[5, -1], [6, -3]]],
+    }  # integers: json reads ints
     run = write_bfcl_run(tmp_path, "off", 1, episodes, logprobs=logprobs)
     run = Run(run.path, run.manifest)
     for req in run.requests:

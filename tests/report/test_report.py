@@ -14,8 +14,10 @@ from artifact.report.render import TEMPLATE, environment
 from synthetic_runs import OFF, ON1, timings, write_bfcl_run
 
 TITLE = "Prefix caching and serving reproducibility: check report"
-PAYLOAD = ("<script>document.title='pwned';document.body.insertAdjacentHTML('beforeend','<p id=\"pwned\">x</p>')"
-           "</script><img src=x onerror=\"document.title='pwned2'\">")
+PAYLOAD = (
+    "<script>document.title='pwned';document.body.insertAdjacentHTML('beforeend','<p id=\"pwned\">x</p>')"
+    "</script><img src=x onerror=\"document.title='pwned2'\">"
+)
 
 
 @pytest.fixture
@@ -38,8 +40,9 @@ def test_report_is_self_contained_and_ordered(report):
     refs = re.findall(r'\b(?:src|href)\s*=\s*"([^"]*)"', html)
     assert refs and all(r.startswith(("data:image/png;base64,", "#")) for r in refs)
     assert "<link" not in html and "@import" not in html and "url(" not in html
-    order = [html.index(f'id="{i}"') for i in ("verdict-table", "tab2", "agent", "fig1", "fig2", "example",
-                                               "provenance")]  # agent: the BFCL workload's own section
+    order = [
+        html.index(f'id="{i}"') for i in ("verdict-table", "tab2", "agent", "fig1", "fig2", "example", "provenance")
+    ]  # agent: the BFCL workload's own section
     assert order == sorted(order)
     assert html.count('<tr class="') >= 6 and 'data-claim="RQ1"' in html
 
@@ -71,13 +74,22 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def chromium(tmp_path, *args) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'chromium-profile'}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ]
     return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (Debian package 'chromium'; "
-                                              "CI installs it with apt-get install chromium)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="headless Chromium not installed (Debian package 'chromium'; CI installs it with apt-get install chromium)",
+)
 def test_report_in_a_real_browser(report, tmp_path):
     url = report.resolve().as_uri()
     r = chromium(tmp_path, "--dump-dom", url)
@@ -102,26 +114,56 @@ def write_bridge_run(root, data: str):
     from artifact.records.store import RunWriter
 
     d = root / "bridge-cfg" / "bridge" / "bridge-run1"
-    items = {"i0": ("10", ([1, 2], "Answer: 10"), ([1, 2], "Answer: 10")),   # identical paths, both right
-             "i1": ("7", ([3], "Answer: 6"), ([4], "Answer: 7")),            # a flip towards the cache path
-             "i2": ("5", ([5], "Answer: 5"), ([6], "Answer: 4"))}            # a flip towards recompute
-    w = RunWriter(d, {"config": "bridge-cfg", "plan": "bridge", "arm": "bridge", "run": 1, "session": "bridge",
-                      "episodes": list(items), "workload": "gsm8k", "lifecycle": "shared", "engine": "llama.cpp",
-                      "model": {"name": "TestLM", "quant": "Q8_0"}, "data": data,
-                      "items_provenance": {"synthetic": data == "synthetic"},
-                      "server_cmd": ["llama-server", "-m", "x.gguf"]})
+    items = {
+        "i0": ("10", ([1, 2], "Answer: 10"), ([1, 2], "Answer: 10")),  # identical paths, both right
+        "i1": ("7", ([3], "Answer: 6"), ([4], "Answer: 7")),  # a flip towards the cache path
+        "i2": ("5", ([5], "Answer: 5"), ([6], "Answer: 4")),
+    }  # a flip towards recompute
+    w = RunWriter(
+        d,
+        {
+            "config": "bridge-cfg",
+            "plan": "bridge",
+            "arm": "bridge",
+            "run": 1,
+            "session": "bridge",
+            "episodes": list(items),
+            "workload": "gsm8k",
+            "lifecycle": "shared",
+            "engine": "llama.cpp",
+            "model": {"name": "TestLM", "quant": "Q8_0"},
+            "data": data,
+            "items_provenance": {"synthetic": data == "synthetic"},
+            "server_cmd": ["llama-server", "-m", "x.gguf"],
+        },
+    )
     for item, (ref, cold, warm) in items.items():
-        for index, (serving, (toks, text)) in enumerate((("cold1", cold), ("cold2", cold), ("warm1", warm),
-                                                         ("warm2", warm))):
+        for index, (serving, (toks, text)) in enumerate(
+            (("cold1", cold), ("cold2", cold), ("warm1", warm), ("warm2", warm))
+        ):
             cache_n = 49 if serving.startswith("warm") else 0
-            w.request({"episode_id": item, "item_id": item, "serving": serving, "turn": 0, "step": 0,
-                       "request_index": index, "prompt_sha256": hashlib.sha256(item.encode()).hexdigest(),
-                       "prompt_tokens": 50, "output_tokens": toks, "output_text": text,
-                       "top_logprobs": [None] * len(toks), "cache_n": cache_n, "prompt_n": 50 - cache_n,
-                       # each item its own prompt, each serving its own server timings (as a real run's)
-                       **dict(zip(("prompt_ms", "predicted_ms"), timings(item, serving))),
-                       "stop_type": "eos", "error": None,
-                       "cache_check": "ok"})
+            w.request(
+                {
+                    "episode_id": item,
+                    "item_id": item,
+                    "serving": serving,
+                    "turn": 0,
+                    "step": 0,
+                    "request_index": index,
+                    "prompt_sha256": hashlib.sha256(item.encode()).hexdigest(),
+                    "prompt_tokens": 50,
+                    "output_tokens": toks,
+                    "output_text": text,
+                    "top_logprobs": [None] * len(toks),
+                    "cache_n": cache_n,
+                    "prompt_n": 50 - cache_n,
+                    # each item its own prompt, each serving its own server timings (as a real run's)
+                    **dict(zip(("prompt_ms", "predicted_ms"), timings(item, serving))),
+                    "stop_type": "eos",
+                    "error": None,
+                    "cache_check": "ok",
+                }
+            )
         w.episode({"episode_id": item, "item_id": item, "reference": ref, "n_requests": 4})
     w.finish(wall_s=1.0)
 

@@ -14,8 +14,21 @@ from pathlib import Path
 
 from artifact.analysis.tables import PAPER_PLAN, Tables
 from artifact.check.core import (  # noqa: F401  (besides what this module uses: the vocabulary its users import)
-    BAND_RULE, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, SEVERITY, STATUSES, TESTED, Claim, Context, Paper,
-    Verdict, paper_configs_for,
+    BAND_RULE,
+    FAIL,
+    INCONCLUSIVE,
+    INVALID,
+    NOT_RUN,
+    OUT,
+    PASS,
+    SEVERITY,
+    STATUSES,
+    TESTED,
+    Claim,
+    Context,
+    Paper,
+    Verdict,
+    paper_configs_for,
 )
 from artifact.check.exit_codes import EXIT_CODES  # noqa: F401  (the text ARTIFACT.md quotes)
 from artifact.check.expected import load_document
@@ -25,8 +38,9 @@ MODULES = tuple(importlib.import_module(f"artifact.check.claims.{name}") for nam
 CLAIM_RULES: dict[str, dict] = {m.ID: m.RULE for m in MODULES}
 
 
-def evaluate_claims(tables: Tables, workload_tables: dict | None = None, *, root: Path | None = None,
-                    expected_path: Path | None = None) -> list[Claim]:
+def evaluate_claims(
+    tables: Tables, workload_tables: dict | None = None, *, root: Path | None = None, expected_path: Path | None = None
+) -> list[Claim]:
     ctx = Context(tables, workload_tables or {}, Paper(load_document(expected_path)), root)
     return [m.judge(ctx) for m in MODULES]
 
@@ -46,8 +60,9 @@ def annotate_with_paper(tables: Tables, expected_path: Path | None = None) -> No
         return (vs[0]["value"], f"{vs[0]['source']} ({vs[0]['key']})") if vs else (None, None)
 
     if not tables.tab2.empty:
-        tables.tab2["paper_config"] = [", ".join(paper_configs_for(g.meta, paper.configs)) or None
-                                       for g in tables.groups]
+        tables.tab2["paper_config"] = [
+            ", ".join(paper_configs_for(g.meta, paper.configs)) or None for g in tables.groups
+        ]
         for kind in ("on_vs_off", "on_rerun"):
             vals = [lookup(g.config, g.plan, kind) for g in tables.groups]
             tables.tab2[f"paper_{kind}"] = [v for v, _ in vals]

@@ -9,8 +9,20 @@ import pandas as pd
 from artifact.analysis.stats import cochran_armitage
 from artifact.analysis.tables import PAPER_PLAN, Tables
 from artifact.check.core import (
-    ALPHA, FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, Claim, Context, fmt_p, group_problems, make_claim, Paper,
-    paper_configs_for, Verdict,
+    ALPHA,
+    FAIL,
+    INCONCLUSIVE,
+    INVALID,
+    NOT_RUN,
+    PASS,
+    Claim,
+    Context,
+    fmt_p,
+    group_problems,
+    make_claim,
+    Paper,
+    paper_configs_for,
+    Verdict,
 )
 from artifact.check.rules import rule, text
 
@@ -26,8 +38,9 @@ def series_of(paper: Paper, keys) -> str | None:
     parts = [v["config"].split("/") for k in keys if (v := paper.value(k)) and v.get("config")]
     if not parts:
         return None
-    common = parts[0] if len(parts) == 1 else [
-        p[0] for p in itertools.takewhile(lambda p: len(set(p)) == 1, zip(*parts))]
+    common = (
+        parts[0] if len(parts) == 1 else [p[0] for p in itertools.takewhile(lambda p: len(set(p)) == 1, zip(*parts))]
+    )
     return "/".join(common) + "/"
 
 
@@ -36,7 +49,7 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
     tested, rising = series_of(paper, TESTED), series_of(paper, RISING)
     trend = tables.fig2_trend
     paper_n = int(paper.meta["episodes"])
-    for _, t in (trend.iterrows() if not trend.empty else []):
+    for _, t in trend.iterrows() if not trend.empty else []:
         rows = tables.fig2[tables.fig2["series"] == t["series"]]
         meta = {"engine": rows["engine"].iloc[0], "pinned_model": tables.series_pinned.get(t["series"])}
         ids = paper_configs_for(meta, paper.configs, with_quant=False)
@@ -51,8 +64,10 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
             vals = [paper.value(k) for k in RISING]
             if all(vals):
                 z, p = cochran_armitage([paper.k_of(v) for v in vals], [paper.n_of(v) for v in vals])
-                expected += (f"; computed here, the same test on those values gives z = {z:.2f}, p = {p:.2g}, "
-                             "so this series would not reach 0.05 even at the paper's own rates")
+                expected += (
+                    f"; computed here, the same test on those values gives z = {z:.2f}, p = {p:.2g}, "
+                    "so this series would not reach 0.05 even at the paper's own rates"
+                )
                 direction_only = p >= ALPHA
         obs = f"{t['levels']}: k = {t['k']} of n = {t['n']}" if t["n_levels"] else "no known quantization level"
         groups = [tables.group(c, PAPER_PLAN) for c in rows["config"]]
@@ -70,13 +85,23 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
             elif t["z"] < 0 and t["p"] < ALPHA:
                 status, why = FAIL, ["significant trend the other way (z < 0, p < 0.05)"]
             elif ids and at_scale:
-                status, why = FAIL, [f"a series the paper measured, at the paper's scale (>= {paper_n} episodes per "
-                                     "level), without the paper's trend"]
+                status, why = (
+                    FAIL,
+                    [
+                        f"a series the paper measured, at the paper's scale (>= {paper_n} episodes per "
+                        "level), without the paper's trend"
+                    ],
+                )
             else:
                 status = INCONCLUSIVE
-                why = [("trend not significant" if not direction_only else "no rising direction") + (
-                    f" on fewer than the paper's {paper_n} episodes per level" if ids else
-                    " on a model and engine the paper did not measure: no evidence against the paper")]
+                why = [
+                    ("trend not significant" if not direction_only else "no rising direction")
+                    + (
+                        f" on fewer than the paper's {paper_n} episodes per level"
+                        if ids
+                        else " on a model and engine the paper did not measure: no evidence against the paper"
+                    )
+                ]
         else:
             status = NOT_RUN
             obs += f" ({t['n_levels']} known level(s); the test needs >= 3)"
@@ -85,21 +110,34 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
         ev = why + [f"configs: {', '.join(rows['config'])} (plan main, ON run 1 vs OFF run 1)"]
         if t.get("unknown_levels"):
             ev.append(f"levels not in QUANT_LEVELS, left out: {t['unknown_levels']}")
-        rule = ("z > 0 (direction only: the paper's own rates for this series are not significant)"
-                if direction_only else "significance at 0.05, z > 0 (no band on z)")
+        rule = (
+            "z > 0 (direction only: the paper's own rates for this series are not significant)"
+            if direction_only
+            else "significance at 0.05, z > 0 (no band on z)"
+        )
         details.append(Verdict.of_claim(ID, str(t["series"]), "trend", status, obs, expected, rule, ev))
     tested = [d for d in details if d.status != NOT_RUN]
-    observed = "; ".join(f"{d.scope}: {d.status}: {d.observed}" for d in tested) or \
-        "no model with >= 3 quantization levels run"
+    observed = (
+        "; ".join(f"{d.scope}: {d.status}: {d.observed}" for d in tested)
+        or "no model with >= 3 quantization levels run"
+    )
     if len(tested) < len(details):
         observed += f" ({len(details) - len(tested)} series with < 3 levels not tested)"
     outside = tables.outside_series
     if outside:  # configurations whose weights' lineage the facts cannot decide: in no series (never by their name)
-        observed += (f"; {len(outside)} configuration(s) in no series: which model their weights are a level of is "
-                     "not known from the records")
-    return make_claim(ID, RULE, details, observed, TEXT["expected"],
-                      "trend significant at 0.05 with >= 3 levels",
-                      [f"{d.scope}: {d.status}" for d in details] + [f"in no series: {x}" for x in outside])
+        observed += (
+            f"; {len(outside)} configuration(s) in no series: which model their weights are a level of is "
+            "not known from the records"
+        )
+    return make_claim(
+        ID,
+        RULE,
+        details,
+        observed,
+        TEXT["expected"],
+        "trend significant at 0.05 with >= 3 levels",
+        [f"{d.scope}: {d.status}" for d in details] + [f"in no series: {x}" for x in outside],
+    )
 
 
 def judge(ctx: Context) -> Claim:

@@ -7,8 +7,23 @@ from pathlib import Path
 from artifact.analysis.tables import Tables
 from artifact.analysis.tenants import under_load
 from artifact.check.core import (
-    FAIL, INCONCLUSIVE, INVALID, NOT_RUN, PASS, Claim, Context, fmt_rate, group_problems, make_claim,
-    pair_evidence, Paper, pct, scope_of, Verdict, without_evidence, zero_contradicts,
+    FAIL,
+    INCONCLUSIVE,
+    INVALID,
+    NOT_RUN,
+    PASS,
+    Claim,
+    Context,
+    fmt_rate,
+    group_problems,
+    make_claim,
+    pair_evidence,
+    Paper,
+    pct,
+    scope_of,
+    Verdict,
+    without_evidence,
+    zero_contradicts,
 )
 from artifact.check.rules import rule, text
 from artifact.engines import server_family
@@ -46,8 +61,10 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         elif off is None or onoff is None:
             status = NOT_RUN
         elif without_evidence(off) or without_evidence(onoff):
-            status, why = INCONCLUSIVE, ["a comparison holds no episode in which both runs made a request without "
-                                         "an error"]
+            status, why = (
+                INCONCLUSIVE,
+                ["a comparison holds no episode in which both runs made a request without an error"],
+            )
         elif unused := g.cache_unused(("on_vs_off",)):
             status, why = INCONCLUSIVE, unused
         elif off["k"]:
@@ -58,17 +75,33 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             status, why = FAIL, [f"ON vs OFF diverged in 0 of {onoff['n']} episodes"]
         else:
             status, why = INCONCLUSIVE, [f"ON vs OFF 0/{onoff['n']}: too few episodes to contradict the paper"]
-        details.append(Verdict.of_claim(ID, scope_of(g), "direction", status, obs,
-                               "OFF reruns 0 diverging; ON vs OFF > 0", "direction only (model not named by the paper)",
-                               why + pair_evidence(g, "off_rerun", root) + pair_evidence(g, "on_vs_off", root)))
+        details.append(
+            Verdict.of_claim(
+                ID,
+                scope_of(g),
+                "direction",
+                status,
+                obs,
+                "OFF reruns 0 diverging; ON vs OFF > 0",
+                "direction only (model not named by the paper)",
+                why + pair_evidence(g, "off_rerun", root) + pair_evidence(g, "on_vs_off", root),
+            )
+        )
     ctx = [paper.value(k) for k in paper.needs(ID, "context") or []]
-    expected = (TEXT["expected_with_paper"].format(*(pct(c["value"]) for c in ctx))
-                if ctx and all(ctx) else TEXT["expected"])
+    expected = (
+        TEXT["expected_with_paper"].format(*(pct(c["value"]) for c in ctx)) if ctx and all(ctx) else TEXT["expected"]
+    )
     if not details:
-        return make_claim(ID, RULE, [], TEXT["none_observed"], expected, "direction only", [TEXT["none_why"]],
-                          NOT_RUN)
-    return make_claim(ID, RULE, details, "; ".join(f"{d.scope}: {d.observed}" for d in details), expected,
-                  "direction only", [f"{d.scope}: {d.status}" for d in details])
+        return make_claim(ID, RULE, [], TEXT["none_observed"], expected, "direction only", [TEXT["none_why"]], NOT_RUN)
+    return make_claim(
+        ID,
+        RULE,
+        details,
+        "; ".join(f"{d.scope}: {d.observed}" for d in details),
+        expected,
+        "direction only",
+        [f"{d.scope}: {d.status}" for d in details],
+    )
 
 
 def judge(ctx: Context) -> Claim:

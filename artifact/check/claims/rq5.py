@@ -11,8 +11,21 @@ import pandas as pd
 
 from artifact.analysis.stats import mcnemar_exact, mcnemar_power
 from artifact.check.core import (
-    ALPHA, FAIL, INCONCLUSIVE, INVALID, MIN_POWER, NOT_RUN, PASS, Claim, Context, fmt_p, make_claim, Paper, pct,
-    power_note, Verdict,
+    ALPHA,
+    FAIL,
+    INCONCLUSIVE,
+    INVALID,
+    MIN_POWER,
+    NOT_RUN,
+    PASS,
+    Claim,
+    Context,
+    fmt_p,
+    make_claim,
+    Paper,
+    pct,
+    power_note,
+    Verdict,
 )
 from artifact.check.rules import rule, text
 from artifact.workloads import cache_bridges
@@ -26,8 +39,19 @@ TEXT = text(ID)
 RQ5_MAX_FLAGGED = 0.10  # above this share of flagged servings a configuration cannot be judged
 
 
-TAB3_COLUMNS = ("config", "status", "data", "n", "items", "cold_identical", "warm_identical",
-                "flips_numeric_cache", "flips_numeric_recompute", "mcnemar_p", "flagged_servings")
+TAB3_COLUMNS = (
+    "config",
+    "status",
+    "data",
+    "n",
+    "items",
+    "cold_identical",
+    "warm_identical",
+    "flips_numeric_cache",
+    "flips_numeric_recompute",
+    "mcnemar_p",
+    "flagged_servings",
+)
 
 
 def pooled_power(n: int, flips: int, net_shift: float) -> float | None:
@@ -43,21 +67,36 @@ def default_bridge() -> CacheBridge | None:
     return next((b for _, b in cache_bridges().values()), None)
 
 
-def rq5(tab3: pd.DataFrame | None, paper: Paper, invalid_configs: dict[str, list[str]] | None = None,
-        bridge: CacheBridge | None = None) -> Claim:
+def rq5(
+    tab3: pd.DataFrame | None,
+    paper: Paper,
+    invalid_configs: dict[str, list[str]] | None = None,
+    bridge: CacheBridge | None = None,
+) -> Claim:
     bridge = bridge or default_bridge()
     flips = [paper.value(k) for k in paper.needs(ID, "context") or []]
-    expected = (TEXT["expected_with_paper"].format(*(f["value"] for f in flips))
-                if flips and all(flips) else TEXT["expected"])
-    band = (f"p > 0.05, >= 1 flip each way, internal identity n/n; <= {RQ5_MAX_FLAGGED:.0%} flagged servings; "
-            f"pooled power >= {MIN_POWER} for a 1 pp shift")
+    expected = (
+        TEXT["expected_with_paper"].format(*(f["value"] for f in flips)) if flips and all(flips) else TEXT["expected"]
+    )
+    band = (
+        f"p > 0.05, >= 1 flip each way, internal identity n/n; <= {RQ5_MAX_FLAGGED:.0%} flagged servings; "
+        f"pooled power >= {MIN_POWER} for a 1 pp shift"
+    )
     invalid_configs = invalid_configs or {}
     if tab3 is None or tab3.empty or bridge is None:
         return make_claim(ID, RULE, [], TEXT["none_observed"], expected, band, [TEXT["none_why"]], NOT_RUN)
     missing = [c for c in TAB3_COLUMNS if c not in tab3.columns]
     if missing:
-        return make_claim(ID, RULE, [], "Tab. 3 could not be read", expected, band,
-                      [f"Tab. 3 lacks column(s) {', '.join(missing)}"], NOT_RUN)
+        return make_claim(
+            ID,
+            RULE,
+            [],
+            "Tab. 3 could not be read",
+            expected,
+            band,
+            [f"Tab. 3 lacks column(s) {', '.join(missing)}"],
+            NOT_RUN,
+        )
     rows = tab3[(tab3["config"] != "pooled") & (tab3["status"] == "complete")]
     details, judged = [], []
     for _, r in rows.iterrows():
@@ -65,13 +104,24 @@ def rq5(tab3: pd.DataFrame | None, paper: Paper, invalid_configs: dict[str, list
         b, c = int(r["flips_numeric_cache"]), int(r["flips_numeric_recompute"])
         flagged = int(r["flagged_servings"])
         share = flagged / (bridge.servings_per_item * items) if items else 1.0
-        obs = (f"cold {int(r['cold_identical'])}/{n}, warm {int(r['warm_identical'])}/{n} identical; flips "
-               f"{b} cache / {c} recompute, McNemar p = {fmt_p(r['mcnemar_p'])}; flagged servings {flagged} "
-               f"({pct(share)})")
+        obs = (
+            f"cold {int(r['cold_identical'])}/{n}, warm {int(r['warm_identical'])}/{n} identical; flips "
+            f"{b} cache / {c} recompute, McNemar p = {fmt_p(r['mcnemar_p'])}; flagged servings {flagged} "
+            f"({pct(share)})"
+        )
         if r["data"] != bridge.paper_data:
-            details.append(Verdict.of_claim(ID, str(r["config"]), "direction", NOT_RUN,
-                                            TEXT["other_data_observed"].format(data=r["data"], obs=obs), expected,
-                                            band, [TEXT["other_data_why"].format(data=r["data"])]))
+            details.append(
+                Verdict.of_claim(
+                    ID,
+                    str(r["config"]),
+                    "direction",
+                    NOT_RUN,
+                    TEXT["other_data_observed"].format(data=r["data"], obs=obs),
+                    expected,
+                    band,
+                    [TEXT["other_data_why"].format(data=r["data"])],
+                )
+            )
             continue
         reasons, status = [], None
         if str(r["config"]) in invalid_configs:
@@ -86,14 +136,25 @@ def rq5(tab3: pd.DataFrame | None, paper: Paper, invalid_configs: dict[str, list
                 judged.append((n, b, c, str(r["config"])))
             elif share > RQ5_MAX_FLAGGED or not n:
                 status = INCONCLUSIVE
-                reasons = [f"{pct(share)} of servings flagged (more than {RQ5_MAX_FLAGGED:.0%}): the counted items "
-                           "are a selection; this configuration cannot be judged"]
+                reasons = [
+                    f"{pct(share)} of servings flagged (more than {RQ5_MAX_FLAGGED:.0%}): the counted items "
+                    "are a selection; this configuration cannot be judged"
+                ]
             else:
                 status = PASS
                 judged.append((n, b, c, str(r["config"])))
-        details.append(Verdict.of_claim(ID, str(r["config"]), "direction", status, obs,
-                               "cold n/n, warm n/n identical; p > 0.05", band,
-                               reasons or [f"Tab. 3 row {r['config']} (data = {bridge.paper_data})"]))
+        details.append(
+            Verdict.of_claim(
+                ID,
+                str(r["config"]),
+                "direction",
+                status,
+                obs,
+                "cold n/n, warm n/n identical; p > 0.05",
+                band,
+                reasons or [f"Tab. 3 row {r['config']} (data = {bridge.paper_data})"],
+            )
+        )
     real = rows[rows["data"] == bridge.paper_data]
     if judged:
         n = sum(j[0] for j in judged)
@@ -103,16 +164,30 @@ def rq5(tab3: pd.DataFrame | None, paper: Paper, invalid_configs: dict[str, list
         if not p > ALPHA:
             status, reasons = FAIL, [f"McNemar p = {fmt_p(p)} <= {ALPHA}: a significant accuracy shift"]
         elif power is None or power < MIN_POWER:
-            status, reasons = INCONCLUSIVE, [
-                f"{power_note(power)} to detect a 1 pp net accuracy shift over {n} items (below {MIN_POWER}): "
-                "'no significant shift' on so few items is no evidence"]
+            status, reasons = (
+                INCONCLUSIVE,
+                [
+                    f"{power_note(power)} to detect a 1 pp net accuracy shift over {n} items (below {MIN_POWER}): "
+                    "'no significant shift' on so few items is no evidence"
+                ],
+            )
         elif not (b and c):
             status, reasons = FAIL, ["flips do not go both ways"]
         else:
             status, reasons = PASS, [f"sum over Tab. 3 rows {', '.join(j[3] for j in judged)}"]
-        details.append(Verdict.of_claim(ID, TEXT["pooled_scope"].format(n=len(judged)), "pooled", status,
-                               f"{n} items, {b + c} flips: {b} cache / {c} recompute, McNemar p = {fmt_p(p)}, "
-                               f"{power_note(power)} for a 1 pp shift", expected, band, reasons))
+        details.append(
+            Verdict.of_claim(
+                ID,
+                TEXT["pooled_scope"].format(n=len(judged)),
+                "pooled",
+                status,
+                f"{n} items, {b + c} flips: {b} cache / {c} recompute, McNemar p = {fmt_p(p)}, "
+                f"{power_note(power)} for a 1 pp shift",
+                expected,
+                band,
+                reasons,
+            )
+        )
         status = None
     elif len(real):
         status = None  # the per-configuration verdicts (FAIL, INVALID or INCONCLUSIVE) decide

@@ -41,7 +41,7 @@ def _is_int(v) -> bool:
 def one_line(text, limit: int = 120) -> str:
     """A server's text (an HTML page, a traceback) as one short line for an error message."""
     flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def server_identity(get, where: str = "the server") -> dict:
@@ -54,10 +54,14 @@ def server_identity(get, where: str = "the server") -> dict:
     if status != 200 or not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
         kind = (headers.get("content-type") or "no content type").split(";")[0]
         what = "JSON without a model list" if body is not None else kind
-        raise ArtifactError(f"{where} answered GET /v1/models with HTTP {status} ({what}): not an OpenAI-compatible "
-                            "server, or the wrong URL (give the server's base URL, e.g. http://127.0.0.1:8080)")
-    ident: dict = {"models": [{k: m[k] for k in MODEL_FIELDS if k in m} for m in data],
-                   "server_header": headers.get("server")}
+        raise ArtifactError(
+            f"{where} answered GET /v1/models with HTTP {status} ({what}): not an OpenAI-compatible "
+            "server, or the wrong URL (give the server's base URL, e.g. http://127.0.0.1:8080)"
+        )
+    ident: dict = {
+        "models": [{k: m[k] for k in MODEL_FIELDS if k in m} for m in data],
+        "server_header": headers.get("server"),
+    }
     status, _, body = get("/version")
     if status == 200 and isinstance(body, dict):
         ident["version"] = body
@@ -195,23 +199,31 @@ def token_ids(body: dict, choice: dict, completion_tokens: int | None) -> tuple[
     if isinstance(ids, list) and all(_is_int(t) for t in ids):
         return ids, "choices[0].token_ids"
     verbose = body.get("__verbose")
-    if isinstance(verbose, dict) and isinstance(verbose.get("tokens"), list) and all(_is_int(t) for t in
-                                                                                      verbose["tokens"]):
+    if (
+        isinstance(verbose, dict)
+        and isinstance(verbose.get("tokens"), list)
+        and all(_is_int(t) for t in verbose["tokens"])
+    ):
         if verbose["tokens"] or not completion_tokens:
             return verbose["tokens"], "__verbose.tokens"
     logprobs = choice.get("logprobs")
     if isinstance(logprobs, dict):
         content = logprobs.get("content")
-        if isinstance(content, list) and all(isinstance(e, dict) and _is_int(e.get("id")) for e in content) \
-                and len(content) == completion_tokens:
+        if (
+            isinstance(content, list)
+            and all(isinstance(e, dict) and _is_int(e.get("id")) for e in content)
+            and len(content) == completion_tokens
+        ):
             return [e["id"] for e in content], "logprobs.content[].id"
         tokens = logprobs.get("tokens")
         if isinstance(tokens, list) and tokens:
             parsed = [_token_id(t) for t in tokens]
             if all(t is not None for t in parsed):
                 return parsed, "logprobs.tokens (token_id:N)"
-    raise ArtifactError("the server's /v1/completions response carries no generated token ids (choices[0].token_ids, "
-                        "logprobs with ids): the records compare token ids, so this server cannot be used")
+    raise ArtifactError(
+        "the server's /v1/completions response carries no generated token ids (choices[0].token_ids, "
+        "logprobs with ids): the records compare token ids, so this server cannot be used"
+    )
 
 
 def _ranked(pairs) -> list:
@@ -225,7 +237,9 @@ def top_logprobs(choice: dict, tokens: list[int]) -> tuple[list, str | None]:
     if not isinstance(logprobs, dict):
         return top, None
     content = logprobs.get("content")
-    if isinstance(content, list):  # llama-server: entries carry ids; a token held back inside a UTF-8 character has none
+    if isinstance(
+        content, list
+    ):  # llama-server: entries carry ids; a token held back inside a UTF-8 character has none
         j = 0
         for i, tok in enumerate(tokens):
             if j < len(content) and isinstance(content[j], dict) and content[j].get("id") == tok:
@@ -253,8 +267,10 @@ def check_greedy(tokens: list[int], top: list) -> None:
     fields is refused rather than recorded."""
     for i, (tok, at) in enumerate(zip(tokens, top)):
         if at and not any(t == tok and lp == at[0][1] for t, lp in at):
-            raise ArtifactError(f"the server did not decode greedily (generated token {i} is {tok}, its most likely "
-                                f"token {at[0][0]}): it ignores temperature 0 / top_k 1 or applies its own sampling")
+            raise ArtifactError(
+                f"the server did not decode greedily (generated token {i} is {tok}, its most likely "
+                f"token {at[0][0]}): it ignores temperature 0 / top_k 1 or applies its own sampling"
+            )
 
 
 def cached_tokens(body: dict, usage: dict, metric_delta: float | None) -> tuple[int | None, dict]:
@@ -263,7 +279,8 @@ def cached_tokens(body: dict, usage: dict, metric_delta: float | None) -> tuple[
     details = usage.get("prompt_tokens_details")
     seen = {
         "timings.cache_n": timings.get("cache_n") if isinstance(timings, dict) else None,
-        "usage.prompt_tokens_details.cached_tokens": details.get("cached_tokens") if isinstance(details, dict)
+        "usage.prompt_tokens_details.cached_tokens": details.get("cached_tokens")
+        if isinstance(details, dict)
         else None,
         "metrics": None if metric_delta is None else int(round(metric_delta)),
     }
@@ -301,15 +318,30 @@ def parse_completion(body, metric_delta: float | None, wall_ms: float) -> Comple
     if cache_n is not None and not 0 <= cache_n <= prompt_tokens:
         raise ArtifactError(f"the server reports {cache_n} cached of {prompt_tokens} prompt tokens: malformed")
     timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}
-    ms = {k: float(timings[k]) if isinstance(timings.get(k), (int, float)) and not isinstance(timings.get(k), bool)
-          else None for k in ("prompt_ms", "predicted_ms")}
+    ms = {
+        k: float(timings[k])
+        if isinstance(timings.get(k), (int, float)) and not isinstance(timings.get(k), bool)
+        else None
+        for k in ("prompt_ms", "predicted_ms")
+    }
     return Completion(
-        tokens=tokens, text=text, top_logprobs=top, prompt_tokens=prompt_tokens, cache_n=cache_n,
+        tokens=tokens,
+        text=text,
+        top_logprobs=top,
+        prompt_tokens=prompt_tokens,
+        cache_n=cache_n,
         prompt_n=None if cache_n is None else prompt_tokens - cache_n,
-        prompt_ms=ms["prompt_ms"], predicted_ms=ms["predicted_ms"], stop_type=finish(choice),
-        extra={"cache_sources": seen, "token_ids_source": ids_source, "top_logprobs_source": top_source,
-               "completion_tokens": completion_tokens, "system_fingerprint": body.get("system_fingerprint"),
-               "wall_ms": round(wall_ms, 1)},
+        prompt_ms=ms["prompt_ms"],
+        predicted_ms=ms["predicted_ms"],
+        stop_type=finish(choice),
+        extra={
+            "cache_sources": seen,
+            "token_ids_source": ids_source,
+            "top_logprobs_source": top_source,
+            "completion_tokens": completion_tokens,
+            "system_fingerprint": body.get("system_fingerprint"),
+            "wall_ms": round(wall_ms, 1),
+        },
     )
 
 

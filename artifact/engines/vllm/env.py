@@ -50,8 +50,10 @@ def venv_dir() -> Path:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("ARTIFACT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
-        / "prefix-cache-artifact"
+    base = (
+        os.environ.get("ARTIFACT_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prefix-cache-artifact"
+    )
     return Path(base) / "vllm"
 
 
@@ -84,8 +86,9 @@ def interpreter(executable: Path) -> Path:
 
 def _run_python(python: Path, args: list[str], what: str, timeout: float) -> str:
     env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ", "HOME") if k in os.environ}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
-               PYTHONNOUSERSITE="1")
+    env.update(
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONNOUSERSITE="1"
+    )
     try:
         out = subprocess.run([str(python), *args], capture_output=True, text=True, timeout=timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -129,8 +132,7 @@ def compile_cache(build: str) -> Path:
 
 def files_sha256(directory: Path) -> dict:
     """sha256 of every file a server reads from a model directory (the conversion record excluded)."""
-    return {p.name: sha256_file(p) for p in sorted(directory.iterdir())
-            if p.is_file() and p.name != CONVERSION_RECORD}
+    return {p.name: sha256_file(p) for p in sorted(directory.iterdir()) if p.is_file() and p.name != CONVERSION_RECORD}
 
 
 def _converted_dir(gguf_sha256: str) -> Path:
@@ -160,8 +162,16 @@ def converter(record: dict) -> dict:
 
 def pin_of(record: dict) -> dict | None:
     """The pin of a conversion record's source, dtype and converter (None: this converter has no pin)."""
-    return next((p for p in load_pins() if p["source_sha256"] == record.get("source_sha256")
-                 and p["dtype"] == record.get("dtype") and p["converter"] == converter(record)), None)
+    return next(
+        (
+            p
+            for p in load_pins()
+            if p["source_sha256"] == record.get("source_sha256")
+            and p["dtype"] == record.get("dtype")
+            and p["converter"] == converter(record)
+        ),
+        None,
+    )
 
 
 def pin_problem(record: dict) -> str | None:
@@ -170,51 +180,78 @@ def pin_problem(record: dict) -> str | None:
     pin = pin_of(record)
     if pin is not None and pin["files_sha256"] != files:
         bad = sorted(k for k in set(pin["files_sha256"]) | set(files) if pin["files_sha256"].get(k) != files.get(k))
-        return (f"differs from its pin ({', '.join(bad)}) for converter "
-                f"{', '.join(f'{k} {v}' for k, v in converter(record).items())}")
+        return (
+            f"differs from its pin ({', '.join(bad)}) for converter "
+            f"{', '.join(f'{k} {v}' for k, v in converter(record).items())}"
+        )
     for other in load_pins():
         if other["source_sha256"] == record.get("source_sha256") and other["dtype"] == record.get("dtype"):
             for name in WEIGHT_FILES:
                 if name in other["files_sha256"] and other["files_sha256"][name] != files.get(name):
-                    return (f"has weights ({name}) other than every pinned conversion of this source has "
-                            f"(pinned under transformers {other['converter'].get('transformers')})")
+                    return (
+                        f"has weights ({name}) other than every pinned conversion of this source has "
+                        f"(pinned under transformers {other['converter'].get('transformers')})"
+                    )
     return None
 
 
 def write_pin(record: dict, source: str) -> dict:
     """Record a conversion's files as the pin of its source, dtype and converter (replacing an earlier one)."""
-    entry = {"source": source, "source_sha256": record["source_sha256"], "dtype": record["dtype"],
-             "converter": converter(record), "files_sha256": record["files_sha256"],
-             "made_with": {"torch": record.get("torch"), "numpy": record.get("numpy")}}
+    entry = {
+        "source": source,
+        "source_sha256": record["source_sha256"],
+        "dtype": record["dtype"],
+        "converter": converter(record),
+        "files_sha256": record["files_sha256"],
+        "made_with": {"torch": record.get("torch"), "numpy": record.get("numpy")},
+    }
     data = json.loads(PINS.read_text()) if PINS.exists() else {"pins": []}
-    data["pins"] = [p for p in data["pins"] if not (p["source_sha256"] == entry["source_sha256"]
-                                                   and p["dtype"] == entry["dtype"]
-                                                   and p["converter"] == entry["converter"])] + [entry]
+    data["pins"] = [
+        p
+        for p in data["pins"]
+        if not (
+            p["source_sha256"] == entry["source_sha256"]
+            and p["dtype"] == entry["dtype"]
+            and p["converter"] == entry["converter"]
+        )
+    ] + [entry]
     PINS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return entry
 
 
-def model_dir(model_path: Path, model_sha256: str, quant: str, executable: Path,
-              check_pin: bool = True) -> tuple[Path, dict]:
+def model_dir(
+    model_path: Path, model_sha256: str, quant: str, executable: Path, check_pin: bool = True
+) -> tuple[Path, dict]:
     """The Hugging Face directory vLLM serves and its record (files' sha256, and for a GGUF the conversion).
 
     A GGUF is converted on first use (about a minute for SmolLM2-135M on 2 cores), under a lock so that two
     processes do not convert at once; the result is reused while its files' sha256 match its record."""
     if model_path.suffix != ".gguf":
         directory = model_path.parent
-        return directory, {"model_dir": str(directory), "files_sha256": files_sha256(directory),
-                           "weights": "as published"}
+        return directory, {
+            "model_dir": str(directory),
+            "files_sha256": files_sha256(directory),
+            "weights": "as published",
+        }
     directory = _converted_dir(model_sha256)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.parent / f".{directory.name}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = _read_record(directory)
         if record is None or record.get("source_sha256") != model_sha256:
-            print(f"vLLM: converting {model_path.name} to Hugging Face format for vLLM (first use only; "
-                  f"about a minute) into {directory}", file=sys.stderr, flush=True)
+            print(
+                f"vLLM: converting {model_path.name} to Hugging Face format for vLLM (first use only; "
+                f"about a minute) into {directory}",
+                file=sys.stderr,
+                flush=True,
+            )
             tmp = directory.with_name(directory.name + ".tmp")
-            _run_python(interpreter(executable), [str(CONVERT), str(model_path), str(tmp), CONVERT_DTYPE, quant],
-                        "converting the GGUF for vLLM", timeout=1800)
+            _run_python(
+                interpreter(executable),
+                [str(CONVERT), str(model_path), str(tmp), CONVERT_DTYPE, quant],
+                "converting the GGUF for vLLM",
+                timeout=1800,
+            )
             record = _read_record(tmp)
             if record is None:
                 raise ArtifactError(f"the GGUF conversion wrote no {CONVERSION_RECORD} in {tmp}")
@@ -226,19 +263,24 @@ def model_dir(model_path: Path, model_sha256: str, quant: str, executable: Path,
                 bad = tmp.with_name(directory.name + ".mismatch")
                 shutil.rmtree(bad, ignore_errors=True)
                 tmp.rename(bad)
-                raise ArtifactError(f"the conversion of {model_path.name} {problem} (moved to {bad}): this "
-                                    "converter computes differently; convert with a pinned one")
+                raise ArtifactError(
+                    f"the conversion of {model_path.name} {problem} (moved to {bad}): this "
+                    "converter computes differently; convert with a pinned one"
+                )
             (tmp / CONVERSION_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True))
             if directory.exists():
                 shutil.rmtree(directory)
             tmp.rename(directory)
         elif files_sha256(directory) != record.get("files_sha256"):
-            raise ArtifactError(f"the converted model in {directory} no longer matches its {CONVERSION_RECORD} "
-                                "(files changed): delete that folder to convert again")
+            raise ArtifactError(
+                f"the converted model in {directory} no longer matches its {CONVERSION_RECORD} "
+                "(files changed): delete that folder to convert again"
+            )
         elif check_pin and (problem := pin_problem(record)):
             raise ArtifactError(f"the converted model in {directory} {problem}: delete that folder to convert again")
     pin = pin_of(record)
-    return directory, {"model_dir": str(directory), **record,
-                       "pin": {"pinned": pin is not None, "file": str(PINS.relative_to(REPO)),
-                               "converter": converter(record)}}
-
+    return directory, {
+        "model_dir": str(directory),
+        **record,
+        "pin": {"pinned": pin is not None, "file": str(PINS.relative_to(REPO)), "converter": converter(record)},
+    }

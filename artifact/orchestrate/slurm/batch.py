@@ -36,7 +36,8 @@ def sbatch_options(args) -> list[str]:
         rule = {"time": TIME_RE, "gres": GRES_RE}.get(name, NAME_RE)
         if not rule.match(value):
             example = {"time": "e.g. 90, 4:00:00 or 1-00:00:00", "gres": "e.g. gpu:1 or gpu:a100:1"}.get(
-                name, "letters, digits, '_', '.', '-'")
+                name, "letters, digits, '_', '.', '-'"
+            )
             raise ArtifactError(f"--{name} {value!r}: not a Slurm {name} ({example})")
         out.append(f"--{name}={value}")
     for line in args.sbatch_line:
@@ -71,8 +72,10 @@ def shared_note(results: Path) -> str | None:
         probe = probe.parent
     kind = filesystem(probe.resolve())
     if kind in NODE_LOCAL_FS or str(results).startswith(("/tmp/", "/var/tmp/", "/dev/shm/", "/run/")):
-        return (f"{results} is on {kind} under a node-local path: tasks on other nodes cannot see it (fine on a "
-                "single node); put --results on a file system every node mounts (NFS, Lustre, GPFS, BeeGFS, ...)")
+        return (
+            f"{results} is on {kind} under a node-local path: tasks on other nodes cannot see it (fine on a "
+            "single node); put --results on a file system every node mounts (NFS, Lustre, GPFS, BeeGFS, ...)"
+        )
     return None
 
 
@@ -90,43 +93,57 @@ def array_spec(indices: list[int]) -> str:
 
 def body(sub: Path, spec: dict, entry: str) -> str:
     q = shlex.quote
-    env = {"ARTIFACT_VENV": spec["venv"], "ARTIFACT_WEIGHTS": spec["weights"], "HF_HUB_CACHE": spec["hf_hub_cache"],
-           "HF_HUB_OFFLINE": "1"}
-    return "\n".join([
-        "set -euo pipefail",
-        f"sub={q(str(sub))}",
-        f"cd {q(str(REPO))} 2>/dev/null || {{ echo \"error: the artifact ({REPO}) is not visible on $(hostname): "
-        "it must be on a file system every node mounts\" >&2; exit 2; }",
-        f"[ -f \"$sub/{SPEC}\" ] || {{ echo \"error: the results directory is not visible on $(hostname) "
-        f"($sub/{SPEC} missing): --results must be on a file system every node mounts\" >&2; exit 2; }}",
-        "export " + " ".join(f"{k}={q(v)}" for k, v in env.items()),
-        "unset ARTIFACT_ALLOW_NETWORK  # the protocol runs without network (scripts/isolate.sh) whatever sbatch passed",
-        entry, ""])
+    env = {
+        "ARTIFACT_VENV": spec["venv"],
+        "ARTIFACT_WEIGHTS": spec["weights"],
+        "HF_HUB_CACHE": spec["hf_hub_cache"],
+        "HF_HUB_OFFLINE": "1",
+    }
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"sub={q(str(sub))}",
+            f'cd {q(str(REPO))} 2>/dev/null || {{ echo "error: the artifact ({REPO}) is not visible on $(hostname): '
+            'it must be on a file system every node mounts" >&2; exit 2; }',
+            f'[ -f "$sub/{SPEC}" ] || {{ echo "error: the results directory is not visible on $(hostname) '
+            f'($sub/{SPEC} missing): --results must be on a file system every node mounts" >&2; exit 2; }}',
+            "export " + " ".join(f"{k}={q(v)}" for k, v in env.items()),
+            "unset ARTIFACT_ALLOW_NETWORK  # the protocol runs without network (scripts/isolate.sh) whatever sbatch passed",
+            entry,
+            "",
+        ]
+    )
 
 
 def array_script(sub: Path, spec: dict, opts: list[str]) -> str:
     jobs = {e["index"]: e for e in spec["jobs"]}
-    lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={JOB_NAME}",
-             f"#SBATCH --array={array_spec(spec['array'])}",
-             f"#SBATCH --output={sub}/logs/task-%a-%A.out",
-             *(f"#SBATCH {o}" for o in opts),
-             f"# ./run.sh all --slurm: one task per configuration x plan ({spec['mode']}"
-             f"{', CPU' if spec['cpu'] else ', one GPU each'}); resubmitting resumes. Tasks:"]
-    lines += [f"#   {i:>3}  {jobs[i]['key']}  (~{jobs[i]['hours']:g} h, ~{jobs[i]['gpu_mem_gib']:g} GiB GPU memory)"
-              for i in spec["array"]]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={JOB_NAME}",
+        f"#SBATCH --array={array_spec(spec['array'])}",
+        f"#SBATCH --output={sub}/logs/task-%a-%A.out",
+        *(f"#SBATCH {o}" for o in opts),
+        f"# ./run.sh all --slurm: one task per configuration x plan ({spec['mode']}"
+        f"{', CPU' if spec['cpu'] else ', one GPU each'}); resubmitting resumes. Tasks:",
+    ]
+    lines += [
+        f"#   {i:>3}  {jobs[i]['key']}  (~{jobs[i]['hours']:g} h, ~{jobs[i]['gpu_mem_gib']:g} GiB GPU memory)"
+        for i in spec["array"]
+    ]
     entry = 'exec ./run.sh all --slurm-task "$SLURM_ARRAY_TASK_ID" --submission "$sub"'
     return "\n".join(lines) + "\n" + body(sub, spec, entry)
 
 
 def check_script(sub: Path, spec: dict, opts: list[str], array_id: str) -> str:
     site = [o for o in opts if not o.startswith("--gres=")]  # check needs no GPU
-    lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={CHECK_NAME}",
-             f"#SBATCH --dependency=afterany:{array_id}",
-             f"#SBATCH --output={sub}/logs/check-%j.out",
-             *(f"#SBATCH {o}" for o in site),
-             "# after every task has ended (done, failed or cancelled): the final table, then check and the report"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={CHECK_NAME}",
+        f"#SBATCH --dependency=afterany:{array_id}",
+        f"#SBATCH --output={sub}/logs/check-%j.out",
+        *(f"#SBATCH {o}" for o in site),
+        "# after every task has ended (done, failed or cancelled): the final table, then check and the report",
+    ]
     return "\n".join(lines) + "\n" + body(sub, spec, 'exec ./run.sh all --slurm-finish --submission "$sub"')
 
 
@@ -136,17 +153,23 @@ def sbatch(args_: list[str], what: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ArtifactError(f"sbatch failed to run ({exc})") from None
     if r.returncode != 0:
-        err = [ln.strip() for ln in (r.stderr + r.stdout).splitlines()
-               if ln.strip() and not ln.startswith("Try \"sbatch --help\"")]
+        err = [
+            ln.strip()
+            for ln in (r.stderr + r.stdout).splitlines()
+            if ln.strip() and not ln.startswith('Try "sbatch --help"')
+        ]
         msg = next((ln for ln in err if "error" in ln.lower()), err[0] if err else f"exit {r.returncode}")
-        raise ArtifactError(f"sbatch refused the {what} ({msg}): check --partition, --account, --qos, --gres, "
-                            "--time and --sbatch-line")
+        raise ArtifactError(
+            f"sbatch refused the {what} ({msg}): check --partition, --account, --qos, --gres, --time and --sbatch-line"
+        )
     return (r.stdout + r.stderr).strip()
 
 
 def require_sbatch() -> str:
     path = shutil.which("sbatch")
     if not path:
-        raise ArtifactError("sbatch not found on PATH: --slurm submits from a host with the Slurm client (a login "
-                            "node of the cluster); --dry-run prints the batch scripts without it")
+        raise ArtifactError(
+            "sbatch not found on PATH: --slurm submits from a host with the Slurm client (a login "
+            "node of the cluster); --dry-run prints the batch scripts without it"
+        )
     return path

@@ -19,13 +19,19 @@ SPEC = "jobs.json"
 
 
 def job_entry(i: int, j: Job) -> dict:
-    return {"index": i, "key": j.key, "config": j.config_path, "plan": j.plan, "gpu_mem_gib": j.gpu_mem_gib,
-            "hours": j.hours, "engine": j.engine}
+    return {
+        "index": i,
+        "key": j.key,
+        "config": j.config_path,
+        "plan": j.plan,
+        "gpu_mem_gib": j.gpu_mem_gib,
+        "hours": j.hours,
+        "engine": j.engine,
+    }
 
 
 def entry_job(e: dict) -> Job:
-    return Job(load_config(str(REPO / e["config"])), e["config"], e["plan"], float(e["gpu_mem_gib"]),
-               float(e["hours"]))
+    return Job(load_config(str(REPO / e["config"])), e["config"], e["plan"], float(e["gpu_mem_gib"]), float(e["hours"]))
 
 
 def submissions(results: Path) -> list[Path]:

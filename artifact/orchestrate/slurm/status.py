@@ -13,10 +13,10 @@ from types import SimpleNamespace
 from artifact.catalog import load_plan
 from artifact.errors import ArtifactError
 from artifact.orchestrate.common import conclude
-from artifact.orchestrate.fanout import DONE, FAILED, SKIPPED, Outcome, Progress, check_manifests, hms, \
-    runs_per_session
+from artifact.orchestrate.fanout import DONE, FAILED, SKIPPED, Outcome, Progress, check_manifests, hms, runs_per_session
 from artifact.orchestrate.matrix import Job
 from artifact.orchestrate.slurm.spec import SUBMISSIONS, entry_job, read_record, read_spec, submissions
+
 
 def plan_problem(results: Path, key: str) -> str | None:
     """None when every run of the configuration x plan `key` is complete under `results`, else why not."""
@@ -33,8 +33,9 @@ def queue_states(job_id: str | None) -> dict:
     if not job_id or not shutil.which("squeue"):
         return {}
     try:
-        r = subprocess.run(["squeue", "-h", "-r", "-j", str(job_id), "-o", "%K|%T|%N|%R"], capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(
+            ["squeue", "-h", "-r", "-j", str(job_id), "-o", "%K|%T|%N|%R"], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     out = {}
@@ -50,8 +51,12 @@ def accounting(ids: list[str]) -> tuple[dict, str | None]:
     if not ids or not shutil.which("sacct"):
         return {}, "sacct not on PATH"
     try:
-        r = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {}, f"sacct failed ({exc})"
     if r.returncode != 0:
@@ -71,8 +76,11 @@ def last_progress(results: Path, job_key: str, record: dict) -> str:
     if not logs:
         return ""
     total, per_session = runs_per_session(load_plan(plan))
-    p = Progress(SimpleNamespace(key=job_key), total,
-                 started=time.monotonic() - (time.time() - record.get("started_epoch", time.time())))
+    p = Progress(
+        SimpleNamespace(key=job_key),
+        total,
+        started=time.monotonic() - (time.time() - record.get("started_epoch", time.time())),
+    )
     for line in logs[-1].read_text(errors="replace").splitlines():
         p.feed(line, per_session)
     return p.summary()
@@ -106,16 +114,19 @@ def task_states(sub: Path, spec: dict, live: bool) -> list[dict]:
                 note = last_progress(results, key, rec)
         elif rec and rec["state"] == "running":
             state = "stopped"
-            note = ("ended without its record (killed, cancelled or the node failed): resubmitting resumes"
-                    + (f"; sacct: {a[0]} {a[1]}" if a else ""))
+            note = "ended without its record (killed, cancelled or the node failed): resubmitting resumes" + (
+                f"; sacct: {a[0]} {a[1]}" if a else ""
+            )
         elif rec:
             state = rec["state"]
         elif is_complete:
             state = DONE
         else:
             state = a[0] if a else "no record"
-            note = ("the task never started, or its node cannot see the results directory (it must be on a file "
-                    f"system every node mounts); Slurm's output: {sub}/logs/")
+            note = (
+                "the task never started, or its node cannot see the results directory (it must be on a file "
+                f"system every node mounts); Slurm's output: {sub}/logs/"
+            )
         if state == DONE and not is_complete:
             state, note = FAILED, plan_problem(results, key)
         rows.append({"index": i, "key": key, "state": state, "node": node, "seconds": secs, "note": note or ""})
@@ -125,8 +136,9 @@ def task_states(sub: Path, spec: dict, live: bool) -> list[dict]:
 def latest(results: Path) -> Path:
     subs = submissions(results)
     if not subs:
-        raise ArtifactError(f"no Slurm submission under {results / SUBMISSIONS} (./run.sh all --slurm --results "
-                            f"{results} submits one)")
+        raise ArtifactError(
+            f"no Slurm submission under {results / SUBMISSIONS} (./run.sh all --slurm --results {results} submits one)"
+        )
     return subs[-1]
 
 
@@ -134,22 +146,34 @@ def status(results: Path) -> int:
     sub = latest(results)
     spec = read_spec(sub)
     rows = task_states(sub, spec, live=True)
-    print(f"== ./run.sh all --slurm --status: submission {sub.name} ({spec['mode']}), array job "
-          f"{spec.get('array_job_id')}, check job {spec.get('check_job_id')}")
+    print(
+        f"== ./run.sh all --slurm --status: submission {sub.name} ({spec['mode']}), array job "
+        f"{spec.get('array_job_id')}, check job {spec.get('check_job_id')}"
+    )
     table = [("task", "configuration / plan", "state", "node", "time", "note")]
     for r in rows:
-        table.append((str(r["index"]) if r["index"] in spec["array"] else "-", r["key"], r["state"], r["node"] or "-",
-                      hms(r["seconds"]) if r["seconds"] else "-", r["note"]))
+        table.append(
+            (
+                str(r["index"]) if r["index"] in spec["array"] else "-",
+                r["key"],
+                r["state"],
+                r["node"] or "-",
+                hms(r["seconds"]) if r["seconds"] else "-",
+                r["note"],
+            )
+        )
     widths = [max(len(t[i]) for t in table) for i in range(5)]
     for t in table:
         print("  ".join(v.ljust(w) for v, w in zip(t[:5], widths)) + "  " + t[5])
     check = queue_states(spec.get("check_job_id")).get("job")
     _, why = accounting([spec.get("array_job_id")])
     counts = {s: sum(r["state"] == s for r in rows) for s in dict.fromkeys(r["state"] for r in rows)}
-    print(", ".join(f"{n} {s}" for s, n in counts.items())
-          + f"; check job {spec.get('check_job_id')}: " + (f"{check[0]} ({check[1]})" if check else
-                                                            "not queued (ended, or never submitted)")
-          + (f"; {why}" if why else ""))
+    print(
+        ", ".join(f"{n} {s}" for s, n in counts.items())
+        + f"; check job {spec.get('check_job_id')}: "
+        + (f"{check[0]} ({check[1]})" if check else "not queued (ended, or never submitted)")
+        + (f"; {why}" if why else "")
+    )
     if (results / "check" / "check.json").is_file():
         print(f"check: {results / 'check' / 'report.html'}")
     return 0

@@ -22,6 +22,7 @@ from artifact.orchestrate.fanout import DONE, FAILED, INTERRUPTED, Fanout, Outco
 from artifact.orchestrate.matrix import Job
 from artifact.orchestrate.slurm.spec import SPEC, entry_job, read_spec, write_json
 
+
 @dataclass
 class Task:
     sub: Path
@@ -66,11 +67,29 @@ def apptainer_command(job: Job, slot: Slot, *, spec: dict) -> tuple[list[str], d
     env = [f"ARTIFACT_IMAGE={spec['image']}", f"ARTIFACT_IMAGE_ID={spec['image_id']}"]
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         env.append(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")
-    argv = [exe, "exec", "--cleanenv", "--containall", "--pwd", "/artifact", *(["--nv"] if not spec["cpu"] else []),
-            *[a for b in binds for a in ("--bind", b)], *[a for e in env for a in ("--env", e)], spec["image"],
-            "/artifact/scripts/isolate.sh", "/artifact/.venv/bin/python", "-m", "artifact", "run", job.config_path,
-            "--plan", job.plan, "--results", "/results", *(["--episodes", str(spec["episodes"])] if spec["episodes"]
-                                                            else [])]
+    argv = [
+        exe,
+        "exec",
+        "--cleanenv",
+        "--containall",
+        "--pwd",
+        "/artifact",
+        *(["--nv"] if not spec["cpu"] else []),
+        *[a for b in binds for a in ("--bind", b)],
+        *[a for e in env for a in ("--env", e)],
+        spec["image"],
+        "/artifact/scripts/isolate.sh",
+        "/artifact/.venv/bin/python",
+        "-m",
+        "artifact",
+        "run",
+        job.config_path,
+        "--plan",
+        job.plan,
+        "--results",
+        "/results",
+        *(["--episodes", str(spec["episodes"])] if spec["episodes"] else []),
+    ]
     return argv, dict(os.environ)
 
 
@@ -84,33 +103,57 @@ def task_fanout(task: Task, job: Job):
     else:
         command, kind = partial(native.job_command, results=results, episodes=spec["episodes"]), "slurm"
     # Slurm signals every process of the job itself (scancel, the time limit): no second signal from here
-    return native.NativeFanout(results, native.expected_builds(spec["expect_build"]), command,
-                               progress_every=spec["progress_every"], kind=kind, forward_signals=False)
+    return native.NativeFanout(
+        results,
+        native.expected_builds(spec["expect_build"]),
+        command,
+        progress_every=spec["progress_every"],
+        kind=kind,
+        forward_signals=False,
+    )
 
 
 def docker_fanout(spec: dict, job: Job, results: Path):
     client = host.docker_client()
     image_args = SimpleNamespace(cpu=spec["cpu"], base_image=spec["base_image"], cuda_archs=spec["cuda_archs"])
     ispec = engines.image_spec(job.engine, image_args)
-    image = images.ensure_image(client, ispec, results / "logs",
-                                ca_bundle=Path(spec["ca_bundle"]) if spec.get("ca_bundle") else None)
-    return Fanout(client, {job.engine: image}, {job.engine: ispec.expect_build_info}, results,
-                  Path(spec["weights"]), Path(spec["hf_hub_cache"]), episodes=spec["episodes"],
-                  progress_every=spec["progress_every"], shm_size={job.engine: ispec.shm_size})
+    image = images.ensure_image(
+        client, ispec, results / "logs", ca_bundle=Path(spec["ca_bundle"]) if spec.get("ca_bundle") else None
+    )
+    return Fanout(
+        client,
+        {job.engine: image},
+        {job.engine: ispec.expect_build_info},
+        results,
+        Path(spec["weights"]),
+        Path(spec["hf_hub_cache"]),
+        episodes=spec["episodes"],
+        progress_every=spec["progress_every"],
+        shm_size={job.engine: ispec.shm_size},
+    )
 
 
 def run_task(args) -> int:
     """One array task: its job, its record (running, then the outcome); exit 0 done, 3 failed, 130 stopped."""
     task = load_task(args)
     e = task.entry
-    record = {"index": e["index"], "key": e["key"], "state": "running", "node": socket.gethostname(),
-              "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
-              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "started_epoch": time.time()}
+    record = {
+        "index": e["index"],
+        "key": e["key"],
+        "state": "running",
+        "node": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "started_epoch": time.time(),
+    }
     write_json(task.record_path, record)
-    say(f"task {e['index']}: {e['key']} on {record['node']} ({task.spec['mode']}"
+    say(
+        f"task {e['index']}: {e['key']} on {record['node']} ({task.spec['mode']}"
         + (f", CUDA_VISIBLE_DEVICES={record['cuda_visible_devices']}" if record["cuda_visible_devices"] else "")
-        + ")")
+        + ")"
+    )
     t0 = time.monotonic()
     try:
         job = entry_job(e)
@@ -119,11 +162,17 @@ def run_task(args) -> int:
         outcome = Outcome(entry_job(e), INTERRUPTED, note="stopped by a signal")
     except ArtifactError as exc:
         outcome = Outcome(entry_job(e), FAILED, note=str(exc))
-    record.update(state=outcome.status, note=outcome.note, seconds=round(time.monotonic() - t0, 1),
-                  ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    record.update(
+        state=outcome.status,
+        note=outcome.note,
+        seconds=round(time.monotonic() - t0, 1),
+        ended=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
     if outcome.status == INTERRUPTED:
         record["note"] = "stopped by a signal (scancel, the time limit or preemption); resubmitting resumes"
     write_json(task.record_path, record)
-    print(f"task {e['index']}: {e['key']} {outcome.status} after {hms(record['seconds'])}"
-          + (f" ({record['note']})" if record["note"] else ""))
+    print(
+        f"task {e['index']}: {e['key']} {outcome.status} after {hms(record['seconds'])}"
+        + (f" ({record['note']})" if record["note"] else "")
+    )
     return 0 if outcome.status == DONE else 130 if outcome.status == INTERRUPTED else 3

@@ -50,8 +50,13 @@ class Bfcl(Workload):
 
         s = self.settings(cfg)
         episodes = driver.load_episodes(cfg.workload.episodes, s.max_turns)
-        return Prepared(units=episodes, ids=[e.id for e in episodes], identity=driver.data_identity(),
-                        label=f"{len(episodes)} episodes", manifest={"prompt_variant": s.prompt_variant})
+        return Prepared(
+            units=episodes,
+            ids=[e.id for e in episodes],
+            identity=driver.data_identity(),
+            label=f"{len(episodes)} episodes",
+            manifest={"prompt_variant": s.prompt_variant},
+        )
 
     def run_unit(self, cfg, prepared: Prepared, index: int, spec, query, log) -> dict:
         from artifact.workloads.bfcl import driver  # lazy: bfcl_eval's import (~1 s); check reads runs without it
@@ -63,18 +68,32 @@ class Bfcl(Workload):
             rec = query(prompt, turn=turn, step=step, cache_prompt=spec.arm == "on")
             return rec["output_text"], rec["prompt_tokens"], len(rec["output_tokens"])
 
-        result = driver.run_episode(episode, cfg.chat.handler, f"ep_{spec.arm}{spec.run}_{index}", step,
-                                    prompt_variant=s.prompt_variant, max_steps_per_turn=s.max_steps_per_turn,
-                                    log=log)
-        return {"episode_id": result.id, "index": index, "verdict": result.verdict,
-                "valid": result.verdict == "valid", "n_requests": result.n_requests, "n_turns": result.n_turns,
-                "error": result.error, "steps": result.steps}
+        result = driver.run_episode(
+            episode,
+            cfg.chat.handler,
+            f"ep_{spec.arm}{spec.run}_{index}",
+            step,
+            prompt_variant=s.prompt_variant,
+            max_steps_per_turn=s.max_steps_per_turn,
+            log=log,
+        )
+        return {
+            "episode_id": result.id,
+            "index": index,
+            "verdict": result.verdict,
+            "valid": result.verdict == "valid",
+            "n_requests": result.n_requests,
+            "n_turns": result.n_turns,
+            "error": result.error,
+            "steps": result.steps,
+        }
 
     def progress(self, record: dict) -> str:
         return f"{record['verdict']} ({record['n_requests']} requests)"
 
     def tenant_prompts(self, cfg, prepared: Prepared, n: int):
-        from artifact.workloads.bfcl.tenants import tenant_prompts  # lazy: bfcl_eval (~1 s), only for a plan with tenants
+        # lazy: bfcl_eval (~1 s), only for a plan with tenants
+        from artifact.workloads.bfcl.tenants import tenant_prompts
 
         return tenant_prompts(prepared.units, cfg.chat.handler, self.settings(cfg).prompt_variant, n)
 
@@ -85,7 +104,8 @@ class Bfcl(Workload):
         return record_problem(run)
 
     def tables(self, runs: list) -> dict:
-        from artifact.workloads.bfcl.tables import agent_table  # lazy: pandas (~0.9 s), which a protocol run never needs
+        # lazy: pandas (~0.9 s), which a protocol run never needs
+        from artifact.workloads.bfcl.tables import agent_table
 
         return {"agent.csv": agent_table([r for r in runs if r.manifest.get("arm") in self.arms])}
 

@@ -26,16 +26,16 @@ from typing import Callable
 
 os.environ.setdefault("BFCL_PROJECT_ROOT", str(Path(tempfile.gettempdir()) / "bfcl-project-root"))
 
-from artifact.errors import ArtifactError  # noqa: E402
-from bfcl_eval.constants import default_prompts  # noqa: E402
-from bfcl_eval.constants.eval_config import MULTI_TURN_FUNC_DOC_PATH, POSSIBLE_ANSWER_PATH, PROMPT_PATH  # noqa: E402
-from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils  # noqa: E402
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker  # noqa: E402
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_execute_response  # noqa: E402
-from bfcl_eval.model_handler import base_handler  # noqa: E402
-from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler  # noqa: E402
-from bfcl_eval.model_handler.utils import system_prompt_pre_processing_chat_model  # noqa: E402
-from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry, sort_key  # noqa: E402
+from artifact.errors import ArtifactError
+from bfcl_eval.constants import default_prompts
+from bfcl_eval.constants.eval_config import MULTI_TURN_FUNC_DOC_PATH, POSSIBLE_ANSWER_PATH, PROMPT_PATH
+from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_execute_response
+from bfcl_eval.model_handler import base_handler
+from bfcl_eval.model_handler.local_inference.base_oss_handler import OSSHandler
+from bfcl_eval.model_handler.utils import system_prompt_pre_processing_chat_model
+from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry, sort_key
 
 CATEGORY = "multi_turn_base"
 BFCL_STEP_LIMIT = default_prompts.MAXIMUM_STEP_LIMIT
@@ -85,11 +85,20 @@ def trajectory(inference_log) -> list[dict]:
             entries = log.get(f"step_{step}")
             if entries is None:
                 break
-            decoded = next((e.get("model_response_decoded") for e in entries
-                            if e.get("role") == "handler_log" and "model_response_decoded" in e), None)
+            decoded = next(
+                (
+                    e.get("model_response_decoded")
+                    for e in entries
+                    if e.get("role") == "handler_log" and "model_response_decoded" in e
+                ),
+                None,
+            )
             calls = [str(c) for c in decoded] if isinstance(decoded, list) and decoded else None
-            observations = [e["content"] if isinstance(e.get("content"), str) else repr(e.get("content"))
-                            for e in entries if e.get("role") == "tool"]
+            observations = [
+                e["content"] if isinstance(e.get("content"), str) else repr(e.get("content"))
+                for e in entries
+                if e.get("role") == "tool"
+            ]
             steps.append({"turn": turn, "step": step, "calls": calls, "observations": observations})
     return steps
 
@@ -100,7 +109,7 @@ def load_episodes(n: int, max_turns: int = 0, start: int = 0) -> list[Episode]:
     entries = sorted(load_dataset_entry(CATEGORY), key=sort_key)
     truth = {g["id"]: g["ground_truth"] for g in load_ground_truth_entry(CATEGORY)}
     episodes = []
-    for entry in entries[start:start + n]:
+    for entry in entries[start : start + n]:
         gt = truth[entry["id"]]
         if max_turns:
             entry = {**entry, "question": entry["question"][:max_turns]}
@@ -114,8 +123,11 @@ def data_identity() -> dict:
     docs): part of what produces the tokens, so part of every run's pairing fingerprint."""
     from importlib.metadata import version
 
-    files = [PROMPT_PATH / f"BFCL_v4_{CATEGORY}.json", POSSIBLE_ANSWER_PATH / f"BFCL_v4_{CATEGORY}.json",
-             *sorted(MULTI_TURN_FUNC_DOC_PATH.glob("*.json"))]
+    files = [
+        PROMPT_PATH / f"BFCL_v4_{CATEGORY}.json",
+        POSSIBLE_ANSWER_PATH / f"BFCL_v4_{CATEGORY}.json",
+        *sorted(MULTI_TURN_FUNC_DOC_PATH.glob("*.json")),
+    ]
     h = hashlib.sha256()
     for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -133,7 +145,8 @@ def check_prompt_variant(handler_name: str, variant: str) -> None:
     if handler_cls._pre_query_processing_prompting is not OSSHandler._pre_query_processing_prompting:
         raise ArtifactError(
             f"prompt_variant {variant!r} cannot be used with chat.handler {handler_name!r}: that BFCL handler builds "
-            "its own prompt (BFCL never sends it a variant system prompt); use prompt_variant = \"default\"")
+            'its own prompt (BFCL never sends it a variant system prompt); use prompt_variant = "default"'
+        )
 
 
 @functools.lru_cache(maxsize=None)
@@ -142,8 +155,9 @@ def _handler(name: str):
     (constructing one builds an OpenAI client, ~40 ms of TLS set-up that would otherwise be paid per episode)."""
     module, cls = HANDLERS[name]
     handler_cls = getattr(importlib.import_module(module), cls)
-    return handler_cls(model_name=f"artifact_{name}", temperature=0.0, registry_name=f"artifact_{name}",
-                       is_fc_model=False)
+    return handler_cls(
+        model_name=f"artifact_{name}", temperature=0.0, registry_name=f"artifact_{name}", is_fc_model=False
+    )
 
 
 def make_handler(name: str, namespace: str):
@@ -178,7 +192,7 @@ def position(messages: list[dict]) -> tuple[int, int]:
     """(turn, step) of the next request: turns are BFCL's user messages, steps the assistant replies since."""
     users = [i for i, m in enumerate(messages) if m["role"] == "user"]
     turn = len(users) - 1
-    step = sum(1 for m in messages[users[-1] + 1:] if m["role"] == "assistant") if users else 0
+    step = sum(1 for m in messages[users[-1] + 1 :] if m["role"] == "assistant") if users else 0
     return turn, step
 
 
@@ -263,8 +277,16 @@ def score(handler, model_result, episode: Episode, namespace: str) -> str:
     return "valid" if result["valid"] else result["error_type"]
 
 
-def run_episode(episode: Episode, handler_name: str, namespace: str, query: QueryFn, *, prompt_variant: str,
-                max_steps_per_turn: int, log) -> EpisodeResult:
+def run_episode(
+    episode: Episode,
+    handler_name: str,
+    namespace: str,
+    query: QueryFn,
+    *,
+    prompt_variant: str,
+    max_steps_per_turn: int,
+    log,
+) -> EpisodeResult:
     """Run one episode through BFCL's own loop, score it with BFCL's checker, purge its instances."""
     check_prompt_variant(handler_name, prompt_variant)
     handler = make_handler(handler_name, namespace)

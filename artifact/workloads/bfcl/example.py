@@ -48,7 +48,14 @@ def trajectory(run, reqs: list, episode_id: str, start: int) -> list[dict]:
     out = []
     for i in range(start, min(len(reqs), start + TRAJECTORY_STEPS)):
         st = all_steps[i] if i < len(all_steps) and isinstance(all_steps[i], dict) else {}
-        out.append({"request": i + 1, "turn": reqs[i].get("turn"), "step": reqs[i].get("step"),
-                    "text": reqs[i].get("output_text") or "", "calls": st.get("calls"),
-                    "observations": st.get("observations") or []})
+        out.append(
+            {
+                "request": i + 1,
+                "turn": reqs[i].get("turn"),
+                "step": reqs[i].get("step"),
+                "text": reqs[i].get("output_text") or "",
+                "calls": st.get("calls"),
+                "observations": st.get("observations") or [],
+            }
+        )
     return out

@@ -46,9 +46,15 @@ def oracle_pairs(episodes: list[bfcl.Episode]) -> tuple[list[dict], dict]:
     pairs, verdicts = [], {}
     for i, episode in enumerate(episodes):
         seen: list = []
-        result = bfcl.run_episode(episode, HANDLER, f"oracle_{i}", bfcl.oracle_query(episode, seen=seen),
-                                  prompt_variant=PROMPT_VARIANT, max_steps_per_turn=bfcl.BFCL_STEP_LIMIT,
-                                  log=io.StringIO())
+        result = bfcl.run_episode(
+            episode,
+            HANDLER,
+            f"oracle_{i}",
+            bfcl.oracle_query(episode, seen=seen),
+            prompt_variant=PROMPT_VARIANT,
+            max_steps_per_turn=bfcl.BFCL_STEP_LIMIT,
+            log=io.StringIO(),
+        )
         verdicts[episode.id] = result.verdict
         pairs += [{"episode_id": episode.id, "turn": t, "step": s, "prompt": p, "reply": r} for t, s, p, r in seen]
     return pairs, verdicts
@@ -59,15 +65,20 @@ def write(out: Path) -> dict:
     text = "".join(json.dumps(p, ensure_ascii=False, sort_keys=True) + "\n" for p in pairs)
     out.write_text(text, encoding="utf-8")
     record = {
-        "file": out.name, "sha256": hashlib.sha256(text.encode()).hexdigest(), "pairs": len(pairs),
+        "file": out.name,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "pairs": len(pairs),
         "episodes": f"multi_turn_base_{EVALUATED}..multi_turn_base_{TOTAL - 1} (held out; the protocol evaluates "
-                    f"the first {EVALUATED})",
-        "category": bfcl.CATEGORY, "handler": HANDLER, "prompt_variant": PROMPT_VARIANT,
-        "closing_reply": bfcl.ORACLE_CLOSING_REPLY, "bfcl": bfcl.data_identity(),
+        f"the first {EVALUATED})",
+        "category": bfcl.CATEGORY,
+        "handler": HANDLER,
+        "prompt_variant": PROMPT_VARIANT,
+        "closing_reply": bfcl.ORACLE_CLOSING_REPLY,
+        "bfcl": bfcl.data_identity(),
         "oracle_valid": sum(v == "valid" for v in verdicts.values()),
         "oracle_not_valid": {k: v for k, v in verdicts.items() if v != "valid"},
         "how": "BFCL's own episode loop, prompt builder, decoder and executor with the ground-truth calls as the "
-               "model's reply at step 0 of each turn and the closing reply at step 1 (artifact.workloads.bfcl.oracle)",
+        "model's reply at step 0 of each turn and the closing reply at step 1 (artifact.workloads.bfcl.oracle)",
     }
     Path(f"{out}.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record

@@ -55,26 +55,36 @@ def episode_problem(e: dict, reqs: list[dict], limit: int) -> str | None:
             return f"field 'steps' position {i} must be an object, not {type(s).__name__}"
         turn, step = _at(r)
         if (s.get("turn"), s.get("step")) != (turn, step):
-            return (f"field 'steps' position {i} is turn {s.get('turn')} step {s.get('step')}, request {i} of episode "
-                    f"{eid} in requests.jsonl is turn {turn} step {step}")
+            return (
+                f"field 'steps' position {i} is turn {s.get('turn')} step {s.get('step')}, request {i} of episode "
+                f"{eid} in requests.jsonl is turn {turn} step {step}"
+            )
         nxt = _at(reqs[i + 1]) if i + 1 < len(reqs) else None
         calls = s.get("calls")
         where = f"field 'steps' position {i} (turn {turn} step {step})"
         if isinstance(calls, list) and calls:
             if isinstance(step, int) and step >= limit:
                 if nxt is not None:
-                    return (f"{where} made calls at the step limit ({limit}), where BFCL ends the episode, but "
-                            f"requests.jsonl holds a next request (turn {nxt[0]} step {nxt[1]})")
+                    return (
+                        f"{where} made calls at the step limit ({limit}), where BFCL ends the episode, but "
+                        f"requests.jsonl holds a next request (turn {nxt[0]} step {nxt[1]})"
+                    )
             elif nxt is None:
                 if e.get("error") is None:
-                    return (f"{where} made calls below the step limit ({limit}), so BFCL sends another request of "
-                            f"turn {turn}, but requests.jsonl holds none after it")
+                    return (
+                        f"{where} made calls below the step limit ({limit}), so BFCL sends another request of "
+                        f"turn {turn}, but requests.jsonl holds none after it"
+                    )
             elif nxt != (turn, step + 1):
-                return (f"{where} made calls, so the next request is turn {turn} step {step + 1}; requests.jsonl has "
-                        f"turn {nxt[0]} step {nxt[1]}")
+                return (
+                    f"{where} made calls, so the next request is turn {turn} step {step + 1}; requests.jsonl has "
+                    f"turn {nxt[0]} step {nxt[1]}"
+                )
         elif nxt is not None and isinstance(turn, int) and nxt != (turn + 1, 0):
-            return (f"{where} made no call, which ends the turn, so the next request is turn {turn + 1} step 0; "
-                    f"requests.jsonl has turn {nxt[0]} step {nxt[1]}")
+            return (
+                f"{where} made no call, which ends the turn, so the next request is turn {turn + 1} step 0; "
+                f"requests.jsonl has turn {nxt[0]} step {nxt[1]}"
+            )
     return None
 
 

@@ -40,11 +40,16 @@ def agent_row(run) -> dict:
     verdicts = Counter(str(_get(e, "verdict")) for e in episodes)
     n_eps, n_req = len(episodes), len(run.requests)
     return {
-        "config": m["config"], "plan": m["plan"], "arm": m["arm"], "run": m["run"],
-        "episodes": n_eps, "episodes_with_tool_call": with_call,
+        "config": m["config"],
+        "plan": m["plan"],
+        "arm": m["arm"],
+        "run": m["run"],
+        "episodes": n_eps,
+        "episodes_with_tool_call": with_call,
         "tool_call_share": with_call / n_eps if n_eps else None,
         "calls_executed": calls if recorded else None,
-        "requests": n_req, "requests_per_episode": n_req / n_eps if n_eps else None,
+        "requests": n_req,
+        "requests_per_episode": n_req / n_eps if n_eps else None,
         "requests_past_step_0": sum(1 for r in run.requests if type(_get(r, "step")) is int and _get(r, "step") >= 1),
         "bfcl_valid": verdicts.get("valid", 0),
         "verdicts": "; ".join(f"{k}: {v}" for k, v in sorted(verdicts.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -52,9 +57,22 @@ def agent_row(run) -> dict:
     }
 
 
-AGENT_COLUMNS = ["config", "plan", "arm", "run", "episodes", "episodes_with_tool_call", "tool_call_share",
-                 "calls_executed", "requests", "requests_per_episode", "requests_past_step_0", "bfcl_valid",
-                 "verdicts", "source"]
+AGENT_COLUMNS = [
+    "config",
+    "plan",
+    "arm",
+    "run",
+    "episodes",
+    "episodes_with_tool_call",
+    "tool_call_share",
+    "calls_executed",
+    "requests",
+    "requests_per_episode",
+    "requests_past_step_0",
+    "bfcl_valid",
+    "verdicts",
+    "source",
+]
 
 
 def agent_table(runs: list) -> pd.DataFrame:

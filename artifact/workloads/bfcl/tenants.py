@@ -28,8 +28,9 @@ def first_prompt(entry: dict, handler: str, variant: str, namespace: str) -> str
         return driver.ORACLE_CLOSING_REPLY, 0, 0
 
     one_turn = driver.Episode({**entry, "question": entry["question"][:1]}, [[]])
-    driver.run_episode(one_turn, handler, namespace, silent, prompt_variant=variant, max_steps_per_turn=1,
-                       log=io.StringIO())
+    driver.run_episode(
+        one_turn, handler, namespace, silent, prompt_variant=variant, max_steps_per_turn=1, log=io.StringIO()
+    )
     return seen[0]
 
 
@@ -44,7 +45,9 @@ def tenant_prompts(units: list, handler: str, variant: str, n: int) -> tuple[lis
             entry = {**episode.entry, "question": [other.entry["question"][0]]}
             prompts.append(first_prompt(entry, handler, variant, f"tenant_{i}_{k}"))
         pools.append((first, prompts))
-    how = (f"BFCL's prompt builder (handler {handler}, prompt variant {variant}): each measured episode's system "
-           f"prompt and function docs with the first question of held-out episode multi_turn_base_"
-           f"{EVALUATED} + (unit * {n} + k) mod {HELD_OUT} (never evaluated), artifact.workloads.bfcl.tenants")
+    how = (
+        f"BFCL's prompt builder (handler {handler}, prompt variant {variant}): each measured episode's system "
+        f"prompt and function docs with the first question of held-out episode multi_turn_base_"
+        f"{EVALUATED} + (unit * {n} + k) mod {HELD_OUT} (never evaluated), artifact.workloads.bfcl.tenants"
+    )
     return pools, how

@@ -48,9 +48,13 @@ def _score(record: dict, reference: str) -> dict:
     text = record.get("output_text")
     strict, numeric = score_strict(text, reference), score_numeric(text, reference)
     return {
-        "extracted_strict": strict.extracted, "strict_correct": strict.correct,
-        "extracted_numeric": numeric.extracted, "numeric_correct": numeric.correct, "numeric_rule": numeric.rule,
-        "cache_check": record["cache_check"], "stop_type": record.get("stop_type"),
+        "extracted_strict": strict.extracted,
+        "strict_correct": strict.correct,
+        "extracted_numeric": numeric.extracted,
+        "numeric_correct": numeric.correct,
+        "numeric_rule": numeric.rule,
+        "cache_check": record["cache_check"],
+        "stop_type": record.get("stop_type"),
         "n_output_tokens": len(record.get("output_tokens") or []),
     }
 
@@ -72,39 +76,63 @@ class Gsm8k(Workload):
         items, provenance = prompts.load_items(cfg.workload.episodes, source)
         protocol = bridge_protocol()
         return Prepared(
-            units=items, ids=[i.item_id for i in items],
+            units=items,
+            ids=[i.item_id for i in items],
             identity={"items_sha256": provenance["items_sha256"], "bridge_protocol": protocol},
             label=f"{len(items)} {provenance['data']} items x 4 servings",
-            manifest={"items_source": source, "items_provenance": provenance, "data": provenance["data"],
-                      "bridge_protocol": protocol, "chat_handler": cfg.chat.handler})
+            manifest={
+                "items_source": source,
+                "items_provenance": provenance,
+                "data": provenance["data"],
+                "bridge_protocol": protocol,
+                "chat_handler": cfg.chat.handler,
+            },
+        )
 
     def run_unit(self, cfg, prepared: Prepared, index: int, spec, query, log) -> dict:
         item = prepared.units[index]
         prompt = prompts.build_prompt(item, cfg.chat.handler)
         records = {}
         for serving, cache_prompt in prompts.SERVINGS:
+
             def annotate(rec: dict, serving=serving) -> None:
-                rec["cache_check"] = (f"request failed: {rec['error']}" if rec["error"] is not None
-                                      else prompts.cache_check(serving, rec["cache_n"], rec["prompt_tokens"]))
+                rec["cache_check"] = (
+                    f"request failed: {rec['error']}"
+                    if rec["error"] is not None
+                    else prompts.cache_check(serving, rec["cache_n"], rec["prompt_tokens"])
+                )
+
             try:
-                records[serving] = query(prompt, cache_prompt=cache_prompt,
-                                         tags={"item_id": item.item_id, "serving": serving}, annotate=annotate)
+                records[serving] = query(
+                    prompt,
+                    cache_prompt=cache_prompt,
+                    tags={"item_id": item.item_id, "serving": serving},
+                    annotate=annotate,
+                )
             except RequestError as exc:
                 records[serving] = exc.record  # recorded, and flagged through its cache_check
         servings = {s: _score(r, item.answer) for s, r in records.items()}
         bad = [s for s, v in servings.items() if v["cache_check"] != "ok"]
         errors = [f"{s}: {r['error']}" for s, r in records.items() if r["error"] is not None]
         return {
-            "episode_id": item.item_id, "item_id": item.item_id, "index": index, "source": item.source,
-            "reference": item.answer, "n_requests": len(servings), "servings": servings,
-            "flagged_servings": bad, "error": "; ".join(errors) or None,
+            "episode_id": item.item_id,
+            "item_id": item.item_id,
+            "index": index,
+            "source": item.source,
+            "reference": item.answer,
+            "n_requests": len(servings),
+            "servings": servings,
+            "flagged_servings": bad,
+            "error": "; ".join(errors) or None,
         }
 
     def progress(self, record: dict) -> str:
         s = record["servings"]
         bad = record["flagged_servings"]
-        return (f"ref {record['reference']}, cold1 {s['cold1']['extracted_numeric']} "
-                f"warm1 {s['warm1']['extracted_numeric']}" + (f", FLAGGED {', '.join(bad)}" if bad else ""))
+        return (
+            f"ref {record['reference']}, cold1 {s['cold1']['extracted_numeric']} "
+            f"warm1 {s['warm1']['extracted_numeric']}" + (f", FLAGGED {', '.join(bad)}" if bad else "")
+        )
 
     def finish(self, records: list[dict]) -> dict:
         return {"flagged_servings": sum(len(r["flagged_servings"]) for r in records)}
@@ -121,7 +149,8 @@ class Gsm8k(Workload):
         return record_problem(run)
 
     def tables(self, runs: list) -> dict:
-        from artifact.workloads.gsm8k.table import is_bridge_run, tab3  # lazy: pandas (~0.9 s), which a protocol run never needs
+        # lazy: pandas (~0.9 s), which a protocol run never needs
+        from artifact.workloads.gsm8k.table import is_bridge_run, tab3
 
         bridge = [r for r in runs if is_bridge_run(r)]
         return {"tab3.csv": tab3(bridge)} if bridge else {}
@@ -130,15 +159,33 @@ class Gsm8k(Workload):
         table = tables.get("tab3.csv")
         if table is None:
             return []
-        cols = [c for c in ("config", "data", "N", "identical_cold1_cold2", "identical_warm1_warm2",
-                            "identical_cold1_warm1", "acc_cold_numeric", "acc_warm_numeric", "flips_numeric",
-                            "mcnemar_p", "flagged_servings") if c in table.columns]
-        return ["== GSM8K bridge (Tab. 3): cold 1, cold 2 (cache_prompt=false), warm 1, warm 2 (cache hits); "
-                "identical_X_Y: items whose servings X and Y generated the same token ids, of N",
-                table[cols].to_string(index=False), ""]
+        cols = [
+            c
+            for c in (
+                "config",
+                "data",
+                "N",
+                "identical_cold1_cold2",
+                "identical_warm1_warm2",
+                "identical_cold1_warm1",
+                "acc_cold_numeric",
+                "acc_warm_numeric",
+                "flips_numeric",
+                "mcnemar_p",
+                "flagged_servings",
+            )
+            if c in table.columns
+        ]
+        return [
+            "== GSM8K bridge (Tab. 3): cold 1, cold 2 (cache_prompt=false), warm 1, warm 2 (cache hits); "
+            "identical_X_Y: items whose servings X and Y generated the same token ids, of N",
+            table[cols].to_string(index=False),
+            "",
+        ]
 
     def report_section(self, runs: list, tables: dict) -> dict | None:
-        from artifact.workloads.gsm8k.table import report_rows  # lazy: pandas (~0.9 s), which a protocol run never needs
+        # lazy: pandas (~0.9 s), which a protocol run never needs
+        from artifact.workloads.gsm8k.table import report_rows
 
         table = tables.get("tab3.csv")
         return None if table is None else {"template": "gsm8k/tab3.html.j2", "tab3": report_rows(table)}
@@ -146,8 +193,9 @@ class Gsm8k(Workload):
     def fetch(self, cfgs: list) -> None:
         if any(c.workload.name == self.name and self.settings(c).gsm8k_source == "hub" for c in cfgs):
             _, prov = load_gsm8k(1)
-            print(f"fetch: GSM8K {prov.get('repo')}@{prov.get('revision', '')[:12]} cached (sha256 verified)",
-                  flush=True)
+            print(
+                f"fetch: GSM8K {prov.get('repo')}@{prov.get('revision', '')[:12]} cached (sha256 verified)", flush=True
+            )
 
     def container_mounts(self, cfg, hf_cache) -> dict[str, str]:
         """The pinned test split's Hub cache folder when the items come from the Hub (and it has been fetched)."""

@@ -153,9 +153,7 @@ def load_gsm8k(
         ) from None
     except (EntryNotFoundError, HfHubHTTPError, OSError) as exc:
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ArtifactError(
-            f"cannot fetch GSM8K {GSM8K_REPO}@{revision}/{GSM8K_FILENAME}: {first_line}"
-        ) from None
+        raise ArtifactError(f"cannot fetch GSM8K {GSM8K_REPO}@{revision}/{GSM8K_FILENAME}: {first_line}") from None
 
     digest = sha256_file(local)
     if revision == GSM8K_REVISION and expected_sha256 and digest != expected_sha256:

@@ -27,8 +27,10 @@ def manifest_labels(run: Run) -> list[tuple[str, object]]:
     out += [(f"items_provenance.{k}", prov[k]) for k in ("source", "data") if k in prov]
     if isinstance(prov.get("synthetic"), bool):
         out.append(("items_provenance.synthetic", "synthetic" if prov["synthetic"] else "gsm8k"))
-    for where, table in (("workload_settings", _table(m.get("workload_settings"))),
-                         ("pairing_inputs.workload", _table(_table(m.get("pairing_inputs")).get("workload")))):
+    for where, table in (
+        ("workload_settings", _table(m.get("workload_settings"))),
+        ("pairing_inputs.workload", _table(_table(m.get("pairing_inputs")).get("workload"))),
+    ):
         if "gsm8k_source" in table:
             out.append((f"{where}.gsm8k_source", table["gsm8k_source"]))
     return out
@@ -53,12 +55,16 @@ def record_problem(run: Run) -> str | None:
                 return f"{where}: field 'source' is {src!r}, but the item's id {item!r} is a {kind} item's"
         for name, value in labels:
             if SOURCES.get(value, value) != src:
-                return (f"{where}: field 'source' is {src!r}, the manifest's {name} is {value!r}: the manifest "
-                        "labels the items as other data than they are")
+                return (
+                    f"{where}: field 'source' is {src!r}, the manifest's {name} is {value!r}: the manifest "
+                    "labels the items as other data than they are"
+                )
     prov = _table(run.manifest.get("items_provenance"))
     data = _table(_table(run.manifest.get("pairing_inputs")).get("workload_data"))
     if "items_sha256" in prov and "items_sha256" in data and prov["items_sha256"] != data["items_sha256"]:
-        return (f"{run.path / 'manifest.json'}: field 'items_provenance.items_sha256' is "
-                f"{str(prov['items_sha256'])[:16]}..., "
-                f"the pairing inputs' workload_data.items_sha256 is {str(data['items_sha256'])[:16]}...")
+        return (
+            f"{run.path / 'manifest.json'}: field 'items_provenance.items_sha256' is "
+            f"{str(prov['items_sha256'])[:16]}..., "
+            f"the pairing inputs' workload_data.items_sha256 is {str(data['items_sha256'])[:16]}..."
+        )
     return None

@@ -23,7 +23,7 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 
 ANSWER_INSTRUCTION = (
-    'Solve the problem step by step. End your response with a last line of the form '
+    "Solve the problem step by step. End your response with a last line of the form "
     '"Answer: <number>", where <number> is the final numeric answer, without units or currency signs.'
 )
 

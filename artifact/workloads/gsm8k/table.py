@@ -30,10 +30,22 @@ from artifact.workloads.gsm8k.prompts import NET_SHIFT, SERVINGS, cache_check  #
 from artifact.workloads.gsm8k.records import item_sources
 
 COUNT_KEYS = (
-    "items", "n", "flagged_items", "flagged_servings", "truncated",
-    "cold_identical", "warm_identical", "cold_warm_diverged",
-    "cold_strict_correct", "warm_strict_correct", "cold_numeric_correct", "warm_numeric_correct",
-    "flips_strict_recompute", "flips_strict_cache", "flips_numeric_recompute", "flips_numeric_cache",
+    "items",
+    "n",
+    "flagged_items",
+    "flagged_servings",
+    "truncated",
+    "cold_identical",
+    "warm_identical",
+    "cold_warm_diverged",
+    "cold_strict_correct",
+    "warm_strict_correct",
+    "cold_numeric_correct",
+    "warm_numeric_correct",
+    "flips_strict_recompute",
+    "flips_strict_cache",
+    "flips_numeric_recompute",
+    "flips_numeric_cache",
 )
 _SERVING_NAMES = tuple(s for s, _ in SERVINGS)
 
@@ -143,8 +155,14 @@ def tab3_row(run: Run) -> dict:
     m = run.manifest
     model = m.get("model") or {}
     meta = {
-        "config": m["config"], "plan": m["plan"], "run": m["run"], "status": m.get("status"),
-        "engine": m.get("engine"), "model": model.get("name"), "quant": model.get("quant"), "data": _data(run),
+        "config": m["config"],
+        "plan": m["plan"],
+        "run": m["run"],
+        "status": m.get("status"),
+        "engine": m.get("engine"),
+        "model": model.get("name"),
+        "quant": model.get("quant"),
+        "data": _data(run),
     }
     return {**meta, **_row(counts(run))}
 
@@ -155,19 +173,29 @@ def tab3(runs: list[Run]) -> pd.DataFrame:
     Runs that are not bridge runs are ignored. Incomplete runs get a row (status "incomplete") but are not pooled.
     The pooled row's `data` is the common value, or "mixed".
     """
-    bridge = sorted((r for r in runs if is_bridge_run(r)),
-                    key=lambda r: (r.manifest["config"], r.manifest["plan"], r.manifest["run"]))
+    bridge = sorted(
+        (r for r in runs if is_bridge_run(r)),
+        key=lambda r: (r.manifest["config"], r.manifest["plan"], r.manifest["run"]),
+    )
     rows = [tab3_row(r) for r in bridge]
     pooled_runs = [r for r in bridge if r.complete]
     if pooled_runs:
         per_run = [counts(r) for r in pooled_runs]
         total = {k: sum(c[k] for c in per_run) for k in COUNT_KEYS}
         data = {_data(r) for r in pooled_runs}
-        rows.append({
-            "config": "pooled", "plan": "", "run": None, "status": f"{len(pooled_runs)} runs",
-            "engine": "", "model": "", "quant": "", "data": data.pop() if len(data) == 1 else "mixed",
-            **_row(total),
-        })
+        rows.append(
+            {
+                "config": "pooled",
+                "plan": "",
+                "run": None,
+                "status": f"{len(pooled_runs)} runs",
+                "engine": "",
+                "model": "",
+                "quant": "",
+                "data": data.pop() if len(data) == 1 else "mixed",
+                **_row(total),
+            }
+        )
     df = pd.DataFrame(rows)
     if not df.empty:
         df["run"] = df["run"].astype("Int64")  # the pooled row has none
@@ -177,15 +205,22 @@ def tab3(runs: list[Run]) -> pd.DataFrame:
 # --- its section of report.html (tab3.html.j2) ----------------------------------------------------------------
 
 TAB3_DISPLAY = (  # (column, heading, kind)
-    ("config", "Configuration", "text"), ("quant", "Quant", "text"), ("data", "Data", "text"), ("N", "N", "text"),
+    ("config", "Configuration", "text"),
+    ("quant", "Quant", "text"),
+    ("data", "Data", "text"),
+    ("N", "N", "text"),
     ("identical_cold1_cold2", "Identical: cold 1 = cold 2", "text"),
     ("identical_warm1_warm2", "Identical: warm 1 = warm 2", "text"),
     ("identical_cold1_warm1", "Identical: cold 1 = warm 1", "text"),
     ("divergence_cold1_warm1", "Diverged: cold 1 vs warm 1", "pct"),
-    ("acc_cold_numeric", "Accuracy recompute", "pct"), ("acc_warm_numeric", "Accuracy cache", "pct"),
-    ("flips_numeric_cache", "Flips to cache", "text"), ("flips_numeric_recompute", "Flips to recompute", "text"),
-    ("mcnemar_p", "McNemar p", "num"), ("power_1pp", "Power (1 pp)", "num"),
-    ("flips_strict", "Flips (strict scorer)", "text"), ("flagged_servings", "Flagged servings", "text"),
+    ("acc_cold_numeric", "Accuracy recompute", "pct"),
+    ("acc_warm_numeric", "Accuracy cache", "pct"),
+    ("flips_numeric_cache", "Flips to cache", "text"),
+    ("flips_numeric_recompute", "Flips to recompute", "text"),
+    ("mcnemar_p", "McNemar p", "num"),
+    ("power_1pp", "Power (1 pp)", "num"),
+    ("flips_strict", "Flips (strict scorer)", "text"),
+    ("flagged_servings", "Flagged servings", "text"),
 )
 
 
@@ -194,7 +229,7 @@ def report_rows(tab3: pd.DataFrame | None) -> dict:
         return {"head": [], "rows": []}
     cols = [c for c in TAB3_DISPLAY if c[0] in tab3.columns]
     fmt = {"pct": pct, "num": num, "text": lambda v: "-" if missing(v) else str(v)}
-    return {"head": [h for _, h, _ in cols],
-            "rows": [[fmt[kind](r.get(c)) for c, _, kind in cols] for r in records(tab3)]}
-
-
+    return {
+        "head": [h for _, h, _ in cols],
+        "rows": [[fmt[kind](r.get(c)) for c, _, kind in cols] for r in records(tab3)],
+    }

@@ -32,16 +32,25 @@ def test_oracle_pairs_are_bfcls_own_prompts_with_ground_truth_replies():
 
 def test_oracle_trajectory_is_recorded_per_request():
     episode = bfcl.load_episodes(2)[1]
-    result = bfcl.run_episode(episode, "qwen", "ep_agent_1", bfcl.oracle_query(episode), prompt_variant="python",
-                              max_steps_per_turn=20, log=io.StringIO())
+    result = bfcl.run_episode(
+        episode,
+        "qwen",
+        "ep_agent_1",
+        bfcl.oracle_query(episode),
+        prompt_variant="python",
+        max_steps_per_turn=20,
+        log=io.StringIO(),
+    )
     assert result.verdict == "valid" and len(result.steps) == result.n_requests
     assert [(s["turn"], s["step"]) for s in result.steps[:2]] == [(0, 0), (0, 1)]
     assert result.steps[0]["calls"] == episode.ground_truth[0] and result.steps[0]["observations"]
     assert result.steps[1]["calls"] is None and result.steps[1]["observations"] == []
 
 
-STEPS = {"e0": [{"calls": ["ls()"], "observations": ["a"]}, {"calls": None, "observations": []}],
-         "e1": [{"calls": None, "observations": []}]}
+STEPS = {
+    "e0": [{"calls": ["ls()"], "observations": ["a"]}, {"calls": None, "observations": []}],
+    "e1": [{"calls": None, "observations": []}],
+}
 
 
 def test_tool_call_share_and_requests_per_episode_come_from_the_trajectory(make_run):
@@ -58,11 +67,21 @@ def test_older_records_without_a_trajectory_count_requests_past_step_0(make_run)
 
 def test_the_report_prefers_a_flip_that_changed_a_call_and_what_the_model_saw_next(make_run):
     same = {"e0": [{"calls": ["ls()"], "observations": ["a"]}]}
-    off = make_run("off", 1, {"e0": [[1, 2]], "e1": [[5, 6]]},
-                   steps={**same, "e1": [{"calls": ["cd(folder='x')"], "observations": ["ok"]}]})
-    on = make_run("on", 1, {"e0": [[1, 3]], "e1": [[5, 7]]},
-                  steps={"e0": [{"calls": ["ls(a=True)"], "observations": ["a"]}],
-                         "e1": [{"calls": ["cd(folder='y')"], "observations": ["no such folder"]}]})
+    off = make_run(
+        "off",
+        1,
+        {"e0": [[1, 2]], "e1": [[5, 6]]},
+        steps={**same, "e1": [{"calls": ["cd(folder='x')"], "observations": ["ok"]}]},
+    )
+    on = make_run(
+        "on",
+        1,
+        {"e0": [[1, 3]], "e1": [[5, 7]]},
+        steps={
+            "e0": [{"calls": ["ls(a=True)"], "observations": ["a"]}],
+            "e1": [{"calls": ["cd(folder='y')"], "observations": ["no such folder"]}],
+        },
+    )
     g = group_runs([off, on])[0]
     pair = g.headline("on_vs_off")
     kinds = {d.episode_id: call_flip(pair, d) for d in pair.cmp.diverged}

@@ -38,8 +38,9 @@ def test_max_turns_cuts_question_and_ground_truth_alike():
 def test_oracle_episode_scores_valid_through_the_driver_and_leaves_no_instances():
     episode = bfcl.load_episodes(2)[1]  # multi_turn_base_1: keyword-argument ground truth
     query, prompts = oracle(episode)
-    result = bfcl.run_episode(episode, "qwen", "ep_t_1", query, prompt_variant="default",
-                              max_steps_per_turn=20, log=io.StringIO())
+    result = bfcl.run_episode(
+        episode, "qwen", "ep_t_1", query, prompt_variant="default", max_steps_per_turn=20, log=io.StringIO()
+    )
     assert result.verdict == "valid" and result.error is None
     assert result.n_turns == len(episode.ground_truth) and result.n_requests == 2 * len(episode.ground_truth)
     assert [(t, s) for t, s, _ in prompts][:3] == [(0, 0), (0, 1), (1, 0)]
@@ -50,15 +51,18 @@ def test_oracle_episode_scores_valid_through_the_driver_and_leaves_no_instances(
 
 def test_a_wrong_episode_is_not_valid_and_does_not_leak_state_into_the_next():
     episode = bfcl.load_episodes(2)[1]
+
     def wrong(prompt, turn, step):
         return ("[mkdir(dir_name='leftover')]" if step == 0 else "Done.", 0, 0)
 
-    r1 = bfcl.run_episode(episode, "qwen", "ep_t_2", wrong, prompt_variant="default", max_steps_per_turn=20,
-                          log=io.StringIO())
+    r1 = bfcl.run_episode(
+        episode, "qwen", "ep_t_2", wrong, prompt_variant="default", max_steps_per_turn=20, log=io.StringIO()
+    )
     assert r1.verdict.startswith("multi_turn:")
     query, prompts = oracle(episode)
-    r2 = bfcl.run_episode(episode, "qwen", "ep_t_3", query, prompt_variant="default", max_steps_per_turn=20,
-                          log=io.StringIO())
+    r2 = bfcl.run_episode(
+        episode, "qwen", "ep_t_3", query, prompt_variant="default", max_steps_per_turn=20, log=io.StringIO()
+    )
     assert r2.verdict == "valid"
     assert not any("leftover" in p for _, _, p in prompts)
     assert cached_instances() == []
@@ -79,8 +83,9 @@ def test_python_prompt_variant_is_bfcls_shorter_function_doc_format():
     lengths = {}
     for variant in ("default", "python"):
         query, prompts = oracle(episode)
-        bfcl.run_episode(episode, "qwen", f"ep_v_{variant}", query, prompt_variant=variant,
-                         max_steps_per_turn=20, log=io.StringIO())
+        bfcl.run_episode(
+            episode, "qwen", f"ep_v_{variant}", query, prompt_variant=variant, max_steps_per_turn=20, log=io.StringIO()
+        )
         lengths[variant] = len(prompts[0][2])
         if variant == "default":
             assert "Here is a list of functions in json format" in prompts[0][2]
@@ -91,11 +96,13 @@ def test_python_prompt_variant_is_bfcls_shorter_function_doc_format():
 
 def test_step_limit_force_terminates_like_bfcl_and_is_restored():
     episode = bfcl.load_episodes(2)[1]
+
     def always_call(prompt, turn, step):
         return ("[ls(a=True)]", 0, 0)
 
-    result = bfcl.run_episode(episode, "qwen", "ep_t_4", always_call, prompt_variant="default",
-                              max_steps_per_turn=2, log=io.StringIO())
+    result = bfcl.run_episode(
+        episode, "qwen", "ep_t_4", always_call, prompt_variant="default", max_steps_per_turn=2, log=io.StringIO()
+    )
     assert result.verdict == "multi_turn:force_terminated"
     assert result.n_requests == 3  # BFCL quits when the step count exceeds the limit
     assert bfcl.base_handler.MAXIMUM_STEP_LIMIT == bfcl.BFCL_STEP_LIMIT == 20
@@ -107,19 +114,33 @@ def test_request_failure_ends_the_episode_as_bfcl_inference_error():
     def failing(prompt, turn, step):
         raise RuntimeError("context overflow")
 
-    result = bfcl.run_episode(episode, "qwen", "ep_t_5", failing, prompt_variant="default",
-                              max_steps_per_turn=20, log=io.StringIO())
+    result = bfcl.run_episode(
+        episode, "qwen", "ep_t_5", failing, prompt_variant="default", max_steps_per_turn=20, log=io.StringIO()
+    )
     assert result.verdict == "multi_turn:inference_error"
     assert "context overflow" in result.error and result.n_requests == 1
     assert cached_instances() == []
 
 
-@pytest.mark.parametrize("messages, expected", [
-    ([{"role": "system"}, {"role": "user"}], (0, 0)),
-    ([{"role": "system"}, {"role": "user"}, {"role": "assistant"}, {"role": "tool"}], (0, 1)),
-    ([{"role": "user"}, {"role": "assistant"}, {"role": "user"}, {"role": "assistant"}, {"role": "ipython"},
-      {"role": "assistant"}, {"role": "tool"}], (1, 2)),
-])
+@pytest.mark.parametrize(
+    "messages, expected",
+    [
+        ([{"role": "system"}, {"role": "user"}], (0, 0)),
+        ([{"role": "system"}, {"role": "user"}, {"role": "assistant"}, {"role": "tool"}], (0, 1)),
+        (
+            [
+                {"role": "user"},
+                {"role": "assistant"},
+                {"role": "user"},
+                {"role": "assistant"},
+                {"role": "ipython"},
+                {"role": "assistant"},
+                {"role": "tool"},
+            ],
+            (1, 2),
+        ),
+    ],
+)
 def test_position_counts_turns_and_steps(messages, expected):
     assert bfcl.position(messages) == expected
 
@@ -131,13 +152,21 @@ def test_a_server_failure_is_fatal_for_the_run_not_an_episode_error():
         raise ArtifactError("llama-server stopped answering")
 
     with pytest.raises(ArtifactError, match="stopped answering"):
-        bfcl.run_episode(bfcl.load_episodes(1)[0], "qwen", "ep_t_6", server_gone, prompt_variant="default",
-                         max_steps_per_turn=20, log=io.StringIO())
+        bfcl.run_episode(
+            bfcl.load_episodes(1)[0],
+            "qwen",
+            "ep_t_6",
+            server_gone,
+            prompt_variant="default",
+            max_steps_per_turn=20,
+            log=io.StringIO(),
+        )
     assert cached_instances() == []
 
 
 def test_the_reused_handler_carries_no_prompt_variant_into_the_next_episode():
     episode = bfcl.load_episodes(1, max_turns=1)[0]
+
     def first(variant):
         return oracle_first_prompt(episode, variant)
 
@@ -149,6 +178,7 @@ def test_the_reused_handler_carries_no_prompt_variant_into_the_next_episode():
 
 def oracle_first_prompt(episode, variant):
     query, prompts = oracle(episode)
-    bfcl.run_episode(episode, "qwen", f"ep_v_{variant}", query, prompt_variant=variant, max_steps_per_turn=20,
-                     log=io.StringIO())
+    bfcl.run_episode(
+        episode, "qwen", f"ep_v_{variant}", query, prompt_variant=variant, max_steps_per_turn=20, log=io.StringIO()
+    )
     return prompts[0][2]

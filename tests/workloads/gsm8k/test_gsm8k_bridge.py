@@ -28,8 +28,9 @@ SERVING_ORDER = ["cold1", "cold2", "warm1", "warm2"]
 def test_prompt_is_one_chatml_user_turn_with_the_answer_format():
     item = synthetic_items(1)[0]
     prompt = gsm8k.build_prompt(item, "qwen")
-    assert prompt == (f"<|im_start|>user\n{item.question}\n\n{ANSWER_INSTRUCTION}<|im_end|>\n"
-                      "<|im_start|>assistant\n")  # BFCL's QwenHandler adds no system message
+    assert prompt == (
+        f"<|im_start|>user\n{item.question}\n\n{ANSWER_INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n"
+    )  # BFCL's QwenHandler adds no system message
     assert gsm8k.build_prompt(item, "qwen_fc") == prompt
     assert gsm8k.build_prompt(item, "llama").startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>")
     with pytest.raises(ArtifactError, match="function-calling"):

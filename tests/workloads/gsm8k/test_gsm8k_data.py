@@ -185,6 +185,7 @@ def test_hub_loader_connection_error(tmp_path, monkeypatch):
         requests.ConnectionError("Failed to resolve 'huggingface.co'\nmore"),
     ]
     for error in errors:
+
         def fail(*args, error=error, **kwargs):
             raise error
 
@@ -204,9 +205,7 @@ def test_hub_loader_offline_in_fresh_process_with_empty_hf_home(tmp_path):
         "try:\n    load_gsm8k(5)\nexcept ArtifactError as exc:\n    print(exc)\n"
         "else:\n    print('NO ERROR')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stderr
     assert len(lines) == 1 and "hf download openai/gsm8k" in lines[0], result.stdout

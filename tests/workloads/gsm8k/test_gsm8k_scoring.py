@@ -113,9 +113,11 @@ def test_strict_scoring_inflates_flips_on_format_drift():
     reference = "1234"
     cold = ["Answer: 1,234", "Answer: 1234", "Answer: 1234"]
     warm = ["Answer: $1,234", "The answer is 1234.", "Answer: 1234"]
-    strict = answer_flips([score_strict(t, reference).correct for t in cold],
-                          [score_strict(t, reference).correct for t in warm])
-    numeric = answer_flips([score_numeric(t, reference).correct for t in cold],
-                           [score_numeric(t, reference).correct for t in warm])
+    strict = answer_flips(
+        [score_strict(t, reference).correct for t in cold], [score_strict(t, reference).correct for t in warm]
+    )
+    numeric = answer_flips(
+        [score_numeric(t, reference).correct for t in cold], [score_numeric(t, reference).correct for t in warm]
+    )
     assert strict == (2, 0)
     assert numeric == (0, 0)
