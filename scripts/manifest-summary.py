@@ -1,7 +1,7 @@
 """A results directory's provenance in one file: per run the engine build and binary hash, GPU, driver, flags,
 model hash, key package versions, wall and server time. Used for evidence/*/manifest-summary.json.
 
-    PYTHONPATH=. .venv/bin/python scripts/evidence-summary.py RESULTS_DIR > manifest-summary.json
+    .venv/bin/python scripts/manifest-summary.py RESULTS_DIR > manifest-summary.json
 """
 
 from __future__ import annotations
