@@ -15,7 +15,7 @@ from pathlib import Path
 
 from artifact.models import hub as weights
 from artifact.errors import ArtifactError
-from artifact.orchestrate import engines, host, images, native, slurm
+from artifact.orchestrate import engine_kinds, host, images, native, slurm
 from artifact.orchestrate.common import conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say, split_runnable
 from artifact.orchestrate.fanout import Fanout, Slot
 from artifact.orchestrate.matrix import Job, load_jobs
@@ -26,17 +26,17 @@ def dry_run(jobs: list[Job], args) -> int:
     """The plan, without Docker: jobs, images, weights and disk, an estimate of GPU time."""
 
     def image(j):
-        spec = engines.image_spec(j.engine, args)
+        spec = engine_kinds.image_spec(j.engine, args)
         return f"{spec.repository}:{spec.pin_tag}" if spec else "-"
 
     runnable = print_plan(
-        jobs, args, "./run.sh all --dry-run", ("image", image), lambda j: engines.unavailable(j, "container")
+        jobs, args, "./run.sh all --dry-run", ("image", image), lambda j: engine_kinds.unavailable(j, "container")
     )
     n = len(args.gpus.split(",")) if args.gpus else 1
     print_gpu_time(runnable, [Slot(f"gpu{i}") for i in range(n)], "GPU")
     if not args.gpus:
         print("(--gpus 0,1,... for more GPUs)")
-    specs = {s.repository: s for s in (engines.image_spec(j.engine, args) for j in jobs) if s}
+    specs = {s.repository: s for s in (engine_kinds.image_spec(j.engine, args) for j in jobs) if s}
     print("images: " + ", ".join(f"{s.repository}:{s.pin_tag} ({s.dockerfile})" for s in specs.values()))
     return 0
 
@@ -119,7 +119,7 @@ def cmd_all(args) -> int:
     t0 = time.monotonic()
     client = host.docker_client()
     slots = slots_for(args, client)
-    runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "container"))
+    runnable, outcomes = split_runnable(jobs, slots, lambda j: engine_kinds.unavailable(j, "container"))
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     if runnable and not args.no_fetch:
@@ -127,7 +127,7 @@ def cmd_all(args) -> int:
     built, expect = {}, {}
     ca = Path(args.ca_bundle) if args.ca_bundle else None
     for engine in dict.fromkeys(j.engine for j in runnable):
-        spec = engines.image_spec(engine, args)
+        spec = engine_kinds.image_spec(engine, args)
         built[engine] = images.ensure_image(client, spec, results / "logs", ca_bundle=ca, rebuild=args.rebuild)
         expect[engine] = spec.expect_build_info
     if runnable and not args.cpu:
@@ -143,7 +143,7 @@ def cmd_all(args) -> int:
         Path(constants.HF_HUB_CACHE),
         episodes=args.episodes,
         progress_every=args.progress_every,
-        shm_size={e: engines.image_spec(e, args).shm_size for e in built},
+        shm_size={e: engine_kinds.image_spec(e, args).shm_size for e in built},
     )
     say(f"running {len(runnable)} jobs on {len(slots)} slot(s): {', '.join(s.label for s in slots)}")
     outcomes += fan.run(runnable, slots)

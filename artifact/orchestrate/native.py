@@ -38,7 +38,7 @@ from artifact import provenance
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 from artifact.engines.base import native_venv as base_native_venv
-from artifact.orchestrate import engines, host
+from artifact.orchestrate import engine_kinds, host
 from artifact.orchestrate.common import conclude, cpu_slots, gpu_slots, print_gpu_time, print_plan, say, split_runnable
 from artifact.orchestrate.fanout import (
     FanoutBase,
@@ -74,7 +74,7 @@ def prepare_models(jobs: list[Job], fetch: bool) -> None:
 
 def expected_builds(labels: dict | None) -> dict:
     """engine kind -> the build label every manifest of its jobs must read (what `Engine.native_build` built
-    here; engines.ensure_native_builds)."""
+    here; engine_kinds.ensure_native_builds)."""
     return dict(labels or {})
 
 
@@ -389,7 +389,7 @@ def offline_words() -> str | None:
 
 
 def dry_run(jobs: list[Job], args) -> int:
-    labels, lines = engines.plan_native_builds(args)
+    labels, lines = engine_kinds.plan_native_builds(args)
     gpu = not args.cpu
     sharing = plan_sharing(args)
     for line in lines:
@@ -404,7 +404,7 @@ def dry_run(jobs: list[Job], args) -> int:
         args,
         "./run.sh all --native --dry-run",
         ("runs with", lambda j: f"build {builds[j.engine]}" if builds.get(j.engine) else "the installed engine"),
-        lambda j: engines.unavailable(j, "native", gpu=gpu),
+        lambda j: engine_kinds.unavailable(j, "native", gpu=gpu),
     )
     slots, what = planned_slots(args)
     print_gpu_time(runnable, slots, what)
@@ -446,8 +446,8 @@ def cmd_native(jobs: list[Job], args) -> int:
     offline = offline_words()
     if offline:
         say(f"offline: {offline}")
-    labels = engines.ensure_native_builds(args)
-    runnable, outcomes = split_runnable(jobs, slots, lambda j: engines.unavailable(j, "native", gpu=not args.cpu))
+    labels = engine_kinds.ensure_native_builds(args)
+    runnable, outcomes = split_runnable(jobs, slots, lambda j: engine_kinds.unavailable(j, "native", gpu=not args.cpu))
     results = Path(args.results).resolve()
     results.mkdir(parents=True, exist_ok=True)
     place_staged_weights()

@@ -16,7 +16,7 @@ from artifact.errors import ArtifactError
 from artifact.fetch import fetch
 from artifact.models import hub as weights
 from artifact.models.hub import sha256_file
-from artifact.orchestrate import engines, native
+from artifact.orchestrate import engine_kinds, native
 from artifact.orchestrate.common import say
 from artifact.orchestrate.matrix import Job
 from artifact.orchestrate.slurm.batch import (
@@ -40,7 +40,7 @@ def cmd_slurm(jobs: list[Job], args) -> int:
     opts = sbatch_options(args)
     mode = args.container
     if mode == "apptainer" and not args.image and not args.dry_run:
-        specs = [s for s in (engines.image_spec(j.engine, args) for j in jobs) if s]
+        specs = [s for s in (engine_kinds.image_spec(j.engine, args) for j in jobs) if s]
         raise ArtifactError(
             "--container apptainer needs --image FILE.sif (apptainer build FILE.sif "
             f"docker-daemon://{specs[0].repository if specs else 'IMAGE'}:TAG; docs/gpu-hosts.md)"
@@ -48,7 +48,7 @@ def cmd_slurm(jobs: list[Job], args) -> int:
     if mode == "apptainer" and args.image and not Path(args.image).is_file() and not args.dry_run:
         raise ArtifactError(f"--image {args.image}: no such file")
     where = "container" if mode != "native" else "native"
-    skipped = {j.key: why for j in jobs if (why := engines.unavailable(j, where, gpu=False))}
+    skipped = {j.key: why for j in jobs if (why := engine_kinds.unavailable(j, where, gpu=False))}
     done = {j.key for j in jobs if complete(results, j)}
     todo = [i for i, j in enumerate(jobs) if j.key not in skipped and j.key not in done]
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -155,7 +155,7 @@ def prepare(runnable: list[Job], args, mode: str) -> dict:
     the image's digest."""
     out = {}
     if mode == "native":
-        out["expect_build"] = engines.ensure_native_builds(args)  # engine kind -> label
+        out["expect_build"] = engine_kinds.ensure_native_builds(args)  # engine kind -> label
     native.place_staged_weights()  # an offline stage's weights files, where fetch and the tasks look for them
     if not args.no_fetch:
         fetch([j.cfg for j in runnable])

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from artifact import workloads
 from artifact.config import REPO
 from artifact.errors import ArtifactError
-from artifact.orchestrate import engines, host, images, native
+from artifact.orchestrate import engine_kinds, host, images, native
 from artifact.orchestrate.common import say
 from artifact.orchestrate.fanout import DONE, FAILED, INTERRUPTED, Fanout, Outcome, Slot, hms
 from artifact.orchestrate.matrix import Job
@@ -116,7 +116,7 @@ def task_fanout(task: Task, job: Job):
 def docker_fanout(spec: dict, job: Job, results: Path):
     client = host.docker_client()
     image_args = SimpleNamespace(cpu=spec["cpu"], base_image=spec["base_image"], cuda_archs=spec["cuda_archs"])
-    ispec = engines.image_spec(job.engine, image_args)
+    ispec = engine_kinds.image_spec(job.engine, image_args)
     image = images.ensure_image(
         client, ispec, results / "logs", ca_bundle=Path(spec["ca_bundle"]) if spec.get("ca_bundle") else None
     )
