@@ -15,6 +15,7 @@ price.png, tiers.png, quant_mechanism.png and tenants.png when the runs allow th
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,14 +40,16 @@ class Beyond:
     tables: dict[str, pd.DataFrame]
     recommendation: list[str]
     figures: dict[str, Path] = field(default_factory=dict)
-    positions: pd.DataFrame | None = None  # the positions at risk (artifact.analysis.quantization), for its figure
+    positions: dict[Any, Any] | None = (
+        None  # the positions at risk per configuration and plan (artifact.analysis.quantization), for its figure
+    )
 
     @property
     def files(self) -> list[str]:
         return list(self.tables) + list(self.figures)
 
-    def as_dict(self) -> dict:
-        def recs(name):
+    def as_dict(self) -> dict[str, Any]:
+        def recs(name: str) -> list[dict[Any, Any]]:
             df = self.tables[name]
             return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict("records")]
 
@@ -66,7 +69,7 @@ class Beyond:
             "tenants_runs": recs("tenants_runs.csv"),
         }
 
-    def report_context(self, data_uri) -> dict:
+    def report_context(self, data_uri: Callable[[Path], str]) -> dict[str, Any]:
         """The report's `beyond` block; `data_uri(path)` inlines a figure."""
         t = self.tables
         cols = tier_columns(t["tiers.csv"]["tier"].unique() if "tier" in t["tiers.csv"] else ())
@@ -159,13 +162,13 @@ class Beyond:
         }
 
 
-def _plain(v):
+def _plain(v: Any) -> Any:
     if hasattr(v, "item"):
         v = v.item()
     return None if isinstance(v, float) and (math.isnan(v) or math.isinf(v)) else v
 
 
-def _n(v, digits: int = 3) -> str:
+def _n(v: Any, digits: int = 3) -> str:
     v = _plain(v)
     if v is None:
         return "-"
@@ -174,17 +177,17 @@ def _n(v, digits: int = 3) -> str:
     return str(v)
 
 
-def _fmt(df: pd.DataFrame, cols: list[str]) -> list[dict]:
+def _fmt(df: pd.DataFrame, cols: list[str]) -> list[dict[str, Any]]:
     return [{c: _n(r.get(c)) for c in cols} for r in df.to_dict("records")]
 
 
-def _ci(r: dict, name: str) -> str:
+def _ci(r: dict[Any, Any], name: str) -> str:
     lo, hi = _plain(r[f"{name}_lo"]), _plain(r[f"{name}_hi"])
     ci = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None else ""
     return f"{_n(r[f'{name}_ratio'])}{ci}"
 
 
-def _mitigation_row(r: dict) -> dict:
+def _mitigation_row(r: dict[Any, Any]) -> dict[str, Any]:
     rate = _plain(r.get("on_vs_off_rate"))
     return {
         "config": r["config"],
@@ -207,7 +210,7 @@ def _mitigation_row(r: dict) -> dict:
     }
 
 
-def tier_columns(seen=()) -> list[tuple[str, str]]:
+def tier_columns(seen: Iterable[Any] = ()) -> list[tuple[str, str]]:
     """The report's tier columns, (tier, heading), from the engines' declared `cache_tiers` (registry order): "none",
     each engine's tiers, "<a>_or_<b>" for an engine with two, "unknown"; then any other tier the records name, so
     that an engine's new tier is shown, never dropped."""
@@ -225,11 +228,11 @@ def tier_columns(seen=()) -> list[tuple[str, str]]:
 _TIER_KEYS = ("config", "plan", "run", "reference", "level")
 
 
-def _tier_rows(df: pd.DataFrame, columns: list[tuple[str, str]]) -> list[dict]:
+def _tier_rows(df: pd.DataFrame, columns: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """tiers.csv for the report: one row per configuration, plan, run, reference and level (sorted; a row with a key
     missing left out), a cell per tier column (a tier listed twice: its last row). What `df.groupby(keys,
     sort=True)` gives, without pandas' cost per group (~3 ms each, on the report's critical path)."""
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in df.to_dict("records"):
         key = tuple(r[k] for k in _TIER_KEYS)
         if any(v is None or v != v for v in key):  # groupby leaves out rows whose key holds a NaN (dropna)
@@ -241,7 +244,7 @@ def _tier_rows(df: pd.DataFrame, columns: list[tuple[str, str]]) -> list[dict]:
     ]  # keys are unique: the cells are never compared
 
 
-def _rerun(r: dict, arm: str) -> str:
+def _rerun(r: dict[Any, Any], arm: str) -> str:
     n = _plain(r.get(f"{arm}_rerun_episodes"))
     return "-" if n is None else f"{int(r[f'{arm}_rerun_diverged'])}/{int(n)}"
 
@@ -250,11 +253,11 @@ def _no_lap(name: str) -> None:
     """Where check times its steps (`artifact.check.run.Laps`), each analysis ends with a call naming it."""
 
 
-def _no_figures(name: str, fn, *args) -> None:
+def _no_figures(name: str, fn: Callable[..., Any], *args: Any) -> None:
     """Where figures are wanted (`write_beyond`), each is asked for by name as soon as its tables are ready."""
 
 
-def analyse(runs: list[Run], lap=_no_lap, draw=_no_figures) -> Beyond:
+def analyse(runs: list[Run], lap: Callable[[str], None] = _no_lap, draw: Callable[..., None] = _no_figures) -> Beyond:
     """The analyses' tables and verdicts; `draw(name, figure function, *its inputs)` is called for each figure as
     soon as its inputs are ready (check draws them in a worker while the analyses go on). The quantization
     analysis goes first: its figure is the costliest to draw, and the worker draws it while the others run."""
@@ -388,7 +391,11 @@ BEYOND_FIGURES = ("flip_margin.png", "price.png", "tiers.png", "quant_mechanism.
 
 
 def write_beyond(
-    runs: list[Run], out: Path, lap=_no_lap, drawing: Drawing | None = None, meanwhile=lambda: None
+    runs: list[Run],
+    out: Path,
+    lap: Callable[[str], None] = _no_lap,
+    drawing: Drawing | None = None,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> Beyond:
     """Analyse, write the CSVs into `out` (which exists), and the figures, through `drawing` (asked for each as soon
     as its inputs are ready: artifact.check.worker; without one, drawn here once the CSVs are written). Returns

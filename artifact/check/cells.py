@@ -7,6 +7,8 @@ which no spreadsheet evaluates as a formula."""
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import pandas as pd
 
 _STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -20,7 +22,7 @@ def _number(text: str) -> bool:
     return True
 
 
-def dangerous(value: object) -> bool:
+def dangerous(value: object) -> TypeGuard[str]:
     """Whether a cell's value is text a spreadsheet would read as a formula."""
     return isinstance(value, str) and value.startswith(_STARTS) and not _number(value) and value.strip("-") != ""
 

@@ -20,6 +20,7 @@ scopes' in the order FAIL, INVALID, INCONCLUSIVE, OUT-OF-BAND, PASS, NOT-RUN. RQ
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass, fields
 import math
 from pathlib import Path
@@ -27,10 +28,24 @@ import re
 
 from artifact.analysis.stats import wilson_interval
 from artifact.analysis.tables import exposure, Pair, PlanGroup, quant_level, relative, Tables, widest_interval
-from artifact.check.rules import BAND_RULE  # noqa: F401 (the value band's rule, in claims/rules.toml)
-from artifact.verdict import FAIL, INCONCLUSIVE, INVALID, NOT_RUN, OUT, PASS, SEVERITY, STATUSES, TESTED, Verdict  # noqa: F401 (the claims' names)
+from artifact.check.rules import BAND_RULE as BAND_RULE  # the value band's rule, in claims/rules.toml (re-exported)
+from artifact.verdict import (  # the claims' names (re-exported: `X as X`)
+    FAIL as FAIL,
+    INCONCLUSIVE as INCONCLUSIVE,
+    INVALID as INVALID,
+    NOT_RUN as NOT_RUN,
+    OUT as OUT,
+    PASS as PASS,
+    SEVERITY as SEVERITY,
+    STATUSES as STATUSES,
+    TESTED as TESTED,
+    Verdict as Verdict,
+)
 from artifact.check.facts import engine_of
 from artifact.engines.base import OBSERVES
+
+if TYPE_CHECKING:
+    from artifact.records.store import Run
 
 
 ALPHA = 0.05
@@ -56,7 +71,7 @@ class Claim:
     details: list[Verdict]
     minimum_evidence: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         return {**out, "evidence": list(self.evidence), "details": [v.as_dict() for v in self.details]}
 
@@ -65,7 +80,7 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
 
 
-def fmt_rate(s: dict | None) -> str:
+def fmt_rate(s: dict[str, Any] | None) -> str:
     if not s or not s.get("n"):
         return "not run"
     out = f"{s['k']}/{s['n']} = {pct(s['rate'])}"
@@ -97,7 +112,7 @@ def model_matches(paper_model: str | None, family: str | None, name: str | None)
     return False
 
 
-def paper_configs_for(meta: dict, configs: list[dict], *, with_quant: bool = True) -> list[str]:
+def paper_configs_for(meta: dict[str, Any], configs: list[dict[str, Any]], *, with_quant: bool = True) -> list[str]:
     """Ids of the paper's [[config]] entries this run's engine, model (and quantization level) match. The model is
     the one the checkout's configurations pin the run's weights as (`meta["pinned_model"]`: configs/paper/ pins the
     paper's models file by file), never the name or family the run's manifest carries; weights no configuration pins
@@ -129,31 +144,31 @@ PAPER_COMPARISONS = {
 class Paper:
     """expected/paper.toml, indexed for the checker."""
 
-    def __init__(self, doc: dict):
+    def __init__(self, doc: dict[str, Any]):
         self.meta, self.configs, self.values = doc["meta"], doc["config"], doc["value"]
-        self.claims: dict = doc.get("claim", {})  # [claim.ID]: what a claim reads of the paper
+        self.claims: dict[str, Any] = doc.get("claim", {})  # [claim.ID]: what a claim reads of the paper
         self.config_ids = {c["id"] for c in self.configs}
-        self.by_slot: dict[tuple[str, str, str], list[dict]] = {}
+        self.by_slot: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for v in self.values.values():
             if v["reported"] and v.get("config") in self.config_ids and v.get("comparison") in PAPER_COMPARISONS:
                 kind, plan = PAPER_COMPARISONS[v["comparison"]]
                 self.by_slot.setdefault((v["config"], kind, plan), []).append(v)
 
-    def needs(self, claim_id: str, field: str):
+    def needs(self, claim_id: str, field: str) -> Any:
         """What claim `claim_id` reads of the paper ([claim.ID] in expected/paper.toml), or None."""
         return (self.claims.get(claim_id) or {}).get(field)
 
-    def value(self, key: str) -> dict | None:
+    def value(self, key: str) -> dict[str, Any] | None:
         v = self.values.get(key)
         return v if v and v["reported"] else None
 
-    def for_group(self, g: PlanGroup, kind: str) -> list[dict]:
+    def for_group(self, g: PlanGroup, kind: str) -> list[dict[str, Any]]:
         return [v for cid in paper_configs_for(g.meta, self.configs) for v in self.by_slot.get((cid, kind, g.plan), [])]
 
-    def n_of(self, v: dict) -> int:
+    def n_of(self, v: dict[str, Any]) -> int:
         return int(v.get("n") or self.meta["episodes"])
 
-    def k_of(self, v: dict) -> int:
+    def k_of(self, v: dict[str, Any]) -> int:
         return int(v["k"]) if "k" in v else int(round(v["value"] * self.n_of(v)))
 
 
@@ -163,7 +178,9 @@ def value_band(r: float, lo: float, hi: float, p0: float, p_lo: float, p_hi: flo
     return (r - math.hypot(r - lo, p_hi - p0) - ROUNDING, r + math.hypot(hi - r, p0 - p_lo) + ROUNDING)
 
 
-def band_verdict(claim: str, s: dict | None, v: dict, paper: Paper, scope: str, evidence: list[str]) -> Verdict:
+def band_verdict(
+    claim: str, s: dict[str, Any] | None, v: dict[str, Any], paper: Paper, scope: str, evidence: list[str]
+) -> Verdict:
     n0, k0 = paper.n_of(v), paper.k_of(v)
     p0 = v["value"]
     p_lo, p_hi = wilson_interval(k0, n0)
@@ -179,7 +196,7 @@ def band_verdict(claim: str, s: dict | None, v: dict, paper: Paper, scope: str, 
             "not applicable: not run",
             evidence or [f"no run of {v['config']} under the plan this value needs"],
         )
-    lo, hi = widest_interval(s)
+    lo, hi = widest_interval(s)  # type: ignore[misc]  # rate stats with an n have an interval
     b_lo, b_hi = value_band(s["rate"], lo, hi, p0, p_lo, p_hi)
     status = PASS if b_lo <= p0 <= b_hi else OUT
     band = f"{pct(max(0.0, b_lo))}-{pct(min(1.0, b_hi))} (observed {pct(lo)}-{pct(hi)} widened by the paper's error)"
@@ -205,7 +222,7 @@ def rollup(details: list[Verdict]) -> str:
 
 def make_claim(
     cid: str,
-    rule: dict,
+    rule: dict[str, Any],
     details: list[Verdict],
     observed: str,
     expected: str,
@@ -234,7 +251,7 @@ def group_problems(g: PlanGroup | None) -> list[str]:
     return [] if g is None else list(g.problems)
 
 
-def without_evidence(s: dict | None) -> bool:
+def without_evidence(s: dict[str, Any] | None) -> bool:
     """A comparison that did not run, or compared no episode in which both runs made a request without an error."""
     return s is None or not s.get("n") or not s.get("n_evidence")
 
@@ -250,7 +267,7 @@ def power_note(power: float | None) -> str:
     return "power not computable" if power is None else f"power {power:.2f}"
 
 
-def off_exposure(offs: list, root: Path | None) -> tuple[int, list[str], list[str]]:
+def off_exposure(offs: list[Any], root: Path | None) -> tuple[int, list[str], list[str]]:
     """Cached tokens served to OFF runs, the runs that were served any (with counts), and unreported requests."""
     cached, hits, unreported = 0, [], []
     for r in offs:
@@ -266,7 +283,7 @@ def off_exposure(offs: list, root: Path | None) -> tuple[int, list[str], list[st
     return cached, hits, unreported
 
 
-def observes(run) -> dict:
+def observes(run: Run) -> dict[str, Any]:
     """What the run's engine observed of its server (artifact.engines.base.OBSERVES), derived from facts:
     an engine that starts its own server (it loads the configuration's weights, sha256-verified, and records the
     command line it started: `Capabilities.loads_weights`) observes everything; any other (a server the user runs,
@@ -280,12 +297,12 @@ def observes(run) -> dict:
     return {k: said.get(k, False) for k in OBSERVES}
 
 
-def unobserved(runs: list, key: str) -> list[str]:
+def unobserved(runs: list[Any], key: str) -> list[str]:
     """The runs whose engine did not observe `key` of its server (`observes`)."""
     return [r.label for r in runs if observes(r)[key] in (False, None)]
 
 
-def observation_note(runs: list) -> list[str]:
+def observation_note(runs: list[Any]) -> list[str]:
     """An evidence line naming what the runs' engine could not observe of its server (none if it observed all)."""
     keys = sorted({k for r in runs for k, v in observes(r).items() if v in (False, None)})
     return (
@@ -298,7 +315,7 @@ def observation_note(runs: list) -> list[str]:
     )
 
 
-def cache_unverified(run) -> str | None:
+def cache_unverified(run: Run) -> str | None:
     """Why a run cannot show what its cache served (None if it can): it ran on an engine that reports cache use on
     every request it serves (`Capabilities.reports_cache_use`), yet some of its served requests report none (a null
     cache_n). Such a null is not the engine's answer; read as 0, it would let a cache hit pass for none."""
@@ -329,6 +346,6 @@ class Context:
     values and the results directory (evidence paths are given relative to it)."""
 
     tables: Tables
-    workload_tables: dict
+    workload_tables: dict[str, Any]
     paper: Paper
     root: Path | None = None

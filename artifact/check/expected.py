@@ -70,7 +70,7 @@ VALUE_OPTIONAL = {
 }
 
 
-def _check_table(path: Path, where: str, table: Any, required: dict, optional: dict) -> None:
+def _check_table(path: Path, where: str, table: Any, required: dict[str, Any], optional: dict[str, Any]) -> None:
     if not isinstance(table, dict):
         raise ArtifactError(f"{path}: {where}: expected a table")
     for name in table:
@@ -86,7 +86,7 @@ def _check_table(path: Path, where: str, table: Any, required: dict, optional: d
             raise ArtifactError(f"{path}: {where}: field '{name}' has the wrong type ({type(val).__name__})")
 
 
-def _check_value(path: Path, entry: dict, config_ids: set[str]) -> dict:
+def _check_value(path: Path, entry: dict[str, Any], config_ids: set[str]) -> dict[str, Any]:
     where = f"value '{entry.get('key', '?')}'"
     _check_table(path, where, entry, VALUE_REQUIRED, VALUE_OPTIONAL)
     out = {"reported": True, "approximate": False, **entry}
@@ -106,7 +106,7 @@ def _check_value(path: Path, entry: dict, config_ids: set[str]) -> dict:
     return out
 
 
-def load_document(path: str | Path | None = None) -> dict:
+def load_document(path: str | Path | None = None) -> dict[str, Any]:
     """Read and validate the file; return {"meta": {...}, "config": [...], "value": {key: entry}}."""
     path = Path(path) if path is not None else DEFAULT_PATH
     try:
@@ -129,7 +129,7 @@ def load_document(path: str | Path | None = None) -> dict:
         raise ArtifactError(
             f"{path}: [meta]: configurations = {doc['meta']['configurations']} but {len(config_ids)} [[config]] tables"
         )
-    values: dict[str, dict] = {}
+    values: dict[str, dict[str, Any]] = {}
     for entry in doc["value"]:
         checked = _check_value(path, entry, config_ids)
         if checked["key"] in values:
@@ -144,6 +144,7 @@ def load_document(path: str | Path | None = None) -> dict:
     return {"meta": doc["meta"], "config": doc["config"], "value": values, "claim": claims}
 
 
-def load_expected(path: str | Path | None = None) -> dict[str, dict]:
+def load_expected(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """The [[value]] entries of expected/paper.toml (or ``path``), keyed by `key`."""
-    return load_document(path)["value"]
+    values: dict[str, dict[str, Any]] = load_document(path)["value"]
+    return values

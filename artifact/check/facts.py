@@ -23,6 +23,7 @@ weights, the binary's digests. Two outcomes:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
 import functools
 import hashlib
 import itertools
@@ -40,14 +41,18 @@ from artifact.config import PLANS_FILE, read_toml
 from artifact.analysis.groups import weights_digests
 from artifact.models import derive, lineage
 
+if TYPE_CHECKING:
+    from artifact.engines.base import Engine
+    from artifact.workloads.base import Workload
+
 _get = dict.get  # plain lookups: requests may be lazily decoding records
 
 
-def _table(x) -> dict:
+def _table(x: object) -> dict[Any, Any]:
     return x if isinstance(x, dict) else {}
 
 
-def engine_of(run: Run):
+def engine_of(run: Run) -> Engine | None:
     """The run's engine adapter, or None for an engine this version does not implement (nothing to ask)."""
     kind = run.manifest.get("engine")
     if not isinstance(kind, str):
@@ -59,18 +64,18 @@ def engine_of(run: Run):
 
 
 @functools.lru_cache(maxsize=1)
-def _plans() -> dict:
+def _plans() -> dict[str, Any]:
     """configs/plans.toml as tables (plan name -> its table: arms, lifecycle, each engine's table, tenants). Read
     as data, not through config.load_plans, which imports every engine adapter to validate the tables (the
     artifact's own tests validate the file; `check` needs only the values)."""
     return {name: body for name, body in read_toml(PLANS_FILE).items() if isinstance(body, dict)}
 
 
-def _same(a, b) -> bool:
+def _same(a: object, b: object) -> bool:
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 
 
-def _tenant_spec(m: dict) -> dict:
+def _tenant_spec(m: dict[str, Any]) -> dict[str, Any]:
     t = _table(m.get("tenants"))
     return _table(t.get("spec")) if "spec" in t else t
 
@@ -78,7 +83,7 @@ def _tenant_spec(m: dict) -> dict:
 # --- labels against facts: corruption ----------------------------------------------------------------------------
 
 
-def plan_problem(run: Run, engine) -> str | None:
+def plan_problem(run: Run, engine: Engine | None) -> str | None:
     """The plan's labels against the server command line, and the plan's name against its definition."""
     m = run.manifest
     name, pd = m["plan"], _table(m.get("plan_data"))
@@ -142,7 +147,7 @@ def model_problem(run: Run) -> str | None:
     return _derived_problem(model, source)
 
 
-def _pinned_level_problem(run: Run, model: dict) -> str | None:
+def _pinned_level_problem(run: Run, model: dict[str, Any]) -> str | None:
     """The quant label against the level the pins give the recorded weights (RQ3 places a run by it)."""
     digests = weights_digests(run)
     level = lineage.level_of(digests)
@@ -154,7 +159,7 @@ def _pinned_level_problem(run: Run, model: dict) -> str | None:
     )
 
 
-def _derived_problem(model: dict, source: str) -> str | None:
+def _derived_problem(model: dict[str, Any], source: str) -> str | None:
     try:
         recipe_name, level = derive.parse_source(source)
         recipe = derive.load_recipe(recipe_name)
@@ -232,7 +237,7 @@ def tenants_problem(run: Run) -> str | None:
     return tenant_prompts_problem(rec, rows, mf, path)
 
 
-def tenant_prompts_problem(rec: dict, rows: list[dict], mf: Path, path: Path) -> str | None:
+def tenant_prompts_problem(rec: dict[str, Any], rows: list[dict[str, Any]], mf: Path, path: Path) -> str | None:
     """Each tenant request's prompt (tenants.jsonl: unit, prompt, prompt_sha256) against the prompts the manifest
     records for that unit (tenants.units: prompts_sha256), which decide whether the load shared the measured prefix
     (analysis.tenants.prefix_of). A manifest without the units record (no tenant prompts) asks nothing here."""
@@ -269,13 +274,13 @@ def run_problem(run: Run) -> str | None:
     why = tenants_problem(run)
     if why:
         return why
-    workload = workloads.of_run(run)
+    workload: Workload | None = workloads.of_run(run)
     return workload.record_problem(run) if workload is not None else None
 
 
-def sessions(runs: list[Run]) -> dict[tuple, list[Run]]:
+def sessions(runs: list[Run]) -> dict[tuple[Any, ...], list[Run]]:
     """(plan directory, server log) -> the complete runs one server session served, in the order they ran."""
-    out: dict[tuple, list[Run]] = defaultdict(list)
+    out: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
     for run in runs:
         log = run.manifest.get("server_log")
         if run.complete and isinstance(log, str):
@@ -308,7 +313,7 @@ _FIELDS = ("episode_id", "request_index", "prompt_sha256", "prompt_ms", "predict
 _ROW = operator.itemgetter(*_FIELDS)
 
 
-def _rows(run: Run) -> list[tuple]:
+def _rows(run: Run) -> list[tuple[Any, ...]]:
     """(episode, request_index, prompt sha256, prompt_ms, predicted_ms) of every request: one pass at C speed
     (32,000 requests at paper scale), field by field only where a record lacks one of the optional fields."""
     try:
@@ -317,15 +322,19 @@ def _rows(run: Run) -> list[tuple]:
         return [tuple(_get(r, f) for f in _FIELDS) for r in run.requests]
 
 
-def _timed_units(rows_of: dict) -> list[list[tuple[Run, str]]]:
+def _timed_units(rows_of: dict[int, Any]) -> list[list[tuple[Run, str]]]:
     """Each episode of each run as the sequence of its requests' (index, prompt sha256, prompt_ms, predicted_ms),
     over the requests that carry a server timing, in request index order -> the (run, episode)s that hold exactly
     that sequence: one list per sequence, in the order the sequences first appear. Sequences are looked up by their
     length and first row (hashing every row of every episode was most of the cost) and then compared whole."""
     units: list[list[tuple[Run, str]]] = []
-    index: dict[tuple, list[tuple[list, list]]] = {}  # (length, first row) -> [(sequence, its holders)]
+    index: dict[
+        tuple[Any, ...], list[tuple[list[Any], list[Any]]]
+    ] = {}  # (length, first row) -> [(sequence, its holders)]
     for run, rows in rows_of.values():
-        by: dict[str, list] = {}  # episode -> its timed rows in the order they appear (the records hold runs of them)
+        by: dict[
+            str, list[Any]
+        ] = {}  # episode -> its timed rows in the order they appear (the records hold runs of them)
         for eid, group in itertools.groupby(rows, _FIRST):
             timed = [row for row in group if row[3] is not None or row[4] is not None]
             if timed:
@@ -352,10 +361,10 @@ _SECOND = operator.itemgetter(1)
 _REST = operator.itemgetter(slice(1, None))  # a row but its episode
 
 
-def copies(rows_of: dict, out: dict) -> None:
+def copies(rows_of: dict[int, Any], out: dict[int, list[str]]) -> None:
     """Runs holding the same requests with identical server timings (an episode copied, within a run or from
     another one)."""
-    shared: dict[tuple[int, int], list] = {}
+    shared: dict[tuple[int, int], list[Any]] = {}
     for holders in _timed_units(rows_of):
         if len(holders) < 2:
             continue
@@ -386,7 +395,7 @@ def copies(rows_of: dict, out: dict) -> None:
         )
 
 
-def _prompt_identity(run: Run) -> tuple:
+def _prompt_identity(run: Run) -> tuple[Any, ...]:
     """What makes a configuration's prompts: its name and its workload's settings and data (episode count aside)."""
     inputs = _table(run.manifest.get("pairing_inputs"))
     workload = {k: v for k, v in _table(inputs.get("workload")).items() if k != "episodes"}
@@ -394,11 +403,11 @@ def _prompt_identity(run: Run) -> tuple:
     return run.manifest["config"], hashlib.sha256(blob.encode()).hexdigest()
 
 
-def first_prompts(rows_of: dict, out: dict) -> None:
+def first_prompts(rows_of: dict[int, Any], out: dict[int, list[str]]) -> None:
     """An episode's first prompt is the same in every run of a configuration: a run whose first prompt of an
     episode is not the one most runs sent for it (every run involved, on a tie) holds renumbered or replaced
     episodes."""
-    seen: dict[tuple, dict[str, dict[str, list[Run]]]] = defaultdict(lambda: defaultdict(dict))
+    seen: dict[tuple[Any, ...], dict[str, dict[str, list[Run]]]] = defaultdict(lambda: defaultdict(dict))
     for run, rows in rows_of.values():
         episodes = seen[_prompt_identity(run)]
         for row in [row for row in rows if row[1] == 0]:
@@ -424,7 +433,7 @@ def first_prompts(rows_of: dict, out: dict) -> None:
                         )
 
 
-def server_logs(runs: list[Run], out: dict) -> None:
+def server_logs(runs: list[Run], out: dict[int, list[str]]) -> None:
     """Each server session's records against the session's own log, where it was kept and the engine can read it
     (sessions with background tenants aside: their log interleaves the tenants' requests)."""
     for (_, log), members in sessions(runs).items():

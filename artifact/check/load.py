@@ -7,6 +7,7 @@ facts and the analyses they import (~0.1 CPU s of the worker's start, before its
 
 from __future__ import annotations
 
+from typing import Any
 from pathlib import Path
 
 from artifact import workloads
@@ -31,7 +32,9 @@ def check_records(run: Run) -> None:
     validate_records(run)
 
 
-def load_run(path: Path, manifest: dict, data: bytes | None = None, sha256: str | None = None) -> tuple:
+def load_run(
+    path: Path, manifest: dict[str, Any], data: bytes | None = None, sha256: str | None = None
+) -> tuple[Any, ...]:
     """One run's records, read and validated (`check_records`): (requests, episodes, the parsed top-2 arrays, what
     the checker's cache did: "read", "written" or "none", requests.jsonl's sha256 where it was computed, each episode's
     requests and what the comparisons read of them: `Run.requests_by_episode`, `Run.episode_outputs`), what a `Run` memoises (a job of check's worker process,

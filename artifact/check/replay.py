@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+from typing import cast
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -99,7 +100,7 @@ def listing(root: Path, out: Path) -> Listing | None:
 _WHOLE_BYTES = 1 << 20  # a checkout file up to this size is hashed whole; a larger one (weights) by size and time
 
 
-def _tree(paths, base: Path) -> str:
+def _tree(paths: list[Path], base: Path) -> str:
     """The sha256 of the files under each of `paths`: their names and bytes (__pycache__ left out); a file larger
     than _WHOLE_BYTES (an adapter's weights, which check does not compute with) by its size and modification time."""
     h = hashlib.sha256()
@@ -137,11 +138,11 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def key(root: Path, out: Path, expected_path, files: Listing) -> str:
+def key(root: Path, out: Path, expected_path: str | Path | None, files: Listing) -> str:
     """The entry's name: the checker, the check's options and settings, and every file's name, kind and size (their
     bytes are checked against the entry's hashes: `lookup`)."""
     settings = sorted((k, v) for k, v in os.environ.items() if k.startswith("ARTIFACT_") and k not in _CACHE_SETTINGS)
-    expected = None
+    expected: list[str | None] | None = None
     if expected_path is not None:
         try:
             expected = [str(expected_path), hashlib.sha256(Path(expected_path).read_bytes()).hexdigest()]
@@ -195,7 +196,7 @@ class Pending:
         self.root, self.out, self.files, self.name = root, out, files, name
 
 
-def lookup(root: Path, out: Path, expected_path=None) -> tuple[Entry | None, Pending | None]:
+def lookup(root: Path, out: Path, expected_path: str | Path | None = None) -> tuple[Entry | None, Pending | None]:
     """(the entry to replay, or None; what to keep this check under, or None where checks are not kept)."""
     if not wanted():
         return None, None
@@ -208,7 +209,7 @@ def lookup(root: Path, out: Path, expected_path=None) -> tuple[Entry | None, Pen
     try:
         if path.is_symlink() or not path.is_file():
             return None, pending
-        entry = msgspec.msgpack.decode(path.read_bytes(), type=Entry)
+        entry: Entry = msgspec.msgpack.decode(path.read_bytes(), type=Entry)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None, pending
     if entry.format != FORMAT or entry.key != name or entry.files != digests(root, files):
@@ -230,7 +231,8 @@ def keep(pending: Pending, exit_code: int, printed: str, written: Path, known: d
         files = digests(pending.root, pending.files, known)
         if any(d is None for _, d in files):
             return False
-        blob = msgspec.msgpack.encode(Entry(FORMAT, pending.name, files, exit_code, printed, outputs))
+        hashed = cast("list[tuple[str, str]]", files)  # none is None (above)
+        blob = msgspec.msgpack.encode(Entry(FORMAT, pending.name, hashed, exit_code, printed, outputs))
         path = _entry_path(pending.name)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")

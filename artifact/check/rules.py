@@ -3,6 +3,7 @@ evidence, the value band's rule, and the fixed words of a claim's verdicts ([tex
 
 from __future__ import annotations
 
+from typing import Any
 import sys
 from pathlib import Path
 
@@ -13,16 +14,16 @@ else:  # pragma: no cover - Python 3.10 only
 
 PATH = Path(__file__).resolve().parent / "claims" / "rules.toml"
 with PATH.open("rb") as _fh:
-    RULES: dict = tomllib.load(_fh)
+    RULES: dict[str, Any] = tomllib.load(_fh)
 
 BAND_RULE: str = RULES["band"]["rule"]
 
 
-def rule(claim_id: str) -> dict:
+def rule(claim_id: str) -> dict[str, Any]:
     """statement, hard, rule, minimum_evidence of one claim (a copy: check.json carries it)."""
     return dict(RULES[claim_id])
 
 
-def text(claim_id: str) -> dict:
+def text(claim_id: str) -> dict[str, Any]:
     """The fixed words of one claim's verdicts ([text.ID]; none: {})."""
     return dict(RULES.get("text", {}).get(claim_id, {}))

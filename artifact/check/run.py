@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 from artifact import workloads
 from artifact.check import replay
@@ -105,8 +105,8 @@ def _size(path: Path) -> int:
 def validate_results(
     runs: list[Run],
     worker: Worker | None = None,
-    meanwhile=lambda: None,
-    then: tuple = (),
+    meanwhile: Callable[[], object] = lambda: None,
+    then: tuple[Any, ...] = (),
     cached: list[bool] | None = None,
 ) -> list[Run]:
     """Read and validate every run's records (`check_records`); one run per (config, plan, arm, run). With a
@@ -139,7 +139,7 @@ def validate_results(
         if not job.cancel():
             break
         job.run_here()
-    seen: dict[tuple, Run] = {}
+    seen: dict[tuple[Any, ...], Run] = {}
     for run, job in zip(runs, jobs):
         (run._requests, run._episodes, run._top2_arrays, run.cache, sha256, run._by_episode, run._episode_outputs) = (
             job.result()[0]
@@ -156,7 +156,7 @@ def validate_results(
     return runs
 
 
-def record_cache(runs: list[Run]) -> dict:
+def record_cache(runs: list[Run]) -> dict[str, Any]:
     """check.json's `record_cache`: whether the checker's own cache (records.decoded, outside the results) was on,
     and how many runs' records it gave ("read") and took ("written"); nothing inside the results is ever one."""
     states = [run.cache for run in runs]
@@ -194,7 +194,7 @@ def workload_tables(runs: list[Run]) -> dict[str, dict[str, pd.DataFrame]]:
 # --- outputs --------------------------------------------------------------------------------------------------
 
 
-def _json_safe(x):
+def _json_safe(x: Any) -> Any:
     if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
         return None
     if isinstance(x, dict):
@@ -226,7 +226,7 @@ def verdict_frame(claims: list[Claim]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["claim", "scope", "kind", "status", "observed", "expected", "band", "evidence"])
 
 
-def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) -> list[str]:
+def write_csvs(out: Path, tables: Tables, wtables: dict[str, Any], claims: list[Claim]) -> list[str]:
     # lazy: pandas and scipy after the worker has started
     from artifact.analysis.tables import quant_levels_frame
 
@@ -251,7 +251,7 @@ def write_csvs(out: Path, tables: Tables, wtables: dict, claims: list[Claim]) ->
 
 # Model text is untrusted and may hold what UTF-8 cannot encode (a lone surrogate, from a JSON escape): written as
 # its escape (valid JSON, readable HTML), never an error that leaves a file empty.
-TEXT_ERRORS = "backslashreplace"
+TEXT_ERRORS: Final = "backslashreplace"
 
 
 # Every name a check may write into its output folder (besides the workloads' own `table_files`): what publish()
@@ -379,7 +379,14 @@ def exit_code(claims: list[Claim], problems: list[str]) -> int:
     return 0
 
 
-def run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False, label: str | None = None) -> int:
+def run_check(
+    results_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    expected_path: str | Path | None = None,
+    quiet: bool = False,
+    label: str | None = None,
+) -> int:
     """Check the results under `results_dir`; returns the exit code (`claims.EXIT_CODES`). `label` names the results
     where `results_dir` is not their home (records unpacked from an evidence folder into a temporary directory: the
     folder's name); the report's header, check.json's `results_dir` and the printed summary use it.
@@ -413,7 +420,7 @@ class Laps:
     holds the wall seconds; `./run.sh bench` prints both: bench/bench_check.py), and each figure's (`figures`:
     drawn in a worker at scale, while the steps go on, `artifact.check.worker`)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
         self.figures: dict[str, tuple[float, float]] = {}  # name -> (wall, CPU seconds), where it was drawn
@@ -453,7 +460,14 @@ def _import_tests() -> None:
     import scipy.stats  # noqa: F401 -- lazy: after the worker has started
 
 
-def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = False, label: str | None = None) -> int:
+def _run_check(
+    results_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    expected_path: str | Path | None = None,
+    quiet: bool = False,
+    label: str | None = None,
+) -> int:
     lap = Laps()
     timings = lap.wall
     root = Path(results_dir)
@@ -472,16 +486,18 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     copies = all(cached)
     worker = Worker(want_worker(records_bytes(runs)), modules=FIGURE_MODULES if copies else WORKER_MODULES)
     new = None
+
+    def imports() -> None:
+        _import_analyses()
+        lap("imports: pandas, analyses")
+        _import_tests()
+        lap("imports: scipy.stats")
+
     try:
         validate_results(
             runs,
             worker,
-            meanwhile=lambda: (
-                _import_analyses(),
-                lap("imports: pandas, analyses"),
-                _import_tests(),
-                lap("imports: scipy.stats"),
-            ),
+            meanwhile=imports,
             then=() if copies else (preload, *FIGURE_MODULES),
             cached=cached,
         )
@@ -547,7 +563,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
             shutil.rmtree(new, ignore_errors=True)
     lap("write: check.json, publish")
     # read by bench/bench_check.py
-    run_check.last_timings, run_check.last_cpu, run_check.last_figures = (
+    run_check.last_timings, run_check.last_cpu, run_check.last_figures = (  # type: ignore[attr-defined]  # function attributes bench/bench_check.py reads
         dict(lap.wall),
         dict(lap.cpu),
         dict(lap.figures),
@@ -572,7 +588,7 @@ def _run_check(results_dir, out_dir=None, *, expected_path=None, quiet: bool = F
     return code
 
 
-def _replay(entry, out: Path, quiet: bool, lap: Laps) -> int:
+def _replay(entry: replay.Entry, out: Path, quiet: bool, lap: Laps) -> int:
     """Write a kept check's outputs into `out` (as a check writes them: `publish`), print its summary and say it
     was replayed; its exit code (artifact.check.replay)."""
     new = staging(out)
@@ -618,13 +634,13 @@ def _write_outputs(
     runs: list[Run],
     evidence: list[Run],
     tables: Tables,
-    wtables: dict,
+    wtables: dict[str, Any],
     claims: list[Claim],
     code: int,
-    lap,
+    lap: Laps,
     drawing: Drawing,
     label: str,
-) -> dict:
+) -> dict[str, Any]:
     """Write every output but check.json into `out`; returns check.json's content (without its timings). `runs`:
     every run found (listed); `evidence`: the admitted ones (`admission.admitted`), which the analyses read."""
     from artifact.check.beyond import write_beyond  # lazy: pandas and scipy after the worker has started
@@ -636,10 +652,13 @@ def _write_outputs(
     files = write_csvs(out, tables, wtables, claims)
     lap("csv")
     draw_figures(tables, out, drawing)
+
     # results beyond the paper (they never change the exit code); waits for every figure asked for
-    beyond = write_beyond(
-        evidence, out, lap, drawing, meanwhile=lambda: (compile_templates(), lap("report: templates"))
-    )
+    def templates() -> None:
+        compile_templates()
+        lap("report: templates")
+
+    beyond = write_beyond(evidence, out, lap, drawing, meanwhile=templates)
     drawn = drawing.results()
     lap.figures.update({name: (wall, cpu) for name, (_, wall, cpu) in drawn.items()})
     figures = {name: path for name in PAPER_FIGURES if (path := drawn.get(name, (None,))[0]) is not None}
@@ -683,7 +702,13 @@ def _write_outputs(
 
 
 def _summary(
-    root: Path, out: Path, runs: list[Run], tables: Tables, claims: list[Claim], code: int, diverged: list[dict]
+    root: Path,
+    out: Path,
+    runs: list[Run],
+    tables: Tables,
+    claims: list[Claim],
+    code: int,
+    diverged: list[dict[str, Any]],
 ) -> str:
     """What check prints: the verdicts, the invalid and unisolated runs, where the outputs are, and how many
     episodes first diverged where (first-divergence.txt)."""
@@ -728,4 +753,4 @@ def _summary(
     return "\n".join(lines)
 
 
-run_check.last_timings, run_check.last_cpu, run_check.last_figures = {}, {}, {}
+run_check.last_timings, run_check.last_cpu, run_check.last_figures = {}, {}, {}  # type: ignore[attr-defined]  # read by bench/bench_check.py

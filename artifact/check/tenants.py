@@ -7,6 +7,7 @@ figure(plans, path)      -> tenants.png, or None without tenant plans
 
 from __future__ import annotations
 
+from typing import Any
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,12 +82,12 @@ PLAN_COLUMNS = [
 
 @dataclass
 class Section:
-    verdicts: list
+    verdicts: list[Any]
     runs: pd.DataFrame
     plans: pd.DataFrame
 
 
-def section(runs: list) -> Section:
+def section(runs: list[Any]) -> Section:
     rows = tenants.run_rows(runs)
     plans = tenants.plan_rows(runs, rows)
     return Section(
@@ -94,17 +95,17 @@ def section(runs: list) -> Section:
     )
 
 
-def _n(v) -> str:
+def _n(v: object) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def _frac(k, n) -> str:
+def _frac(k: Any, n: Any) -> str:
     return "-" if n is None or (isinstance(n, float) and math.isnan(n)) or not n else f"{int(k)}/{int(n)}"
 
 
-def report_rows(plans: pd.DataFrame) -> list[dict]:
+def report_rows(plans: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for r in plans.to_dict("records"):
         share = r["overlap_share_mean"]

@@ -20,6 +20,7 @@ core, ARTIFACT_CHECK_WORKER=0) every job runs here, in the order asked for.
 
 from __future__ import annotations
 
+from typing import Any, Callable, cast
 import contextlib
 import gc
 import importlib
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 
@@ -61,7 +62,7 @@ def want_worker(record_bytes: int) -> bool:
     return record_bytes >= WORKER_MIN_BYTES and (os.cpu_count() or 1) > 1
 
 
-def _timed(fn, args) -> tuple:
+def _timed(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, float, float]:
     start = time.perf_counter(), time.process_time()
     out = fn(*args)
     return out, time.perf_counter() - start[0], time.process_time() - start[1]
@@ -78,7 +79,7 @@ class Spilled:
     def __init__(self, path: str):
         self.path = path
 
-    def load(self):
+    def load(self) -> Any:
         try:
             with open(self.path, "rb") as fh:
                 return pickle.load(fh)
@@ -87,7 +88,7 @@ class Spilled:
                 os.unlink(self.path)
 
 
-def _timed_spilling(fn, args, spill_dir: str) -> tuple:
+def _timed_spilling(fn: Callable[..., Any], args: tuple[Any, ...], spill_dir: str | None) -> tuple[Any, float, float]:
     """`_timed`, in the worker: a result of SPILL_BYTES or more pickled into a file in `spill_dir` (`Spilled`)."""
     out, wall, cpu = _timed(fn, args)
     blob = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -120,9 +121,11 @@ def preload(*modules: str) -> None:
 class Job:
     """One `fn(*args)`, in the worker (`future`) or here."""
 
-    def __init__(self, worker: Worker, fn, args: tuple, future=None):
+    def __init__(
+        self, worker: Worker, fn: Callable[..., Any], args: tuple[Any, ...], future: Future[Any] | None = None
+    ):
         self._worker, self.fn, self.args, self._future = worker, fn, args, future
-        self._outcome: tuple | None = None  # ("ok", (value, wall, cpu)) or ("error", exception)
+        self._outcome: tuple[str, Any] | None = None  # ("ok", (value, wall, cpu)) or ("error", exception)
 
     @property
     def in_worker(self) -> bool:
@@ -143,7 +146,7 @@ class Job:
             except Exception as exc:  # kept, raised again by result(): the caller's order
                 self._outcome = ("error", exc)
 
-    def result(self) -> tuple:
+    def result(self) -> tuple[Any, ...]:
         """(what fn returned, wall seconds, CPU seconds); raises what fn raised."""
         if self._outcome is None and self._future is not None:
             try:
@@ -166,10 +169,11 @@ class Job:
                 self._outcome = ("error", exc)
         if self._outcome is None:
             self.run_here()
-        kind, value = self._outcome
+        kind, value = cast("tuple[str, Any]", self._outcome)  # run_here() set it
         if kind == "error":
             raise value
-        return value
+        result: tuple[Any, ...] = value
+        return result
 
 
 class Worker:
@@ -196,7 +200,7 @@ class Worker:
     def enabled(self) -> bool:
         return self._pool is not None
 
-    def submit(self, fn, *args) -> Job:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
         future = None
         if self._pool is not None:
             try:
@@ -231,10 +235,10 @@ class Drawing:
         self._worker = worker if worker is not None else Worker()
         self._jobs: dict[str, Job] = {}
 
-    def draw(self, name: str, fn, *args) -> None:
+    def draw(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
         self._jobs[name] = self._worker.submit(fn, *args)
 
-    def results(self) -> dict[str, tuple]:
+    def results(self) -> dict[str, tuple[Any, ...]]:
         """name -> (what its figure function returned, wall seconds, CPU seconds), in the order asked for; waits
         for every figure asked for."""
         return {name: job.result() for name, job in self._jobs.items()}

@@ -12,9 +12,13 @@ from __future__ import annotations
 import functools
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from artifact.errors import ArtifactError
 from artifact.models import derive
+
+if TYPE_CHECKING:
+    from artifact.engines.base import Engine
 
 REGISTRY = {
     "llama.cpp": "artifact.engines.llama_cpp",
@@ -24,7 +28,7 @@ REGISTRY = {
 DEFAULT = "llama.cpp"  # records made before manifests named their engine are of this one
 
 
-def get(kind: str):
+def get(kind: str) -> Engine:
     """The adapter of an implemented engine kind; any other kind is refused before anything runs."""
     if kind not in REGISTRY:
         raise ArtifactError(

@@ -18,13 +18,14 @@ Failure kinds, kept apart because they are scored differently:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from artifact.config import REPO, build_table
+from artifact.config import REPO, Config, Plan, build_table
 from artifact.errors import ArtifactError
 
 # Greedy decoding stated explicitly (the same values on every engine; each adapter sends its own field names).
@@ -47,14 +48,14 @@ class Completion:
 
     tokens: list[int]
     text: str
-    top_logprobs: list[list[list]]  # per generated position: [[token id, logprob], ...] best first
+    top_logprobs: list[list[list[Any]]]  # per generated position: [[token id, logprob], ...] best first
     prompt_tokens: int
     cache_n: int | None  # prompt tokens served from cache; None = the engine did not report it
     prompt_n: int | None  # prompt tokens computed
     prompt_ms: float | None
     predicted_ms: float | None
     stop_type: str | None
-    extra: dict = field(default_factory=dict)  # engine-specific evidence, recorded as `engine_extra`
+    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific evidence, recorded as `engine_extra`
 
 
 class EngineSession(Protocol):
@@ -68,13 +69,13 @@ class EngineSession(Protocol):
 
     def __enter__(self) -> "EngineSession": ...
 
-    def __exit__(self, *exc) -> None: ...
+    def __exit__(self, *exc: object) -> None: ...
 
     def count_tokens(self, prompt: str) -> int: ...
 
     def complete(self, prompt: str, n_predict: int, cache_prompt: bool) -> Completion: ...
 
-    def provenance(self) -> dict:
+    def provenance(self) -> dict[str, Any]:
         """What the running server reports about itself (build, version, props), for the run manifest."""
         ...
 
@@ -139,7 +140,7 @@ class Capabilities:
     # request of its runs with a null cache_n says nothing about cache use, and the claims do not read it as 0
     reports_cache_use: bool = False
 
-    def missing(self, needs: dict) -> list[str]:
+    def missing(self, needs: dict[str, Any]) -> list[str]:
         """The needs (capability name -> required value, or for `arms` the arms needed) this engine lacks."""
         out = []
         for name, want in needs.items():
@@ -163,7 +164,7 @@ class ImageSpec:
     dockerfile: str
     repository: str
     pin_tag: str
-    buildargs: dict = field(default_factory=dict)
+    buildargs: dict[str, Any] = field(default_factory=dict)
     expect_build_info: str | None = None  # what every manifest's engine_build must read
     shm_size: str | None = None
     # host files added to the build context: () -> [(path inside the context, host file)], e.g. a wheel cache
@@ -182,11 +183,11 @@ class NativeBuild(Protocol):
     """What `./run.sh all --native` (and --slurm's native tasks) builds on the host for an engine before any job
     starts, and the label every manifest of its jobs must then read (`engine_build`)."""
 
-    def plan(self, args) -> tuple[str | None, list[str]]:
+    def plan(self, args: argparse.Namespace) -> tuple[str | None, list[str]]:
         """(the label its jobs will report, the dry run's lines about it), without building anything."""
         ...
 
-    def ensure(self, args) -> str | None:
+    def ensure(self, args: argparse.Namespace) -> str | None:
         """Build (or find) it; returns the label every manifest of the engine's jobs must read."""
         ...
 
@@ -209,7 +210,7 @@ class Engine:
         """The name of this engine's table inside a plan (`llama_cpp = {...}`)."""
         return self.kind.replace(".", "_")
 
-    def settings(self, cfg, plan=None, where: str = "") -> Any:
+    def settings(self, cfg: Config, plan: Plan | None = None, where: str = "") -> Any:
         """The effective settings: the configuration's `[engine.settings]`, then the plan's table over it,
         validated into `settings_type` (an unknown key, a missing one or a wrong type is a one-line error)."""
         table = dict(cfg.engine.settings)
@@ -226,7 +227,7 @@ class Engine:
             raise ArtifactError(f"{where or cfg.path}: {problem}")
         return settings
 
-    def check_plan_table(self, table: dict, where: str) -> None:
+    def check_plan_table(self, table: dict[str, Any], where: str) -> None:
         """A plan's table for this engine: only this engine's settings, each of the right type."""
         if self.settings_type is None:
             raise ArtifactError(f"{where}: engine {self.kind} takes no settings")
@@ -235,46 +236,46 @@ class Engine:
         if unknown:
             raise ArtifactError(f"{where}: unknown key '{unknown[0]}' (allowed here: {', '.join(known)})")
 
-    def overrides(self, plan) -> dict:
+    def overrides(self, plan: Plan) -> dict[str, Any]:
         """The settings a plan changes beyond its cache condition (a mitigation plan's server settings)."""
         table = plan.engine_settings.get(self.settings_key, {})
         return {k: v for k, v in table.items() if k not in self.cache_keys}
 
-    def problems(self, cfg, settings) -> list[str]:
+    def problems(self, cfg: Config, settings: Any) -> list[str]:
         return []
 
-    def slots(self, cfg, plan) -> int:
+    def slots(self, cfg: Config, plan: Plan) -> int:
         """How many requests a session of this plan serves at once (the measured one and background tenants')."""
         return 1
 
-    def capabilities_for(self, cfg) -> Capabilities:
+    def capabilities_for(self, cfg: Config) -> Capabilities:
         """The capabilities under a configuration's settings (an engine whose settings change them overrides it)."""
         return self.capabilities
 
-    def observes(self, cfg, plan) -> dict:
+    def observes(self, cfg: Config, plan: Plan) -> dict[str, Any]:
         """What this engine observes of its server (`OBSERVES`), recorded in every manifest; a session may refine it
         in its provenance. An engine that starts its own server observes everything."""
         return dict(STARTED_BY_ARTIFACT)
 
-    def loopback_servers(self, cfg) -> list[str]:
+    def loopback_servers(self, cfg: Config) -> list[str]:
         """ "host:port" of loopback servers outside the run's network namespace that its sessions talk to (the
         isolation forwards exactly these; scripts/isolate.sh). An engine that starts its own server has none."""
         return []
 
-    def remote_servers(self, manifest: dict) -> list[str] | None:
+    def remote_servers(self, manifest: dict[str, Any]) -> list[str] | None:
         """The servers a run of this engine talked to that are not on loopback, from the addresses its records
         show (never from its isolation label): [] where every one is a loopback address; None where its records
         show none (not known). An engine that starts its own server talks to that server on 127.0.0.1: []."""
         return []
 
-    def family_of(self, manifest: dict) -> str | None:
+    def family_of(self, manifest: dict[str, Any]) -> str | None:
         """The family of server a run of this engine was served by, derived from facts, never from the manifest's
         `server_family` label (the label routed runs into RQ4): an engine that starts its own server knows
         which server it started (`server_family`; its command line is recorded); one that does not says None here
         and derives it from what the server itself reported (the endpoint engine: `observe.server_family`)."""
         return self.server_family
 
-    def dry_run(self, cfg, plan) -> list[str]:
+    def dry_run(self, cfg: Config, plan: Plan) -> list[str]:
         """`./run.sh run CONFIG --dry-run`: what it can say before a run, as lines (the endpoint engine: its servers'
         identity, which claims they can decide, about how long the budget takes)."""
         raise ArtifactError(
@@ -283,7 +284,7 @@ class Engine:
         )
 
     # --- what `./run.sh all` needs of it: its image, where it can run, what it builds natively ------------------
-    def image(self, args) -> ImageSpec | None:
+    def image(self, args: argparse.Namespace) -> ImageSpec | None:
         """The image that serves it (`args`: `./run.sh all`'s options: cpu, base_image, cuda_archs); None: none."""
         return None
 
@@ -294,7 +295,7 @@ class Engine:
             return f"engine {self.kind} declares no image this version can build ({image or 'none'})"
         return None
 
-    def native_unavailable(self, cfg, gpu: bool) -> str | None:
+    def native_unavailable(self, cfg: Config, gpu: bool) -> str | None:
         """None if this version can run configuration `cfg` natively here (on a GPU if `gpu`), else why not."""
         return None
 
@@ -303,25 +304,25 @@ class Engine:
         return None
 
     # The rest is the engine's own.
-    def identity(self, cfg, plan) -> dict:
+    def identity(self, cfg: Config, plan: Plan) -> dict[str, Any]:
         raise NotImplementedError
 
-    def describe_cache(self, cfg, plan, arm: str) -> str:
+    def describe_cache(self, cfg: Config, plan: Plan, arm: str) -> str:
         raise NotImplementedError
 
-    def open_session(self, cfg, plan, arm: str, model_path: Path, log_path: Path) -> "EngineSession":
+    def open_session(self, cfg: Config, plan: Plan, arm: str, model_path: Path, log_path: Path) -> "EngineSession":
         raise NotImplementedError
 
     # --- what a run recorded about its server, held against itself (`./run.sh check`, artifact.check.facts) -----
     identity_keys: tuple[str, ...] = ("engine",)  # keys every `identity()` of this engine holds
 
-    def command_settings(self, manifest: dict) -> dict:
+    def command_settings(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """The engine's settings (its `settings_type` field names) as the run's recorded server command line
         (`server_cmd`) shows them: only those it shows. The checker holds the plan's labels (plan_data, the plan's
         definition in configs/plans.toml, cache_condition) against them."""
         return {}
 
-    def manifest_problem(self, manifest: dict) -> str | None:
+    def manifest_problem(self, manifest: dict[str, Any]) -> str | None:
         """Why a manifest's record of its server is not this engine's or contradicts itself ("field 'x' ...: both
         values"), or None. Here: the pairing inputs' engine identity holds `identity_keys`; an engine adds its own
         facts (the command line against the identity it was paired by, the binary's digests)."""
@@ -345,7 +346,7 @@ class Engine:
             )
         return None
 
-    def start_problem(self, manifest: dict, requests: list[dict]) -> str | None:
+    def start_problem(self, manifest: dict[str, Any], requests: list[dict[str, Any]]) -> str | None:
         """Why a cache-using run's records show it did not start from the cache state the protocol starts it in (ON
         run 1 on a cache no request has touched; a later run of the session on what the session's own requests
         left), or None. The analyses then take it for no evidence of what the cache does (analysis.compare
@@ -353,7 +354,9 @@ class Engine:
         server starts each session on a new process."""
         return None
 
-    def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:
+    def session_log_problems(
+        self, manifest: dict[str, Any], runs: list[list[dict[str, Any]]], log_text: str
+    ) -> list[str | None]:
         """For one server session (its runs' requests, each run's in send order, the runs in the order they ran)
         and the session's own log: per run, why its records disagree with the log (None where they agree, or
         where the engine's log does not tell). The default tells nothing."""
@@ -363,7 +366,9 @@ class Engine:
         """Where the engine's build keeps the tools a derived model's recipe runs (artifact.models.derive)."""
         raise ArtifactError(f"engine {self.kind} has no tools a model recipe can run")
 
-    def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list[Tier]:
+    def request_tiers(
+        self, manifest: dict[str, Any], requests: list[dict[str, Any]], log_text: str | None
+    ) -> list[Tier]:
         """Per request of one server session (all its runs' requests in send order; `log_text` the session's
         server log, None if it is not kept), which cache tier served its cached prefix. The default knows only
         what the records say: no cached tokens, or the engine's single tier."""

@@ -28,6 +28,7 @@ No import of the records' store here (it imports this module): the store passes 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
 import contextlib
 import hashlib
 import os
@@ -37,6 +38,10 @@ from importlib import metadata
 from pathlib import Path
 
 import msgspec
+
+if TYPE_CHECKING:
+    # the reader's record from a record's fields and its top_logprobs' JSON text (store._lazy_record)
+    MakeRecord = Callable[[dict[str, Any], bytes | None], Any]
 
 LEGACY_NAME = "requests.decoded.msgpack"  # what earlier versions wrote beside requests.jsonl: never read
 ENV = "ARTIFACT_RECORD_COPIES"  # "0": no cache (nothing read or written; requests.jsonl decoded every time)
@@ -55,7 +60,7 @@ class Copy(msgspec.Struct, array_like=True):
     key: str  # reader_key(): which reader made it
     sha256: str  # of requests.jsonl's bytes as the reader reads them (store.read_bytes)
     complete: bool  # the run's state when it was read (an interrupted run's last line may be dropped)
-    records: list[dict]  # each request record as decoded, without the top_logprobs kept as text
+    records: list[dict[str, Any]]  # each request record as decoded, without the top_logprobs kept as text
     raw: list[tuple[int, int] | None]  # per record, (offset, length) of its top_logprobs text in the file, or None
     top2: list[int]  # the records of the top-2 arrays (their index in `records`)
     counts: list[int]  # their position counts
@@ -99,7 +104,9 @@ def cached(sha256: str, complete: bool) -> bool:
         return False
 
 
-def lookup(data: bytes, sha256: str, complete: bool, make_record) -> tuple[list, tuple] | None:
+def lookup(
+    data: bytes, sha256: str, complete: bool, make_record: MakeRecord
+) -> tuple[list[Any], tuple[Any, ...]] | None:
     """(records, top-2 arrays) from the cache's entry for requests.jsonl bytes `data` (whose sha256 the caller
     computed), or None (no entry, not a regular file, unreadable, or not made from these bytes by this reader)."""
     if not wanted():
@@ -118,7 +125,7 @@ def lookup(data: bytes, sha256: str, complete: bool, make_record) -> tuple[list,
     return found
 
 
-def store(data: bytes, sha256: str, complete: bool, records: list, top2: tuple) -> bool:
+def store(data: bytes, sha256: str, complete: bool, records: list[Any], top2: tuple[Any, ...]) -> bool:
     """Keep a validated run's records in the cache (the caller validated them: every schema rule held); whether an
     entry was written. Never raises for the cache's sake: it is only ever a shortcut."""
     if not wanted():
@@ -209,13 +216,16 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def encode(data: bytes, complete: bool, records: list, top2: tuple, sha256: str | None = None) -> bytes | None:
+def encode(
+    data: bytes, complete: bool, records: list[Any], top2: tuple[Any, ...], sha256: str | None = None
+) -> bytes | None:
     """The copy of a run's request records as the reader made them from `data` (requests.jsonl as read), or None
     where a record was not read by the typed decoder (`raw_of` has none: the reader keeps such records as plain
     dicts; they are rare, and decoded again). `top2`: the run's (records, counts, ids, logprobs)."""
-    raws, pos = [], 0
+    raws: list[tuple[int, int] | None] = []
+    pos = 0
     for rec in records:
-        raw = getattr(rec, "_raw", False)
+        raw: Any = getattr(rec, "_raw", False)  # the record's JSON text (bytes), None, or False: not a reader's record
         if raw is False:
             return None
         if raw is None:
@@ -250,12 +260,12 @@ def encode(data: bytes, complete: bool, records: list, top2: tuple, sha256: str 
         return None
 
 
-_DECODER = msgspec.msgpack.Decoder(Copy)
+_DECODER: msgspec.msgpack.Decoder[Copy] = msgspec.msgpack.Decoder(Copy)
 
 
 def decode(
-    blob: bytes, data: bytes, complete: bool, make_record, sha256: str | None = None
-) -> tuple[list, tuple] | None:
+    blob: bytes, data: bytes, complete: bool, make_record: MakeRecord, sha256: str | None = None
+) -> tuple[list[Any], tuple[Any, ...]] | None:
     """(records, top-2 arrays) from a copy made from exactly `data` by this reader for a run in this state, or None
     (another file, another state, another reader, or not a copy). `make_record(dict, raw text or None)`: the
     reader's record."""

@@ -15,6 +15,7 @@ Every event carries `event` and `t` (seconds since the epoch). The file is the p
 
 from __future__ import annotations
 
+from typing import Any
 import json
 import time
 from dataclasses import dataclass, field
@@ -30,13 +31,13 @@ class EventLog:
         plan_dir.mkdir(parents=True, exist_ok=True)
         self.path = plan_dir / FILE
 
-    def emit(self, event: str, **fields) -> None:
+    def emit(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, "t": round(time.time(), 3), **fields}) + "\n"
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line)
 
 
-def read(path: Path, offset: int = 0) -> tuple[list[dict], int]:
+def read(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
     """The complete events of a progress file from byte `offset`, and the offset after them (a line still being
     written is left for the next read)."""
     try:
@@ -64,10 +65,10 @@ class PlanProgress:
     current: str = "starting"
     unit: int = 0  # units done in the current run
     units: int = 0  # units per run
-    done_runs: set = field(default_factory=set)
+    done_runs: set[Any] = field(default_factory=set)
     units_here: int = 0  # units this follower saw finish (the rate for an estimate)
 
-    def feed(self, ev: dict) -> None:
+    def feed(self, ev: dict[str, Any]) -> None:
         kind = ev["event"]
         if kind == "unit_done":
             self.current, self.unit, self.units = f"{ev['arm']} run {ev['run']}", ev["index"] + 1, ev["n"]

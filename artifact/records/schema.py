@@ -33,7 +33,7 @@ NoneType = type(None)
 Number = (int, float)
 
 
-def _is(value: Any, kinds: tuple) -> bool:
+def _is(value: Any, kinds: tuple[Any, ...]) -> bool:
     """isinstance without bool passing for int (JSON true is not a count)."""
     if isinstance(value, bool):
         return bool in kinds
@@ -43,13 +43,13 @@ def _is(value: Any, kinds: tuple) -> bool:
 @dataclass(frozen=True)
 class Field:
     name: str
-    kinds: tuple  # accepted Python types of the decoded JSON value (NoneType for null)
+    kinds: tuple[Any, ...]  # accepted Python types of the decoded JSON value (NoneType for null)
     doc: str
     required: bool = True  # must be present (with one of `kinds`); a present field is always type-checked
     served: bool = False  # requests: required only when the request did not fail (error is null)
     check: Callable[[Any], str | None] | None = None  # a further rule: a reason, or None
 
-    def problem(self, record: dict, served: bool = True) -> str | None:
+    def problem(self, record: dict[str, Any], served: bool = True) -> str | None:
         if self.name not in record:
             return f"field '{self.name}' is missing" if self.required and (served or not self.served) else None
         value = record[self.name]
@@ -69,7 +69,7 @@ class Rule:
     the reason it is broken ("field 'x' ..."), or None."""
 
     doc: str
-    check: Callable[[dict], str | None]
+    check: Callable[[dict[str, Any]], str | None]
 
 
 @dataclass(frozen=True)
@@ -78,16 +78,20 @@ class Schema:
     file: str
     fields: tuple[Field, ...]
     rules: tuple[Rule, ...] = ()
-    names: dict = field(init=False, repr=False, compare=False)
-    valid: Callable = field(init=False, repr=False, compare=False)  # record -> bool, the fast path of problem()
-    valid_decoded: Callable = field(init=False, repr=False, compare=False)  # the same, for `decoder`'s records
+    names: dict[str, Any] = field(init=False, repr=False, compare=False)
+    valid: Callable[..., Any] = field(
+        init=False, repr=False, compare=False
+    )  # record -> bool, the fast path of problem()
+    valid_decoded: Callable[..., Any] = field(
+        init=False, repr=False, compare=False
+    )  # the same, for `decoder`'s records
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "names", {f.name: f for f in self.fields})
         object.__setattr__(self, "valid", _compile(self.fields, self.rules))
         object.__setattr__(self, "valid_decoded", _compile(self.fields, self.rules, typed=True))
 
-    def decoder(self, raw: tuple[str, ...] = ()):
+    def decoder(self, raw: tuple[str, ...] = ()) -> Any:
         """A msgspec JSON decoder of one record of this kind that refuses, while decoding, every value whose type or
         range the schema refuses (a field's kinds and check: `_decoder`), so that `valid_decoded` need only check the
         required fields and the rules. It returns a plain dict holding the fields that were present; the fields
@@ -106,7 +110,7 @@ class Schema:
                 return why
         return next((why for r in self.rules if (why := r.check(record))), None)
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         """The schema as data, one entry per field (the records docs/records.md describes in words)."""
         return [
             {
@@ -122,12 +126,12 @@ class Schema:
 _MISSING = object()
 
 
-def _compile(fields: tuple, rules: tuple, typed: bool = False) -> Callable[[dict], bool]:
+def _compile(fields: tuple[Any, ...], rules: tuple[Any, ...], typed: bool = False) -> Callable[[dict[str, Any]], bool]:
     """One function that tells whether a record satisfies every field and rule, with no per-field call: readers run
     it on every request of every run (32,000 at paper scale), and `problem` says why only when it answers False.
     typed: for records `Schema.decoder` returned, whose fields' types and ranges it checked already."""
     lines = ["def valid(r):", " if not isinstance(r, dict): return False", " served = _get(r, 'error') is None"]
-    env: dict = {"_get": dict.get, "_MISSING": _MISSING}
+    env: dict[str, Any] = {"_get": dict.get, "_MISSING": _MISSING}
     for i, f in enumerate(fields):
         if typed and not f.required:
             continue  # its type and range were checked as it was decoded: nothing is left to check
@@ -146,14 +150,15 @@ def _compile(fields: tuple, rules: tuple, typed: bool = False) -> Callable[[dict
         lines.append(f" if r{i}(r): return False")
     lines.append(" return True")
     exec("\n".join(lines), env)  # our own field table, not input
-    return env["valid"]
+    valid: Callable[[dict[str, Any]], bool] = env["valid"]
+    return valid
 
 
-def _nonneg(v) -> str | None:
+def _nonneg(v: float) -> str | None:
     return "must be >= 0" if v < 0 else None
 
 
-def _positive(v) -> str | None:
+def _positive(v: float) -> str | None:
     return "must be >= 1" if v < 1 else None
 
 
@@ -164,11 +169,11 @@ def _hex64(v: str) -> str | None:
     return None if _HEX64.fullmatch(v) else "must be 64 lower-case hex digits"
 
 
-def _ints(v: list) -> str | None:
+def _ints(v: list[Any]) -> str | None:
     return None if all(type(t) is int and t >= 0 for t in v) else "must list token ids (integers >= 0)"
 
 
-def _strs(v: list) -> str | None:
+def _strs(v: list[Any]) -> str | None:
     return None if all(type(t) is str for t in v) else "must list unit ids (strings)"
 
 
@@ -192,7 +197,7 @@ def _iso(v: str) -> str | None:
 _get = dict.get
 
 
-def _cache_accounting(r: dict) -> str | None:
+def _cache_accounting(r: dict[str, Any]) -> str | None:
     """Where a prompt's tokens came from adds up (llama.cpp's timings and vLLM's usage both say it): cache_n and
     prompt_n never exceed prompt_tokens, and for a served request cache_n + prompt_n = prompt_tokens, so a cached
     token can neither be reported as 0 nor hide behind a null cache_n."""
@@ -226,7 +231,7 @@ LOGPROB_TOLERANCE = 1e-6  # a log-probability is <= this (nats)
 PROB_SUM_TOLERANCE = 1e-6  # the probabilities of one position sum to <= 1 + this
 
 
-def top_logprobs_problem(top: list, tokens: list) -> str | None:
+def top_logprobs_problem(top: list[Any], tokens: list[Any]) -> str | None:
     """Why a request's log-probabilities do not belong to its tokens, or None: one position per generated token,
     each null (the engine gave none) or [[token id, logprob], ...] best first, as a softmax gives them (finite
     log-probabilities <= 0, each token once, probabilities that sum to <= 1, within LOGPROB_TOLERANCE and
@@ -269,12 +274,12 @@ def top_logprobs_problem(top: list, tokens: list) -> str | None:
     return None
 
 
-def _top_logprobs(r: dict) -> str | None:
+def _top_logprobs(r: dict[str, Any]) -> str | None:
     top = _get(r, "top_logprobs")
     return None if top is None else top_logprobs_problem(top, r["output_tokens"])
 
 
-def _timestamps(m: dict) -> str | None:
+def _timestamps(m: dict[str, Any]) -> str | None:
     start, end = _get(m, "started_at"), _get(m, "finished_at")
     if _get(m, "status") == "complete" and end is None:
         return "field 'finished_at' is null in a run marked complete"
@@ -283,7 +288,7 @@ def _timestamps(m: dict) -> str | None:
     return None
 
 
-def _pairing(m: dict) -> str | None:
+def _pairing(m: dict[str, Any]) -> str | None:
     """A pairing fingerprint is the digest of the manifest's pairing_inputs (artifact.provenance.fingerprint, as
     the protocol makes it), and those name the manifest's own model (sha256), engine and episodes."""
     fp = _get(m, "pairing_fingerprint")
@@ -320,7 +325,7 @@ def _pairing(m: dict) -> str | None:
 # check without an entry there cannot be typed (`_decoder` raises TypeError): only REQUEST is decoded this way.
 
 
-def _kind_type(kind, element=Any):
+def _kind_type(kind: Any, element: Any = Any) -> Any:
     if kind is NoneType:
         return None
     if kind is list:
@@ -331,16 +336,16 @@ def _kind_type(kind, element=Any):
 
 
 @cache
-def _decoder(schema: Schema, raw: tuple[str, ...]):
+def _decoder(schema: Schema, raw: tuple[str, ...]) -> Any:
     import msgspec  # the writer never decodes
 
-    meta = {
+    meta: dict[Callable[[Any], str | None], Any] = {
         _nonneg: msgspec.Meta(ge=0),
         _positive: msgspec.Meta(ge=1),
         _hex64: msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z"),
     }  # msgspec searches: anchored, no final newline
-    elements = {_ints: Annotated[int, msgspec.Meta(ge=0)], _strs: str}
-    types = {}
+    elements: dict[Callable[[Any], str | None] | None, Any] = {_ints: Annotated[int, msgspec.Meta(ge=0)], _strs: str}
+    types: dict[str, Any] = {}
     for f in schema.fields:
         if f.name in raw:
             types[f.name] = msgspec.Raw
@@ -352,7 +357,8 @@ def _decoder(schema: Schema, raw: tuple[str, ...]):
         else:
             raise TypeError(f"field '{f.name}': its check {f.check.__name__} has no msgspec type")
         types[f.name] = Union[tuple(kinds)] if len(kinds) > 1 else kinds[0]
-    return msgspec.json.Decoder(TypedDict(f"{schema.kind.title()}Record", types, total=False))
+    record_type = TypedDict(f"{schema.kind.title()}Record", types, total=False)  # type: ignore[misc]  # built at run time from the schema
+    return msgspec.json.Decoder(record_type)
 
 
 def decoded_text_fields(schema: Schema, raw: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -559,7 +565,7 @@ TENANT_KINDS = {
 }
 
 
-def _tenant_kind(r: dict) -> str | None:
+def _tenant_kind(r: dict[str, Any]) -> str | None:
     kind = r["kind"]
     if kind not in TENANT_KINDS:
         return f"field 'kind' is {kind!r}, not one of {', '.join(map(repr, TENANT_KINDS))}"

@@ -17,6 +17,7 @@ corruption (ArtifactError naming file and line), never read as something else.
 
 from __future__ import annotations
 
+from typing import IO, Any, Callable, cast
 import itertools
 import json
 import operator
@@ -55,7 +56,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
+def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
@@ -74,7 +75,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _valid(schema: Schema, record: dict, where: Path) -> dict:
+def _valid(schema: Schema, record: dict[str, Any], where: Path) -> dict[str, Any]:
     """The writer's side of the schema: a record that breaks it is a bug of the artifact, never written."""
     if not schema.valid(record):
         raise ArtifactError(
@@ -87,7 +88,7 @@ def _valid(schema: Schema, record: dict, where: Path) -> dict:
 class RunWriter:
     """Writes one run; `finish()` marks it complete. A run never finished stays 'incomplete' on disk."""
 
-    def __init__(self, run_dir: Path, manifest: dict):
+    def __init__(self, run_dir: Path, manifest: dict[str, Any]):
         if (run_dir / MANIFEST).exists():
             raise ArtifactError(f"{run_dir} already holds a run; refusing to overwrite it")
         self.dir = run_dir
@@ -102,21 +103,21 @@ class RunWriter:
         self._episodes = open(run_dir / EPISODES, "a", encoding="utf-8")
 
     @staticmethod
-    def _append(fh, record: dict) -> None:
+    def _append(fh: IO[str], record: dict[str, Any]) -> None:
         fh.write(json.dumps(record, ensure_ascii=False) + "\n")
         fh.flush()
 
-    def request(self, record: dict) -> None:
+    def request(self, record: dict[str, Any]) -> None:
         self._append(self._requests, _valid(REQUEST, record, self.dir / REQUESTS))
 
-    def episode(self, record: dict) -> None:
+    def episode(self, record: dict[str, Any]) -> None:
         self._append(self._episodes, _valid(UNIT, record, self.dir / EPISODES))
 
-    def update(self, **fields) -> None:
+    def update(self, **fields: Any) -> None:
         self.manifest.update(fields)
         write_json_atomic(self.dir / MANIFEST, _valid(MANIFEST_SCHEMA, self.manifest, self.dir / MANIFEST))
 
-    def finish(self, **fields) -> None:
+    def finish(self, **fields: Any) -> None:
         self.close()
         self.update(**fields, status="complete", finished_at=now_iso())
 
@@ -131,18 +132,18 @@ class DuplicateKey(ValueError):
     """A JSON object that holds one key twice (a decoder would keep the last silently)."""
 
 
-def _unique_keys(pairs: list) -> dict:
+def _unique_keys(pairs: list[Any]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen: set = set()
-        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        seen: set[Any] = set()
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]  # add() as a side effect: the first key seen twice
     return obj
 
 
 loads = json.JSONDecoder(object_pairs_hook=_unique_keys).decode  # json.loads, refusing duplicate keys
 
 
-def _loads_lists(raw: bytes):
+def _loads_lists(raw: bytes) -> Any:
     """`loads(raw.decode())`, the same value: a text that holds no JSON object (no '{': no key to be written twice)
     is decoded by msgspec (~3x faster on a record's top-2 lists), which gives what `loads` gives or refuses the text
     (NaN, numbers beyond a float's range, lone surrogates); what it refuses, and every text with an object, is left
@@ -244,7 +245,7 @@ def _blank(line: bytes) -> bool:
     return not line or (line[0] in _MAYBE_BLANK and not line.decode("utf-8").strip())
 
 
-def _strict(line: bytes):
+def _strict(line: bytes) -> Any:
     """One line (UTF-8 bytes) decoded by the strict decoder (`loads`)."""
     return loads(line.decode("utf-8"))
 
@@ -260,7 +261,7 @@ def _split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def _read_jsonl(path: Path, complete: bool = False, decode=_strict) -> list:
+def _read_jsonl(path: Path, complete: bool = False, decode: Callable[[bytes], Any] = _strict) -> list[Any]:
     """The records of a JSON-lines file (`decode`: one line, as UTF-8 bytes, to its record). Only the last line of
     an interrupted (not complete) run may be cut short and is then dropped; any other line that does not decode is
     corruption (ArtifactError naming file and line)."""
@@ -269,7 +270,9 @@ def _read_jsonl(path: Path, complete: bool = False, decode=_strict) -> list:
     return _decode_lines(path, _split_lines(read_bytes(path)), complete, decode)
 
 
-def _decode_lines(path: Path, lines: list[bytes], complete: bool, decode, decoded: list | None = None) -> list:
+def _decode_lines(
+    path: Path, lines: list[bytes], complete: bool, decode: Callable[[bytes], Any], decoded: list[Any] | None = None
+) -> list[Any]:
     """`_read_jsonl`'s records of a file's lines; `decoded`: per line, its record where the caller has decoded it
     already (None elsewhere)."""
     while lines and _blank(lines[-1]):
@@ -302,40 +305,41 @@ def _decode_lines(path: Path, lines: list[bytes], complete: bool, decode, decode
 _TOP = "top_logprobs"
 
 
-class LazyRecord(dict):
+class LazyRecord(dict[str, Any]):
     """A request record the typed decoder read (its fields' types and ranges are checked: `validate_records` needs
     only `REQUEST.valid_decoded`); its `top_logprobs`, kept as JSON text (`_raw`, UTF-8), are decoded on first
     access."""
 
     __slots__ = ("_raw",)
+    _raw: bytes | None  # the top_logprobs' JSON text (None: none); `_lazy_record` sets it
 
-    def _decode(self):
-        value = _loads_lists(self._raw)
+    def _decode(self) -> Any:
+        value = _loads_lists(cast(bytes, self._raw))  # its callers check that there is a text
         dict.__setitem__(self, _TOP, value)
         return value
 
-    def __missing__(self, key):
+    def __missing__(self, key: str) -> Any:
         if key == _TOP and self._raw is not None:
             return self._decode()
         raise KeyError(key)
 
-    def get(self, key, default=None):
-        if key == _TOP and self._raw is not None and not dict.__contains__(self, key):
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == _TOP and self._raw is not None and not dict.__contains__(self, key):  # type: ignore[operator]  # dict's own lookup, unbound
             return self._decode()
         return dict.get(self, key, default)
 
-    def __contains__(self, key):
-        return dict.__contains__(self, key) or (key == _TOP and self._raw is not None)
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or (key == _TOP and self._raw is not None)  # type: ignore[operator]  # dict's own lookup, unbound
 
 
 @cache
-def _colons(schema: Schema, raw: tuple[str, ...]):
+def _colons(schema: Schema, raw: tuple[str, ...]) -> Callable[[dict[str, Any]], int | None]:
     """record -> the ':' its line holds if the typed decoder (`schema.decoder(raw)`) dropped no key of it at any
     depth, the fields named in `raw` left out (None where a nested value does not re-encode: the strict decoder then
     says why). See `_all_keys_decoded`."""
     text, encode, get = decoded_text_fields(schema, raw), msgspec.json.Encoder().encode, dict.get
 
-    def colons(record: dict) -> int | None:
+    def colons(record: dict[str, Any]) -> int | None:
         n = len(record)  # one per key
         for name in text:
             value = get(record, name)
@@ -351,12 +355,12 @@ def _colons(schema: Schema, raw: tuple[str, ...]):
     return colons
 
 
-def _typed_requests(data: bytes, lines: list[bytes]) -> list:
+def _typed_requests(data: bytes, lines: list[bytes]) -> list[Any]:
     """Per line of requests.jsonl (`data`, split into `lines`), a LazyRecord where the typed decoder read it whole
     (`_all_keys_decoded`), else None (a blank line, or one left to the strict decoder)."""
     decoder, colons = REQUEST.decoder((_TOP,)), _colons(REQUEST, (_TOP,))
     escapes = b"\\" in data and b"\\u003" in data  # else no line holds one
-    typed: list = [None] * len(lines)
+    typed: list[Any] = [None] * len(lines)
     held = [0] * len(lines)  # per typed line, the ':' it holds if the typed decoder dropped no key of it
     for i, line in enumerate(lines):
         try:
@@ -376,7 +380,7 @@ def _typed_requests(data: bytes, lines: list[bytes]) -> list:
     return typed
 
 
-def _all_keys_decoded(data: bytes, lines: list[bytes], typed: list, held: list) -> None:
+def _all_keys_decoded(data: bytes, lines: list[bytes], typed: list[Any], held: list[Any]) -> None:
     """Leaves in `typed` only the records of lines whose every key the typed decoder read, once (the others: None).
     It keeps the last of a key written twice and leaves out keys the schema does not list, silently, at any depth,
     where the strict decoder refuses the first and keeps the second. A JSON text holds a ':' after each key and
@@ -399,7 +403,7 @@ def _all_keys_decoded(data: bytes, lines: list[bytes], typed: list, held: list) 
             typed[i] = None
 
 
-def read_requests(path: Path, complete: bool = False, data: bytes | None = None) -> list:
+def read_requests(path: Path, complete: bool = False, data: bytes | None = None) -> list[Any]:
     """requests.jsonl's records, as `_read_jsonl` reads them (the same rules: only the last line of a run not
     marked complete may be cut short), each decoded by the typed decoder where it can (a LazyRecord) and by the
     strict decoder otherwise (a dict). `data`: the file's bytes (`read_bytes`), where the caller has read them."""
@@ -422,7 +426,7 @@ _POSITION = b"[[,],[,]]"
 _ROWS = bytes.maketrans(b"[\n", b"\n,")
 
 
-def _parse_pairs(texts: list[bytes], joined: bytes | None = None):
+def _parse_pairs(texts: list[bytes], joined: bytes | None = None) -> tuple[Any, Any] | None:
     """(ids (n, 2) int64, logprobs (n, 2) float64) of top-2 texts of the right shape (`_top2_parse`: '], [' between
     positions), positions in order; None if a pair is not separated from the one before it by '], [' (as json
     writes them), an id is not an integer (or not an int64) or a log-probability not a number. `joined`: the texts
@@ -462,7 +466,7 @@ def _parse_pairs(texts: list[bytes], joined: bytes | None = None):
     return ids.reshape(-1, 2), lps.reshape(-1, 2)
 
 
-def _numpy(column, dtype):
+def _numpy(column: Any, dtype: Any) -> Any:
     """A column of numbers as a writable numpy array (None where it holds a null), from its data buffer: pyarrow's
     own `to_numpy` imports pandas (~0.5 s; in check's worker, before its first run is loaded)."""
     import numpy as np  # lazy: the protocol's writer never reads
@@ -473,13 +477,14 @@ def _numpy(column, dtype):
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset).copy()
 
 
-def _top2_parse(records: list) -> tuple[list, list, object, object]:
+def _top2_parse(records: list[Any]) -> tuple[list[Any], list[int], Any, Any]:
     """(records, their position counts, ids, logprobs) of those LazyRecords whose top_logprobs text is a top-2 list
     at every position; the others are left out (their own decoded lists are read)."""
     texts = [rec._raw for rec in records]
     counts = [0 if t == b"[]" else t.count(b"]], [[") + 1 for t in texts]
     shape = {n: b"[" + b",".join([_POSITION] * n) + b"]" for n in set(counts)}
     shapes = list(map(shape.__getitem__, counts))
+    joined: bytes | None
     joined = b"\n".join([*texts, b""])
     if joined.translate(None, _NUMBER) != b"\n".join([*shapes, b""]):
         keep = [i for i, (t, s) in enumerate(zip(texts, shapes)) if t.translate(None, _NUMBER) == s]
@@ -487,7 +492,7 @@ def _top2_parse(records: list) -> tuple[list, list, object, object]:
         joined = None
     parsed = _parse_pairs(texts, joined)
     if parsed is None:  # one text holds an id that is not an int64: parse them one by one, leaving it out
-        one = [(rec, t, _parse_pairs([t])) for rec, t in zip(records, texts)]
+        one: list[tuple[Any, Any, Any]] = [(rec, t, _parse_pairs([t])) for rec, t in zip(records, texts)]
         one = [x for x in one if x[2] is not None]
         records, texts = [x[0] for x in one], [x[1] for x in one]
         import numpy as np
@@ -503,14 +508,14 @@ def _top2_parse(records: list) -> tuple[list, list, object, object]:
 @dataclass
 class Run:
     path: Path
-    manifest: dict
-    _requests: list | None = field(default=None, repr=False)
-    _episodes: list | None = field(default=None, repr=False)
-    _integrity: list | None = field(default=None, repr=False)
-    _top2: dict | None = field(default=None, repr=False)
-    _top2_arrays: tuple | None = field(default=None, repr=False)
-    _by_episode: dict | None = field(default=None, repr=False)
-    _episode_outputs: dict | None = field(default=None, repr=False)
+    manifest: dict[str, Any]
+    _requests: list[Any] | None = field(default=None, repr=False)
+    _episodes: list[Any] | None = field(default=None, repr=False)
+    _integrity: list[Any] | None = field(default=None, repr=False)
+    _top2: tuple[Any, dict[int, tuple[int, int]]] | None = field(default=None, repr=False)
+    _top2_arrays: tuple[list[Any], list[int], Any, Any] | None = field(default=None, repr=False)
+    _by_episode: dict[str, Any] | None = field(default=None, repr=False)
+    _episode_outputs: dict[str, Any] | None = field(default=None, repr=False)
     # the request records and their top-2 arrays came from the checker's cache (`decoded`): check validated them
     # when it cached them, from the same bytes (`validate_records` checks only the episodes then)
     _validated: bool = field(default=False, repr=False)
@@ -529,10 +534,10 @@ class Run:
         return f"{m['config']}/{m['plan']}/{m['arm']}-run{m['run']}"
 
     @property
-    def requests(self) -> list[dict]:
+    def requests(self) -> list[dict[str, Any]]:
         if self._requests is None:
             self._read_requests()
-        return self._requests
+        return cast("list[dict[str, Any]]", self._requests)  # `_read_requests` set it
 
     def _read_requests(self) -> None:
         """requests.jsonl's records (`read_requests`), from the checker's cache where it holds the records of the
@@ -574,12 +579,12 @@ class Run:
             return False
 
     @property
-    def episodes(self) -> list[dict]:
+    def episodes(self) -> list[dict[str, Any]]:
         if self._episodes is None:
             self._episodes = _read_jsonl(self.path / EPISODES, self.complete)
         return self._episodes
 
-    def top2_arrays(self) -> tuple[list, list, object, object]:
+    def top2_arrays(self) -> tuple[list[Any], list[int], Any, Any]:
         """The run's top-2 log-probabilities parsed at once (memoised; `_top2_parse`): (records, position counts,
         ids (n, 2) int64, logprobs (n, 2)), positions in record order, for each record whose top_logprobs text is a
         top-2 list at every position, as the engines write them; at paper scale ~1.4 million positions."""
@@ -587,7 +592,7 @@ class Run:
             self._top2_arrays = _top2_parse([r for r in self.requests if type(r) is LazyRecord and r._raw is not None])
         return self._top2_arrays
 
-    def top2_table(self) -> tuple[object, dict]:
+    def top2_table(self) -> tuple[Any, dict[int, tuple[int, int]]]:
         """The run's top-2 positions as one (n, 4) array [id1, logprob1, id2, logprob2] (ids as floats), and
         id(request record) -> (first row, rows) of its positions there, for the records of `top2_arrays` (memoised;
         the analyses index it for many requests at once)."""
@@ -600,17 +605,17 @@ class Run:
             self._top2 = (table, dict(zip(map(id, records), zip(starts, counts))))
         return self._top2
 
-    def top2(self) -> dict:
+    def top2(self) -> dict[int, Any]:
         """id(request record) -> its top_logprobs as an (n, 4) array [id1, logprob1, id2, logprob2] (a view of
         `top2_table`), for the records of `top2_arrays`; the others are left out (read their `top_logprobs`)."""
         table, rows = self.top2_table()
         return {key: table[start : start + n] for key, (start, n) in rows.items()}
 
-    def requests_by_episode(self) -> dict[str, list[dict]]:
+    def requests_by_episode(self) -> dict[str, list[dict[str, Any]]]:
         """episode id -> its requests in request_index order (memoised: the analyses ask for it per comparison; do
         not change the lists)."""
         if self._by_episode is None:
-            out: dict[str, list[dict]] = {e: [] for e in self.manifest["episodes"]}
+            out: dict[str, list[dict[str, Any]]] = {e: [] for e in self.manifest["episodes"]}
             for r in self.requests:
                 out.setdefault(r["episode_id"], []).append(r)
             for reqs in out.values():
@@ -618,7 +623,7 @@ class Run:
             self._by_episode = out
         return self._by_episode
 
-    def episode_outputs(self) -> dict[str, tuple[list, list, list, list]]:
+    def episode_outputs(self) -> dict[str, tuple[list[Any], list[Any], list[Any], list[Any]]]:
         """episode id -> `outputs` of its requests in request_index order (`requests_by_episode`; memoised: each run
         is compared with several others and walked by the analyses; check's loading makes it, in the worker too);
         do not change the lists."""
@@ -638,7 +643,7 @@ _TOKENS = operator.itemgetter("output_tokens")
 _PROMPT = operator.itemgetter("prompt_sha256")
 
 
-def outputs(reqs: list[dict]) -> tuple[list, list, list, list]:
+def outputs(reqs: list[dict[str, Any]]) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
     """(output_tokens, prompt_sha256, error, number of output tokens) of each request, as four lists (dict.get: never
     decodes lazy fields): what comparing two runs reads of them (analysis.compare)."""
     tokens = list(map(_TOKENS, reqs))
@@ -668,7 +673,7 @@ def validate_records(run: Run) -> None:
         raise ArtifactError(f"{run.path / REQUESTS}:{bad[0]}: {bad[1]}")
 
 
-def _lazy_record(fields: dict, raw: bytes | None) -> LazyRecord:
+def _lazy_record(fields: dict[str, Any], raw: bytes | None) -> LazyRecord:
     rec = LazyRecord(fields)
     rec._raw = raw
     return rec
@@ -720,11 +725,11 @@ def top2_problem(run: Run) -> tuple[int, str] | None:
     judged by the rule itself, which words the reason."""
     import numpy as np
 
-    records, counts, ids, lps = run.top2_arrays()
+    records, counts_list, ids, lps = run.top2_arrays()
     parsed = set(map(id, records))
     suspects = [r for r in run.requests if type(r) is LazyRecord and r._raw is not None and id(r) not in parsed]
     tokens = [dict.__getitem__(r, "output_tokens") for r in records]
-    counts = np.asarray(counts, dtype=np.int64)
+    counts = np.asarray(counts_list, dtype=np.int64)
     aligned = np.array([len(t) for t in tokens], dtype=np.int64) == counts
     everywhere = bool(aligned.all())  # as the engines write them: then the arrays are taken whole, not copied
     if not everywhere:
@@ -772,22 +777,22 @@ def integrity_problems(run: Run) -> list[str]:
     listed = run.manifest["episodes"]
     where = f"{run.label} is marked complete but"
     problems = []
-    seen: set = set()
-    twice = next((e for e in listed if e in seen or seen.add(e)), None)
+    seen: set[Any] = set()
+    twice = next((e for e in listed if e in seen or seen.add(e)), None)  # type: ignore[func-returns-value]  # add() as a side effect
     if twice is not None:
         problems.append(f"{where} its manifest lists episode {twice} twice ({run.path})")
-    records: dict = {}
+    records: dict[Any, Any] = {}
     for e in run.episodes:
         eid = e.get("episode_id")
         if eid in records:
             problems.append(f"{where} episodes.jsonl holds episode {eid} twice ({run.path})")
             break
         records[eid] = e
-    by_episode: dict = {}
+    by_episode: dict[Any, list[Any]] = {}
     get = dict.get  # plain lookups: the records may be LazyRecords
     for r in run.requests:
         by_episode.setdefault(get(r, "episode_id"), []).append(get(r, "request_index"))
-    checks = (
+    checks: tuple[tuple[str, Callable[[Any], bool]], ...] = (
         ("has no episode record (verdict) for", lambda e: e not in records),
         ("has no requests for", lambda e: not by_episode.get(e) and get(records.get(e, {}), "n_requests") != 0),
         (
@@ -832,7 +837,7 @@ def load_run(path: Path) -> Run:
 RECORD_FILES = (MANIFEST, REQUESTS, EPISODES, TENANTS)
 
 
-def read_tenants(run: Run) -> list[dict] | None:
+def read_tenants(run: Run) -> list[dict[str, Any]] | None:
     """The run's tenants.jsonl records (None: the run has no such file), decoded as every record file is; the
     schema (`schema.TENANT`) is the caller's to apply."""
     path = run.path / TENANTS
@@ -912,8 +917,8 @@ def find_runs(results_dir: Path) -> list[Run]:
         raise ArtifactError(f"cannot read {exc.filename} under the results directory ({exc.strerror})")
 
     runs = []
-    for here, dirs, files in os.walk(results_dir, onerror=unreadable):
-        here = Path(here)
+    for walked, dirs, files in os.walk(results_dir, onerror=unreadable):
+        here = Path(walked)
         dirs[:] = sorted(d for d in dirs if d != DISCARDED)
         for d in dirs:
             _refuse_link(here / d, "a directory")

@@ -9,8 +9,12 @@ package and a line here; outside workloads/ no module names one.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from artifact.errors import ArtifactError
+
+if TYPE_CHECKING:
+    from artifact.records.store import Run
 
 REGISTRY = {
     "bfcl_multi_turn_base": "artifact.workloads.bfcl",
@@ -33,7 +37,7 @@ def arms() -> tuple[str, ...]:
     return tuple(dict.fromkeys(a for name in REGISTRY for a in get(name).arms))
 
 
-def of_run(run):
+def of_run(run: Run) -> Any:  # a Workload or None (base.py imports this package: it is not imported back)
     """The workload a run's records belong to (its manifest says; older records are the default one's)."""
     name = run.manifest.get("workload") or DEFAULT
     return get(name) if name in REGISTRY else None

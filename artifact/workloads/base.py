@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TextIO
 
-from artifact.config import build_table
+from artifact.config import Config, Plan, build_table
 from artifact.errors import ArtifactError
+
+if TYPE_CHECKING:
+    from artifact.records.store import Run
 
 
 @dataclass
 class Prepared:
     """What a workload hands the protocol for one configuration: its units, in order, and what identifies them."""
 
-    units: list  # the workload's own unit objects
+    units: list[Any]  # the workload's own unit objects
     ids: list[str]  # one id per unit (manifests list them; records name them)
-    identity: dict  # what produces the prompts (data version and hash, ...): part of the pairing fingerprint
+    identity: dict[str, Any]  # what produces the prompts (data version and hash, ...): part of the pairing fingerprint
     label: str  # e.g. "80 episodes", for progress lines
-    manifest: dict = field(default_factory=dict)  # extra manifest fields every run of it carries
+    manifest: dict[str, Any] = field(default_factory=dict)  # extra manifest fields every run of it carries
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,9 @@ class Query(Protocol):
         turn: int = 0,
         step: int = 0,
         cache_prompt: bool | None = None,
-        tags: dict | None = None,
-        annotate: Callable[[dict], None] | None = None,
-    ) -> dict: ...
+        tags: dict[str, Any] | None = None,
+        annotate: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]: ...
 
 
 class Workload:
@@ -62,11 +66,11 @@ class Workload:
     unit: str = "episode"  # what one unit is called in messages
     settings_type: type | None = None  # a dataclass: its own [workload] keys (beyond name, episodes, n_predict)
     arms: tuple[str, ...] = ("off", "on")  # the arms its plans may have
-    needs: dict = {}  # engine capabilities it needs (artifact.engines.base.Capabilities field -> value)
+    needs: dict[str, Any] = {}  # engine capabilities it needs (artifact.engines.base.Capabilities field -> value)
     default_plan: str = "main"
     packages: tuple[str, ...] = ()  # distributions whose versions every manifest lists first
 
-    def settings(self, cfg) -> Any:
+    def settings(self, cfg: Config) -> Any:
         """Its settings, validated from the configuration's [workload] table (one-line errors)."""
         if self.settings_type is None:
             if cfg.workload.settings:
@@ -76,7 +80,7 @@ class Workload:
             return None
         return build_table(self.settings_type, dict(cfg.workload.settings), cfg.path or cfg.name, "workload.")
 
-    def check(self, cfg, plan) -> None:
+    def check(self, cfg: Config, plan: Plan) -> None:
         """Refuse, in one line and before anything starts, what this workload cannot run."""
         bad = [a for a in plan.arms if a not in self.arms]
         if bad:
@@ -85,22 +89,24 @@ class Workload:
                 f"are among {', '.join(self.arms)} (e.g. plan '{self.default_plan}')"
             )
 
-    def prepare(self, cfg) -> Prepared:
+    def prepare(self, cfg: Config) -> Prepared:
         raise NotImplementedError
 
-    def run_unit(self, cfg, prepared: Prepared, index: int, arm: str, query: Query, log) -> dict:
+    def run_unit(
+        self, cfg: Config, prepared: Prepared, index: int, arm: str, query: Query, log: TextIO
+    ) -> dict[str, Any]:
         """Execute one unit on the session's server through `query`; return its record (episodes.jsonl)."""
         raise NotImplementedError
 
-    def progress(self, record: dict) -> str:
+    def progress(self, record: dict[str, Any]) -> str:
         """What a progress line says about a finished unit."""
         return str(record.get("verdict", ""))
 
-    def finish(self, records: list[dict]) -> dict:
+    def finish(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """Extra manifest fields of a finished run, from its unit records."""
         return {}
 
-    def tenant_prompts(self, cfg, prepared: Prepared, n: int) -> tuple[list[tuple[str, list[str]]], str]:
+    def tenant_prompts(self, cfg: Config, prepared: Prepared, n: int) -> tuple[list[tuple[str, list[str]]], str]:
         """For background tenants (plans with `tenants`, artifact/protocol/tenants.py): per unit, its first prompt
         and `n` prompts of data the protocol never evaluates that share that prompt's prefix as another user of the
         same application would; and how they were made (recorded in every manifest)."""
@@ -117,33 +123,33 @@ class Workload:
     table_files: tuple[str, ...] = ()  # the file names `tables` may return (the only ones `check` may replace)
     cache_bridge: CacheBridge | None = None  # a cache-bridge workload's table for its claim (RQ5); None: not one
 
-    def tables(self, runs: list) -> dict:
+    def tables(self, runs: list[Any]) -> dict[str, Any]:
         """Its own tables of these runs (file name -> DataFrame, names among `table_files`), written by
         `./run.sh check`."""
         return {}
 
-    def record_problem(self, run) -> str | None:
+    def record_problem(self, run: Run) -> str | None:
         """Why a run's unit records contradict its requests or its manifest in this workload's own terms
         ("FILE:LINE: field 'x' ...", naming both values), or None. `./run.sh check` refuses such records as corrupt
         before it judges anything (artifact.check.facts)."""
         return None
 
-    def summary(self, runs: list, tables: dict) -> list[str]:
+    def summary(self, runs: list[Any], tables: dict[str, Any]) -> list[str]:
         """Its blocks of the terminal summary."""
         return []
 
-    def report_section(self, runs: list, tables: dict) -> dict | None:
+    def report_section(self, runs: list[Any], tables: dict[str, Any]) -> dict[str, Any] | None:
         """Its section of report.html: {"template": "<package>/<file>.j2", ...context}, or None."""
         return None
 
     # --- the report's divergence example (artifact.report.example.divergence_example) --------------------------------
-    def divergence_change(self, run_a, run_b, unit_id: str, first_request: int | None) -> str | None:
+    def divergence_change(self, run_a: Run, run_b: Run, unit_id: str, first_request: int | None) -> str | None:
         """What a unit's first divergence changed beyond the reply (an agent: "observation" where it made other
         calls and saw other results, "call" where the calls differ only), or None; the example prefers units where
         it changed something. The default knows nothing beyond the replies."""
         return None
 
-    def example_trajectory(self, run, reqs: list, unit_id: str, start: int) -> list[dict]:
+    def example_trajectory(self, run: Run, reqs: list[Any], unit_id: str, start: int) -> list[dict[str, Any]]:
         """Per request from `start` (up to 4): request (1-based), turn, step, text, and what the workload did with
         the reply (calls, observations: an agent's decoded calls and their results; None and [] where it records
         none)."""
@@ -161,17 +167,17 @@ class Workload:
             )
         return out
 
-    def fetch(self, cfgs: list) -> None:
+    def fetch(self, cfgs: list[Any]) -> None:
         """Download and verify the data these configurations need (`./run.sh fetch`), if any."""
 
-    def container_mounts(self, cfg, hf_cache) -> dict[str, str]:
+    def container_mounts(self, cfg: Config, hf_cache: Path | None) -> dict[str, str]:
         """The host data a containerised run of `cfg` reads: {host folder: folder in the container}, read-only.
         `hf_cache` is the host's Hugging Face Hub cache (a Path, or None); the images read theirs at /hf-cache
         (HF_HUB_CACHE). Default: none (the data are in the image or made by the run)."""
         return {}
 
 
-def replace_settings(cfg, **changes):
+def replace_settings(cfg: Config, **changes: Any) -> Config:
     """The configuration with workload settings changed (tests and budgets: e.g. max_turns=1)."""
     common = {k: changes.pop(k) for k in list(changes) if k in ("episodes", "n_predict")}
     workload = dataclasses.replace(cfg.workload, settings={**cfg.workload.settings, **changes}, **common)

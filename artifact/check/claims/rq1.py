@@ -3,6 +3,7 @@ tokens, in every configuration run."""
 
 from __future__ import annotations
 
+from typing import Any
 from pathlib import Path
 
 from artifact.analysis.compare import record_problems
@@ -44,7 +45,7 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
             continue
         pairs = g.pairs("off_rerun")
         cached, hits, unreported = off_exposure(offs, root)
-        diverged: dict = {}  # episode -> (the first pair it diverges in, its diff)
+        diverged: dict[str, Any] = {}  # episode -> (the first pair it diverges in, its diff)
         for p in pairs:
             for d in p.cmp.diverged:
                 diverged.setdefault(d.episode_id, (p, d))
@@ -133,7 +134,7 @@ def rq1(tables: Tables, paper: Paper, root: Path | None) -> Claim:
     )
 
 
-def silent_runs(offs: list) -> list[str]:
+def silent_runs(offs: list[Any]) -> list[str]:
     """The OFF runs with served requests (no error) that do not report their cache use (cache_n null), with counts:
     an engine that does not report it on every request (`Capabilities.reports_cache_use` false: a server the
     artifact did not start) cannot show that its OFF runs were served no cached token. A failed request's null says
@@ -147,7 +148,7 @@ def silent_runs(offs: list) -> list[str]:
     return out
 
 
-def unreported_reason(offs: list, unreported: list[str], diverged: int) -> str:
+def unreported_reason(offs: list[Any], unreported: list[str], diverged: int) -> str:
     """Why OFF runs whose requests do not report their cache use cannot decide RQ1."""
     none = sum(1 for r in offs if exposure(r) is None)
     head = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from pathlib import Path
 
 from artifact.analysis.stats import mcnemar_exact
@@ -55,14 +56,15 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
     details, bands = [], []
     banded: set[str] = set()
     for g in tables.groups:
-        s = g.stats.get("on_vs_off")
+        s: Any = g.stats.get("on_vs_off")  # rate stats, or None (`without_evidence` tells)
         if not {"on", "off"} <= {r.manifest["arm"] for r in g.runs}:
             continue  # a plan with one arm only (cram0): no ON-vs-OFF comparison to make
         if any((r.manifest.get("plan_data") or {}).get("server_overrides") for r in g.runs):
             continue  # a mitigation plan (server_overrides) is meant to remove the divergence: judged in "beyond"
         if any(under_load(r) for r in g.runs):
             continue  # background tenants: not the protocol's isolated condition (BEYOND-TENANTS in "beyond")
-        on_r, off_r = g.stats.get("on_rerun"), g.stats.get("off_rerun")
+        on_r: Any = g.stats.get("on_rerun")  # rate stats, or None (`without_evidence` tells)
+        off_r: Any = g.stats.get("off_rerun")
         reasons = []
         invalid = group_problems(g)
         if invalid:
@@ -90,7 +92,7 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                     )
             for name, kind, other in (("ON rerun", "on_rerun", on_r), ("OFF rerun", "off_rerun", off_r)):
                 if s["k"] and not without_evidence(other) and not s["rate"] > other["rate"]:
-                    below, test = rerun_above(g.headline(kind), g.headline("on_vs_off"))
+                    below, test = rerun_above(g.headline(kind), g.headline("on_vs_off"))  # type: ignore[arg-type]  # both ran: their stats have evidence
                     contradicted |= below
                     reasons.append(
                         f"ON vs OFF ({pct(s['rate'])}) not above the {name} ({pct(other['rate'])}); "

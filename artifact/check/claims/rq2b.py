@@ -3,6 +3,7 @@ against 38.8% diverging with the default)."""
 
 from __future__ import annotations
 
+from typing import Any
 from pathlib import Path
 
 from artifact.analysis.stats import mcnemar_exact, mcnemar_power
@@ -48,7 +49,9 @@ def rq2b(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         if pair is None and not group_problems(g):
             continue
         what = "host prompt cache off" if g.plan == "cram0" else "new server per run"
-        s, bs = (pair.stats if pair else None), (base.stats if base else None)
+        # rate stats, or None (`without_evidence` tells)
+        s: Any = pair.stats if pair else None
+        bs: Any = base.stats if base else None
         obs = f"ON reruns ({what}) {fmt_rate(s)}; default ON reruns {fmt_rate(bs)}"
         invalid = group_problems(g) + group_problems(base_g)
         if invalid:
@@ -64,7 +67,7 @@ def rq2b(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                 ["the reruns compared no episode in which both runs made a request without an error"],
             )
         else:
-            n, b, c = paired_flags(base, pair)
+            n, b, c = paired_flags(base, pair)  # type: ignore[arg-type]  # pair is not None: its stats have evidence
             p = mcnemar_exact(b, c)
             rate = bs["rate"]
             power = mcnemar_power(n, rate, rate) if n and rate else None
@@ -119,16 +122,16 @@ def rq2b(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                     pair_evidence(g, "on_rerun", root),
                 )
             )
-    v = paper.value("fig1_on_rerun_cram0")
-    if v and not any(d.kind == "band" for d in details):
+    fig1 = paper.value("fig1_on_rerun_cram0")
+    if fig1 and not any(d.kind == "band" for d in details):
         details.append(
             band_verdict(
                 "RQ2b",
                 None,
-                v,
+                fig1,
                 paper,
-                f"{v['config']} ON reruns, --cache-ram 0",
-                [f"no cram0-plan run of {v['config']} in these results"],
+                f"{fig1['config']} ON reruns, --cache-ram 0",
+                [f"no cram0-plan run of {fig1['config']} in these results"],
             )
         )
     directions = [d for d in details if d.kind == "direction"]

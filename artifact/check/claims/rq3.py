@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import itertools
 
 import pandas as pd
@@ -33,7 +34,7 @@ TESTED = ("trend_z_qwen2.5-7b", "trend_p_qwen2.5-7b")  # the paper's trend test 
 RISING = tuple(f"on_vs_off_llama-3.1-8b_{q}" for q in ("Q8_0", "Q4_K_M", "Q3_K_M"))  # rates, no test (Tab. 2)
 
 
-def series_of(paper: Paper, keys) -> str | None:
+def series_of(paper: Paper, keys: tuple[str, ...]) -> str | None:
     """The paper's configuration ids of a series ("model/engine/"), from the configurations its values are of."""
     parts = [v["config"].split("/") for k in keys if (v := paper.value(k)) and v.get("config")]
     if not parts:
@@ -61,14 +62,14 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
                 expected = f"z = {z['value']}, p = {p['value']:.2g} ({z['source']}; levels F16, Q8_0, Q4_K_M, Q3_K_M)"
         elif rising and any(i.startswith(rising) for i in ids):
             expected = "rising: Q8_0 55.0% -> Q4_K_M 70.0% -> Q3_K_M 68.8% (Tab. 2; no test reported)"
-            vals = [paper.value(k) for k in RISING]
+            vals: list[Any] = [paper.value(k) for k in RISING]  # all(vals): none is None
             if all(vals):
-                z, p = cochran_armitage([paper.k_of(v) for v in vals], [paper.n_of(v) for v in vals])
+                tz, tp = cochran_armitage([paper.k_of(v) for v in vals], [paper.n_of(v) for v in vals])
                 expected += (
-                    f"; computed here, the same test on those values gives z = {z:.2f}, p = {p:.2g}, "
+                    f"; computed here, the same test on those values gives z = {tz:.2f}, p = {tp:.2g}, "
                     "so this series would not reach 0.05 even at the paper's own rates"
                 )
-                direction_only = p >= ALPHA
+                direction_only = tp >= ALPHA
         obs = f"{t['levels']}: k = {t['k']} of n = {t['n']}" if t["n_levels"] else "no known quantization level"
         groups = [tables.group(c, PAPER_PLAN) for c in rows["config"]]
         invalid = [x for g in groups for x in group_problems(g)]
@@ -116,13 +117,13 @@ def rq3(tables: Tables, paper: Paper) -> Claim:
             else "significance at 0.05, z > 0 (no band on z)"
         )
         details.append(Verdict.of_claim(ID, str(t["series"]), "trend", status, obs, expected, rule, ev))
-    tested = [d for d in details if d.status != NOT_RUN]
+    tested_details = [d for d in details if d.status != NOT_RUN]
     observed = (
-        "; ".join(f"{d.scope}: {d.status}: {d.observed}" for d in tested)
+        "; ".join(f"{d.scope}: {d.status}: {d.observed}" for d in tested_details)
         or "no model with >= 3 quantization levels run"
     )
-    if len(tested) < len(details):
-        observed += f" ({len(details) - len(tested)} series with < 3 levels not tested)"
+    if len(tested_details) < len(details):
+        observed += f" ({len(details) - len(tested_details)} series with < 3 levels not tested)"
     outside = tables.outside_series
     if outside:  # configurations whose weights' lineage the facts cannot decide: in no series (never by their name)
         observed += (

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
 from pathlib import Path
 
-from artifact.analysis.tables import Tables
+from artifact.analysis.tables import PlanGroup, Tables
 from artifact.analysis.tenants import under_load
 from artifact.check.core import (
     FAIL,
@@ -33,7 +34,7 @@ RULE = rule(ID)  # statement, hard, rule, minimum_evidence: claims/rules.toml
 TEXT = text(ID)
 
 
-def served_by(g, family: str | None) -> bool:
+def served_by(g: PlanGroup, family: str | None) -> bool:
     """Every run of the group was served by a server of `family` (the manifest's server_family; for older records
     the family its engine declares), whichever engine talked to it."""
     return family is not None and all(server_family(r.manifest) == family for r in g.runs)
@@ -87,7 +88,7 @@ def rq4(tables: Tables, paper: Paper, root: Path | None) -> Claim:
                 why + pair_evidence(g, "off_rerun", root) + pair_evidence(g, "on_vs_off", root),
             )
         )
-    ctx = [paper.value(k) for k in paper.needs(ID, "context") or []]
+    ctx: list[Any] = [paper.value(k) for k in paper.needs(ID, "context") or []]  # all(ctx): none is None
     expected = (
         TEXT["expected_with_paper"].format(*(pct(c["value"]) for c in ctx)) if ctx and all(ctx) else TEXT["expected"]
     )

@@ -7,6 +7,8 @@ workload's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from artifact.analysis.stats import mcnemar_exact, mcnemar_power
@@ -74,7 +76,7 @@ def rq5(
     bridge: CacheBridge | None = None,
 ) -> Claim:
     bridge = bridge or default_bridge()
-    flips = [paper.value(k) for k in paper.needs(ID, "context") or []]
+    flips: list[Any] = [paper.value(k) for k in paper.needs(ID, "context") or []]  # all(flips): none is None
     expected = (
         TEXT["expected_with_paper"].format(*(f["value"] for f in flips)) if flips and all(flips) else TEXT["expected"]
     )
