@@ -52,6 +52,26 @@ def test_a_fresh_venv_gets_the_console_script_from_pip_install_e(tmp_path):
     assert Path(where) == REPO / "artifact" / "__init__.py"
 
 
+def test_the_set_up_environment_has_the_console_script(tmp_path):
+    """run.sh's set-up installs the package into its environment (offline: no build needed again here)."""
+    script = Path(sys.executable).parent / "prefix-cache-artifact"
+    if not script.exists():
+        pytest.skip("NOT RUN: this Python's environment was not set up by run.sh (no prefix-cache-artifact)")
+    out = subprocess.run(
+        [script, "--help"], capture_output=True, text=True, cwd=tmp_path, env=_env_without_set_up(), check=True
+    ).stdout
+    assert out.startswith("usage: prefix-cache-artifact")
+    assert all(f"    {name} " in out or f"    {name}\n" in out for name in COMMANDS), out
+    bad = subprocess.run(
+        [script, "summary", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env_without_set_up(),
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.splitlines()) == 1
+
+
 def test_commands_that_set_up_or_run_the_protocol_hand_over_to_run_sh(monkeypatch):
     monkeypatch.delenv(cli.SET_UP_ENV)
     calls = []

