@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from typing import cast
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -234,15 +233,7 @@ def keep(pending: Pending, exit_code: int, printed: str, written: Path, known: d
         hashed = cast("list[tuple[str, str]]", files)  # none is None (above)
         blob = msgspec.msgpack.encode(Entry(FORMAT, pending.name, hashed, exit_code, printed, outputs))
         path = _entry_path(pending.name)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(blob)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        decoded.write_entry(path, blob)
     except (OSError, msgspec.EncodeError):
         return False
     decoded.prune(keep=path)

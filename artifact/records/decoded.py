@@ -135,15 +135,7 @@ def store(data: bytes, sha256: str, complete: bool, records: list[Any], top2: tu
         return False
     path = entry(sha256, complete)
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(blob)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_entry(path, blob)
     except OSError:
         return False
     global _pruned
@@ -151,6 +143,20 @@ def store(data: bytes, sha256: str, complete: bool, records: list[Any], top2: tu
         _pruned = True
         prune(keep=path)
     return True
+
+
+def write_entry(path: Path, blob: bytes) -> None:
+    """Write a cache entry whole or not at all (a new file renamed into place), in a folder only its owner reads;
+    raises OSError (the callers keep nothing then: the cache is only ever a shortcut)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 _pruned = False  # whether this process has bounded the cache yet (once, at its first write)
