@@ -147,7 +147,7 @@ setup() {
     times+=" $(clock)"
     # The embedded agent model: the committed LoRA merged into SmolLM2 and quantized by llama.cpp's own tools, every
     # step sha256-checked (artifact/models/derive.py; seconds once, then reused).
-    "$py" -m artifact.models derive Q4_K_M >/dev/null || exit 2
+    "$py" -m artifact models derive Q4_K_M >/dev/null || exit 2
     times+=" $(clock)"
   fi
   export ARTIFACT_SETUP_TIMES=$times

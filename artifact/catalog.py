@@ -12,7 +12,7 @@ from artifact import engines, workloads
 from artifact.config import PLANS_FILE, Config, Plan, build_table, read_config, read_toml
 from artifact.errors import ArtifactError
 from artifact.models import pypi_parts
-from artifact.protocol.tenants import spec_of
+from artifact.protocol.background_tenants import spec_of
 
 
 def _plugin_problems(cfg: Config):

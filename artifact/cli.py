@@ -1,4 +1,9 @@
-"""Command line: `python -m artifact COMMAND` (run.sh sets up the environment and calls this)."""
+"""Command line: `python -m artifact COMMAND` (run.sh sets up the environment and calls this).
+
+One module: the command line, each command's function beside the parser that lists them all, so that what a user can
+run reads in one place; what a command does lives in the package it calls, and the helpers here serve only these
+commands (the demo's time table, an evidence folder unpacked for check).
+"""
 
 from __future__ import annotations
 
@@ -37,6 +42,8 @@ commands:
   summary   the paired-protocol table of every run under a results directory
   check     judge results against the paper's claims:  check [RESULTS_DIR] [--out DIR]  (report.html, check.json)
   fetch     download and verify pinned weights:  fetch [CONFIG ...]  (default: every configuration `all` runs)
+  models    derived models and weights files:  models derive [LEVEL ...] [--pin]  (make or pin a recipe's
+            products: artifact/models/derive.py);  models files CONFIG...  (the weights files they need, as JSON)
   all       the paper's configurations in pinned containers over the host's GPUs, then check and the report:
             all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
 """
@@ -378,8 +385,8 @@ def _validated(runs: list) -> list:
 
 def cmd_compare(args) -> int:
     """Two run directories, or two results directories: every outcome field (COMPARE_HELP)."""
-    from artifact.analysis import reproduce  # lazy: each command imports only what it runs
-    from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
+    from artifact.analysis import compare  # lazy: each command imports only what it runs
+    from artifact.analysis.divergence import cache_exposure, compare_runs, validity_problems
     from artifact.report.summary import render_comparison
     from artifact.records.store import MANIFEST, load_run
 
@@ -391,10 +398,10 @@ def cmd_compare(args) -> int:
         from artifact.check.run import load_results  # lazy: each command imports only what it runs
 
         runs_a, runs_b = load_results(pa), load_results(pb)  # through the schema, one run per identity
-        pairs, only_a, only_b = reproduce.compare_results(runs_a, runs_b)
+        pairs, only_a, only_b = compare.compare_results(runs_a, runs_b)
         if not pairs:
             raise ArtifactError(f"no run of {pa} has the same configuration, plan, arm and run as one of {pb}")
-        print(reproduce.render([d for _, _, d in pairs], only_a, only_b))
+        print(compare.render([d for _, _, d in pairs], only_a, only_b))
         problems = [p for a, b, _ in pairs for p in validity_problems(a) + validity_problems(b)]
     else:
         a, b = _validated([load_run(pa), load_run(pb)])
@@ -405,9 +412,9 @@ def cmd_compare(args) -> int:
                 f"  {run.label}: {exp.cached_tokens}/{exp.prompt_tokens} prompt tokens from cache "
                 f"({100 * exp.share:.1f}%), {exp.requests_with_cache}/{exp.requests} requests with cache hits"
             )
-        pairs = [(a, b, reproduce.compare_records(a, b))]
+        pairs = [(a, b, compare.compare_records(a, b))]
         print("field by field:")
-        print(reproduce.render([pairs[0][2]], [], []))
+        print(compare.render([pairs[0][2]], [], []))
         problems = validity_problems(a) + validity_problems(b)
     for p in dict.fromkeys(problems):
         print(f"INVALID: {p}")
@@ -432,6 +439,23 @@ def cmd_fetch(args) -> int:
     from artifact.orchestrate.matrix import load_jobs
 
     return fetch([load_config(n) for n in args.configs] if args.configs else [j.cfg for j in load_jobs()])
+
+
+def cmd_models(args) -> int:
+    """`models derive ...` (a derived model's recipe: artifact.models.derive) or `models files CONFIG...` (the weights
+    files the configurations need, as JSON: artifact.fetch.listing)."""
+    import json
+
+    if args.models_command == "derive":
+        import artifact.engines  # noqa: F401 -- lazy: registers each engine's tools for the recipes (derive.TOOL_DIRS)
+        from artifact.models import derive
+
+        return derive.command(args)
+    from artifact.catalog import load_config  # lazy: each command imports only what it runs
+    from artifact.fetch import listing
+
+    print(json.dumps(listing([load_config(n) for n in args.configs]), indent=1))
+    return 0
 
 
 def cmd_evidence_summary(args) -> int:
@@ -578,6 +602,17 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("fetch", help="download and verify pinned weights")
     sp.add_argument("configs", nargs="*", help="configurations (default: every configuration `all` runs)")
     sp.set_defaults(func=cmd_fetch)
+
+    from artifact.models import derive  # lazy: each command imports only what it runs
+
+    sp = sub.add_parser("models", help="derive a recipe's models; list the weights files configurations need")
+    msub = sp.add_subparsers(dest="models_command", required=True, metavar="derive|files")
+    derive.add_arguments(
+        msub.add_parser("derive", help="make (or verify) or pin a recipe's products", description=derive.DESCRIPTION)
+    )
+    files = msub.add_parser("files", help="the weights files the configurations' models need, as JSON")
+    files.add_argument("configs", nargs="+", metavar="CONFIG")
+    sp.set_defaults(func=cmd_models)
 
     for name, help_text in (
         (

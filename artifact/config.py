@@ -134,8 +134,8 @@ class Plan:
     # settings it changes (a mitigation plan's); the engine's adapter validates it and maps it to flags and request
     # fields, and every manifest records the adapter's own description of the result (`cache_condition`).
     engine_settings: dict = field(default_factory=dict)
-    # Background tenants sharing the server while the measured runs go on (artifact/protocol/tenants.py validates
-    # the table); empty: the protocol's isolated condition.
+    # Background tenants sharing the server while the measured runs go on (artifact/protocol/background_tenants.py
+    # validates the table); empty: the protocol's isolated condition.
     tenants: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:

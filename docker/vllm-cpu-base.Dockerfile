@@ -6,7 +6,7 @@
 #   docker build -f docker/vllm-cpu-base.Dockerfile --build-arg BASE=debian:bookworm-slim -t local/vllm-cpu-base:0.11.0 .
 #   docker build -f Dockerfile.vllm --build-arg BASE=local/vllm-cpu-base:0.11.0 -t prefix-cache-vllm-cpu .
 #   docker run --rm --network none --shm-size 8g -v $PWD/results:/artifact/results prefix-cache-vllm-cpu \
-#       run demo-smollm2-cpu-vllm --results results
+#       run demo-smollm2-agent-cpu-vllm --results results
 #
 # vLLM's CPU build needs libnuma and, at every server start, a C++ compiler with the Python headers (torch's inductor
 # compiles the model). Behind an intercepting proxy put its CA bundle at docker/build-inputs/ca.crt and build through

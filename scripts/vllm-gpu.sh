@@ -20,7 +20,7 @@
 #   scripts/vllm-gpu.sh wait [S]      follow the pipeline for up to S seconds (default 540); exit 0 when done
 #   scripts/vllm-gpu.sh collect       records (server logs included), the pipeline's logs and the environment into $OUT
 #
-# JOB: PRECISION-PLAN, PRECISION fp16 or bf16 (configs/h200-vllm/agent-PRECISION.toml), PLAN one of
+# JOB: PRECISION-PLAN, PRECISION fp16 or bf16 (configs/h200-vllm/h200-vllm-agent-PRECISION.toml), PLAN one of
 # configs/plans.toml (main, bi, bi-salt, salt), e.g. fp16-main bf16-main bf16-bi bf16-bi-salt bf16-salt.
 # Every protocol run goes through the same isolation as ./run.sh (scripts/isolate.sh: an empty environment plus an
 # allowlist, a loopback-only network namespace).
@@ -145,7 +145,7 @@ PY
 import json, subprocess, sys
 from artifact.config import read_config
 from artifact.engines.vllm.adapter import ARM_FLAGS, serve_args
-for name in ("h200-vllm/agent-fp16", "h200-vllm/agent-bf16"):
+for name in ("h200-vllm/h200-vllm-agent-fp16", "h200-vllm/h200-vllm-agent-bf16"):
     cfg = read_config(name)
     for flag in ARM_FLAGS.values():
         r = subprocess.run([sys.argv[1], "artifact/engines/vllm/flags.py", *serve_args(cfg, "/tmp/m", "1", flag)],
@@ -161,11 +161,11 @@ pipeline() {  # the background part of `start`
   set -e
   local t0=$SECONDS j
   echo "[$((SECONDS - t0)) s] deriving the agent model's F16 (pinned)"
-  (cd "$W/repo" && "$PY" -m artifact.models derive F16) >"$W/logs/derive.log" 2>&1 || { cat "$W/logs/derive.log"; exit 1; }
+  (cd "$W/repo" && "$PY" -m artifact models derive F16) >"$W/logs/derive.log" 2>&1 || { cat "$W/logs/derive.log"; exit 1; }
   tail -2 "$W/logs/derive.log"
   echo "[$((SECONDS - t0)) s] converting it for vLLM (pinned)"
   if ! (cd "$W/repo" && isolated "$W/logs/convert.log" "$W/cache" "$PY" -m artifact.engines.vllm.convert \
-       configs/h200-vllm/agent-fp16.toml); then
+       configs/h200-vllm/h200-vllm-agent-fp16.toml); then
     cat "$W/logs/convert.log"
     # Not the pinned bytes (another converter than the pin's, or another result): keep the evidence (the
     # .mismatch folder's record goes into collect's logs), record this machine's conversion as a pin of its own
@@ -173,7 +173,7 @@ pipeline() {  # the background part of `start`
     grep -q "differs from its pin\|has weights" "$W/logs/convert.log" || exit 1
     echo "PIN MISMATCH: the conversion is not the pinned one; pinning this machine's (see conversions.json)"
     (cd "$W/repo" && isolated "$W/logs/convert-pin.log" "$W/cache" "$PY" -m artifact.engines.vllm.convert --pin \
-       configs/h200-vllm/agent-fp16.toml) || { cat "$W/logs/convert-pin.log"; exit 1; }
+       configs/h200-vllm/h200-vllm-agent-fp16.toml) || { cat "$W/logs/convert-pin.log"; exit 1; }
     cat "$W/logs/convert-pin.log"
   fi
   tail -3 "$W/logs/convert.log"
@@ -183,7 +183,7 @@ pipeline() {  # the background part of `start`
     [ -d "$cache/vllm/models" ] || cp -al "$W/cache/vllm/models" "$cache/vllm/"
     (rc=0
      echo "[$((SECONDS - t0)) s] $j: starting"
-     cd "$W/repo" && isolated "$W/logs/$j.log" "$cache" "$PY" -m artifact run "configs/h200-vllm/agent-${j%%-*}.toml" \
+     cd "$W/repo" && isolated "$W/logs/$j.log" "$cache" "$PY" -m artifact run "configs/h200-vllm/h200-vllm-agent-${j%%-*}.toml" \
        --plan "${j#*-}" --results "$W/results" || rc=$?
      echo $rc >"$W/logs/$j.rc"; echo "[$((SECONDS - t0)) s] $j: exit $rc") &
   done

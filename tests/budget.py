@@ -23,7 +23,7 @@ TEST_VLLM_DTYPE = "float32"
 TEST_VLLM_EXTRA_ARGS = ("--enforce-eager",)
 
 
-def vllm_test_config(name: str = "demo-smollm2-cpu-vllm", **workload):
+def vllm_test_config(name: str = "demo-smollm2-agent-cpu-vllm", **workload):
     """The demo's vLLM configuration served in TEST_VLLM_DTYPE with TEST_VLLM_EXTRA_ARGS, at a test's budget (workload
     settings replaced)."""
     import dataclasses

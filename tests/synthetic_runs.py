@@ -234,10 +234,10 @@ def write_bfcl_run(
 
 
 def write_tenants(run_dir: Path, load: dict, units: list[str]) -> None:
-    """The run's tenants.jsonl as artifact/protocol/tenants.py writes it, made to agree with the manifest's `tenants`
-    (`load`: its spec's count of tenants, `sent` requests and failures, `measured` requests and how many a tenant
-    request overlapped, `units`: each unit's tenant prompts): the first tenant request spans the overlapped measured
-    requests, the others come after every measured one."""
+    """The run's tenants.jsonl as artifact/protocol/background_tenants.py writes it, made to agree with the manifest's
+    `tenants` (`load`: its spec's count of tenants, `sent` requests and failures, `measured` requests and how many a
+    tenant request overlapped, `units`: each unit's tenant prompts): the first tenant request spans the overlapped
+    measured requests, the others come after every measured one."""
     count = load["spec"]["count"]
     pools = {u["unit"]: u["prompts_sha256"] for u in load.get("units", [])}
     sent, meas = load.get("sent", {}), load.get("measured", {})

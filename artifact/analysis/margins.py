@@ -17,6 +17,10 @@ generated position, the top-2 log-probabilities (softmax of the raw logits), so 
   and the response is the episode's median margin in OFF run 1. Positions within an episode are strongly
   dependent (one text), so the episode, not the position, is the unit; the alternative is ordered (coarser =
   smaller margins), which Page's test uses and Friedman's omnibus test would not.
+
+One module: its measurements (the distribution, the first divergences, flips by margin and the trend) all read the
+same per-position top-2 margins, parsed here once (`run_margins`, `at_risk`); split, each part would import the
+others.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from artifact.analysis.compare import first_difference
+from artifact.analysis.divergence import first_difference
 from artifact.analysis.groups import (
     cache_condition,
     by_plan,
@@ -26,7 +26,7 @@ from artifact.analysis.groups import (
 )
 from artifact.analysis.margins import top2
 from artifact.analysis.stats import wilson_interval
-from artifact.analysis.tenants import tenant_plan
+from artifact.analysis.tenant_effect import tenant_plan
 from artifact.records.store import Run
 from artifact.verdict import FAIL, NOT_RUN, PASS, Verdict
 
@@ -94,7 +94,7 @@ def plan_rows(runs: list[Run], costs: pd.DataFrame) -> pd.DataFrame:
     plans = by_plan(runs)
     for (config, plan), by in plans.items():
         any_run = next(iter(by.values()))
-        if tenant_plan(any_run):  # background tenants: a load, not a mitigation (analysis.tenants)
+        if tenant_plan(any_run):  # background tenants: a load, not a mitigation (analysis.tenant_effect)
             continue
         # Wall and prompt times are per-run totals: a plan is set against main only over the same episodes.
         eps, main_eps = _episode_set(by), _episode_set(plans.get((config, BASELINE_PLAN), {}))

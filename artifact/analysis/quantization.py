@@ -29,6 +29,9 @@ series' F16 level (the quantization series):
 
 and a counterfactual split of the flip-rate difference: P(d_ref > m_level) (the level's margins with the reference's
 perturbations: what H-margin alone predicts) and P(d_level > m_ref) (what H-kernel alone predicts).
+
+One module: one analysis read top to bottom, from the positions at risk through the summary and its verdicts
+(`compare`) to the figure.
 """
 
 from __future__ import annotations

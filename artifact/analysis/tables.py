@@ -1,21 +1,24 @@
 """The paper's tables of the paired cache ON/OFF runs: Tab. 2, the Fig. 1 cause-isolation conditions and Fig. 2.
 
 Everything here is computed from the records (manifest.json, requests.jsonl, episodes.jsonl) by the existing
-comparison code (`compare.compare_runs` through `compare.plan_pairs`, `compare.cache_exposure`,
-`compare.validity_problems`) and the statistics module; nothing is read from directory names.
+comparison code (`divergence.compare_runs` through `divergence.plan_pairs`, `divergence.cache_exposure`,
+`divergence.validity_problems`) and the statistics module; nothing is read from directory names.
 
 Conventions
   * A divergence rate is k/n over the episodes both runs made, with a Wilson 95% interval and a moving-block
     bootstrap 95% interval over the episode sequence (`BOOTSTRAP`: block length 5, 10,000 replicates, seed 42;
     see `stats.block_bootstrap_interval` for the choice of block length).
-  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`compare.plan_pairs`); run 1 vs run 1 is
+  * "ON vs OFF" is run k of the ON arm against run k of the OFF arm (`divergence.plan_pairs`); run 1 vs run 1 is
     the headline, every k-vs-k pair is in the long comparison table. Reruns compare every pair i < j of an arm's
     runs; run 1 vs run 2 is the headline. Only runs with equal pairing fingerprints and episode lists are paired.
   * The first diverging request is reported 1-based (the paper's "1st-4th of roughly 10"); the first diverging
-    token is the 0-based index within that request's generated tokens (as `compare.py` reports it).
+    token is the 0-based index within that request's generated tokens (as `divergence.py` reports it).
   * accuracy per arm pools the complete runs of that arm: episodes the workload judged valid / episodes.
   * Cache exposure is the share of prompt tokens the server says it served from cache (`cache_n`); an engine that
     does not report it (null `cache_n`, e.g. vLLM's completions endpoint) gives "not reported", never 0.
+
+One module: the paper's tables share one grouping of the runs (`group_runs`, `PlanGroup`) and one row format, and
+`build_tables` makes them together.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import pandas as pd
 
 from artifact import engines
 from artifact.analysis.groups import cache_condition, group_lineage, pinned_model
-from artifact.analysis.compare import (
+from artifact.analysis.divergence import (
     Comparison,
     Exposure,
     Paired,
@@ -166,7 +169,7 @@ _EXPOSURES: dict[int, tuple[Run, Exposure | None]] = {}  # id(run) -> (run, expo
 
 
 def exposure(run: Run) -> Exposure | None:
-    """`compare.cache_exposure`, or None where no request reported cache use (null `cache_n` on every request: an
+    """`divergence.cache_exposure`, or None where no request reported cache use (null `cache_n` on every request: an
     engine that does not report it). A run where only some requests report it gets its Exposure, whose
     `unreported` counts the others: a null never hides a non-zero count elsewhere.
 
@@ -184,7 +187,7 @@ def exposure(run: Run) -> Exposure | None:
 
 
 def run_problems(run: Run) -> list[str]:
-    """`compare.validity_problems`, from the memoised exposure (the cached-token test reads only reported counts:
+    """`divergence.validity_problems`, from the memoised exposure (the cached-token test reads only reported counts:
     a null is never a 0)."""
     cache = cache_problem(run, exposure(run) or Exposure(0, 0, 0, 0))
     return record_problems(run) + ([cache] if cache else [])
@@ -292,7 +295,7 @@ class PlanGroup:
     comparisons: list[Pair] = field(default_factory=list)  # headline of each kind first
     stats: dict = field(default_factory=dict)  # kind -> rate stats of the headline comparison of that kind
     problems: list[str] = field(default_factory=list)
-    refused: list[tuple[str, str]] = field(default_factory=list)  # (kind, reason): see compare.pairing_problem
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (kind, reason): see divergence.pairing_problem
 
     def headline(self, kind: str) -> Pair | None:
         return next((p for p in self.comparisons if p.kind == kind), None)
@@ -301,7 +304,7 @@ class PlanGroup:
         return [p for p in self.comparisons if p.kind == kind]
 
     def cache_unused(self, kinds: tuple[str, ...]) -> list[str]:
-        """Why the ON runs of these kinds' headline comparisons are not cache-ON runs (`compare.cache_unused`)."""
+        """Why the ON runs of these kinds' headline comparisons are not cache-ON runs (`divergence.cache_unused`)."""
         runs: list[Run] = []
         for p in filter(None, map(self.headline, kinds)):
             runs += [r for r in (p.a, p.b) if not any(r is x for x in runs)]

@@ -1,14 +1,14 @@
 """Which cache tier served each hit, and how divergence depends on it (beyond the paper: RQ2b per request).
 
 The paper isolates the host prompt cache as the cause of disagreeing ON reruns by switching it off (plan cram0).
-Here every request of an ON run gets the tier its engine says served its cached prefix (`Engine.request_tiers`,
+Here every request of an ON run gets the tier its engine says served its cached prefix (`Engine.audit.request_tiers`,
 from the records and the session's server log: llama.cpp "slot" / "host" / "slot_or_host" when the log cannot
 tell / "none"), and divergence is counted per tier:
 
 * request level: among ON requests whose prompt equals the reference run's request at the same place (before
   the episode's first divergence, so a difference is born at that request), the share whose generated tokens differ,
   against OFF run 1 of the plan (or of plan main when the plan has no OFF arm: the same tokens-producing inputs
-  are required, `compare.pairing_problem`) and against the plan's other ON run;
+  are required, `divergence.pairing_problem`) and against the plan's other ON run;
 * episode level: an episode's tier is the tier of its first request (the prefix its trajectory starts from);
   the share of episodes whose trajectory differs from the reference.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from artifact import engines
-from artifact.analysis.compare import made_comparison, pairing_problem
+from artifact.analysis.divergence import made_comparison, pairing_problem
 from artifact.analysis.figure import new_figure, overhang, text_room
 from artifact.analysis.groups import comparison, same_prompt_requests
 from artifact.analysis.mitigation import is_fresh
@@ -95,7 +95,7 @@ def run_tiers(runs: list[Run]) -> dict[int, list]:
         if engine is None:
             continue
         requests = [q for r in members for q in r.requests]
-        tiers = engine.request_tiers(first, requests, read_log(members[0]))
+        tiers = engine.audit.request_tiers(first, requests, read_log(members[0]))
         i = 0
         for r in members:
             out[id(r)] = tiers[i : i + len(r.requests)]
@@ -204,7 +204,7 @@ def summary_frame(runs: list[Run], tiers: dict[int, list]) -> tuple[pd.DataFrame
                 differ,
             )
             # an episode's divergence and evidence are the same whichever run is compared with which (only they are
-            # read here): the comparison made already either way round (`compare.made_comparison`: the paper tables'
+            # read here): the comparison made already either way round (`divergence.made_comparison`: the paper tables'
             # reruns are run i vs a later run j), else groups.comparison's
             cmp = made_comparison(on, ref) or comparison(on, ref)
             for e in cmp.episodes:

@@ -1,8 +1,9 @@
 """Results beyond the paper, for `./run.sh check`: margins, what the cache buys, reproducible cached serving,
-which cache tier served each hit, why quantization amplifies divergence, and other tenants (artifact.check.tenants).
+which cache tier served each hit, why quantization amplifies divergence, and other tenants
+(artifact.check.beyond_tenants).
 
 `write_beyond(runs, out)` computes them from the records (artifact.analysis.margins, .benefit, .mitigation, .tiers,
-.quantization; artifact.check.tenants), writes their CSVs and figures into the check directory, and returns a
+.quantization; artifact.check.beyond_tenants), writes their CSVs and figures into the check directory, and returns a
 `Beyond` holding the verdicts (BEYOND-FRESH, BEYOND-MITIGATION-<plan>, BEYOND-TIERS, BEYOND-QUANT-KERNEL,
 BEYOND-QUANT-MARGIN, BEYOND-TENANTS-<plan>), a `check.json` section (`as_dict`) and the report's context
 (`report_context`). These verdicts never change check's exit code: they are measurements beyond the paper's claims.
@@ -26,8 +27,8 @@ import pandas as pd
 from artifact import engines
 from artifact.analysis import benefit, margins, mitigation, quantization, tiers
 from artifact.analysis.figure import new_figure, text_room
-from artifact.analysis.tenants import tenant_plan
-from artifact.check import tenants
+from artifact.analysis.tenant_effect import tenant_plan
+from artifact.check import beyond_tenants
 from artifact.check.cells import safe_frame
 from artifact.records.store import Run
 from artifact.verdict import Verdict
@@ -158,7 +159,7 @@ class Beyond:
                     "mh_odds_ratio",
                 ],
             ),
-            "tenants": tenants.report_rows(t["tenants.csv"]),
+            "tenants": beyond_tenants.report_rows(t["tenants.csv"]),
         }
 
 
@@ -295,9 +296,9 @@ def analyse(runs: list[Run], lap: Callable[[str], None] = _no_lap, draw: Callabl
     tier_tables, tier_verdicts = tiers.analyse(alone)
     lap("beyond: tiers")
     draw("tiers.png", tiers.figure, tier_tables["tiers.csv"])
-    load = tenants.section(runs)
+    load = beyond_tenants.section(runs)
     lap("beyond: tenants")
-    draw("tenants.png", tenants.figure, load.plans)
+    draw("tenants.png", beyond_tenants.figure, load.plans)
     verdicts = fresh + mitigation.mitigation_verdicts(rows) + tier_verdicts + quant_verdicts + load.verdicts
     tables = {
         **margin_tables,

@@ -3,7 +3,7 @@ runs, after the schema and before it judges anything (ARTIFACT.md §4, "What che
 
 The claims select runs by labels (the plan, the arm, the engine, the server settings, the load, the data source, the
 weights). Each label is held against the facts the run recorded elsewhere: the server command line and the pairing
-inputs it was paired by (`Engine.manifest_problem`, `Engine.command_settings`), the plan's definition in
+inputs it was paired by (`Engine.audit.manifest_problem`, `Engine.audit.command_settings`), the plan's definition in
 configs/plans.toml, `tenants.jsonl`, each unit's own record (`Workload.record_problem`), the recipe pins of derived
 weights, the binary's digests. Two outcomes:
 
@@ -19,6 +19,9 @@ weights, the binary's digests. Two outcomes:
     corruption(runs)          raise ArtifactError on the first contradiction
     invalid(runs)             {id(run): [reasons]}
     check(runs)               both; the reasons become the runs' problems (as a run that is not whole)
+
+One module: every check of a run's facts before it is judged, in the order `check` applies them, so that what makes
+a run INVALID reads in one place.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from artifact import engines, workloads
-from artifact.analysis.tenants import tenant_counts
+from artifact.analysis.tenant_effect import tenant_counts
 from artifact.errors import ArtifactError
 from artifact.records.schema import TENANT
 from artifact.records.store import MANIFEST, TENANTS, Run, read_server_log, read_tenants
@@ -91,7 +94,7 @@ def plan_problem(run: Run, engine: Engine | None) -> str | None:
         return f"field 'plan' is {name!r}, plan_data.name is {pd['name']!r}"
     if isinstance(m.get("lifecycle"), str) and "lifecycle" in pd and pd["lifecycle"] != m["lifecycle"]:
         return f"field 'lifecycle' is {m['lifecycle']!r}, plan_data.lifecycle is {pd['lifecycle']!r}"
-    shown = engine.command_settings(m) if engine is not None else {}
+    shown = engine.audit.command_settings(m) if engine is not None else {}
     key = engine.settings_key if engine is not None else None
     labels = (
         ("plan_data.server_overrides", _table(pd.get("server_overrides"))),
@@ -240,7 +243,7 @@ def tenants_problem(run: Run) -> str | None:
 def tenant_prompts_problem(rec: dict[str, Any], rows: list[dict[str, Any]], mf: Path, path: Path) -> str | None:
     """Each tenant request's prompt (tenants.jsonl: unit, prompt, prompt_sha256) against the prompts the manifest
     records for that unit (tenants.units: prompts_sha256), which decide whether the load shared the measured prefix
-    (analysis.tenants.prefix_of). A manifest without the units record (no tenant prompts) asks nothing here."""
+    (analysis.tenant_effect.prefix_of). A manifest without the units record (no tenant prompts) asks nothing here."""
     units = rec.get("units")
     if not isinstance(units, list) or not units:
         return None
@@ -265,7 +268,7 @@ def run_problem(run: Run) -> str | None:
     mf = run.path / MANIFEST
     engine = engine_of(run)
     for why in (
-        (engine.manifest_problem(run.manifest) if engine is not None else None),
+        (engine.audit.manifest_problem(run.manifest) if engine is not None else None),
         plan_problem(run, engine),
         model_problem(run),
     ):
@@ -453,7 +456,7 @@ def server_logs(runs: list[Run], out: dict[int, list[str]]) -> None:
                     f"server log {log} it shares ({r.path})"
                 )
         for run, why in zip(
-            members, engine.session_log_problems(members[0].manifest, [r.requests for r in members], text)
+            members, engine.audit.session_log_problems(members[0].manifest, [r.requests for r in members], text)
         ):
             if why:
                 out[id(run)].append(

@@ -14,6 +14,9 @@ were and exits 2 naming the path.
 Prints the verdict table, the invalid runs and the runs that were not network-isolated. Exit codes
 (`claims.EXIT_CODES`): 0 every tested claim holds and at least one was tested; 1 RQ1 FAILs or a run is invalid;
 2 malformed input (ArtifactError, one line); 3 nothing could be tested; 4 a claim other than RQ1 FAILs.
+
+One module: check's pipeline in the order it runs (find and validate the runs, judge, write and publish the
+outputs), with the start-up order that lets its worker load runs while this process imports the analyses.
 """
 
 from __future__ import annotations
@@ -34,15 +37,8 @@ from artifact.check.load import check_records, load_run  # noqa: F401 (check_rec
 from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
 from artifact.records import decoded
-from artifact.records.store import (
-    MANIFEST,
-    MAX_RECORD_BYTES,
-    RECORD_FILES,
-    REQUESTS,
-    Run,
-    find_runs,
-    too_large,
-)
+from artifact.records.reading import MAX_RECORD_BYTES, too_large
+from artifact.records.store import MANIFEST, RECORD_FILES, REQUESTS, Run, find_runs
 
 if TYPE_CHECKING:  # for annotations only: imported lazily where they are used (below)
     import pandas as pd
@@ -90,7 +86,7 @@ def find_results(results_dir: Path) -> list[Run]:
 
 
 # All record files of one check together, checked (by their sizes) before any is read: a check holds every run's
-# records in memory (~10x their bytes). Each file has its own bound too (records.store.MAX_RECORD_BYTES), checked here
+# records in memory (~10x their bytes). Each file has its own bound too (records.reading.MAX_RECORD_BYTES), checked here
 # first, and again as it is read.
 MAX_RESULTS_BYTES = 2 << 30
 

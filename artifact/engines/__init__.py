@@ -1,10 +1,10 @@
 """Serving engines as plug-ins: one package per engine under artifact/engines/, one line in REGISTRY.
 
-Each package exposes `ENGINE`, an `artifact.engines.base.Engine`: what the engine can do (`capabilities`), its
-settings (validated from a configuration's `[engine.settings]` and a plan's table named after it), what produces its
-tokens (`identity`, known before start), each arm's cache condition in words (`describe_cache`) and its sessions
-(`open_session`). The protocol calls only the functions below; it never asks which engine runs. Adding an engine
-(SGLang, a newer vLLM) means adding its package and a line here.
+Each package exposes `ENGINE`, an `artifact.engines.base.Engine`: its required core is what the engine can do
+(`capabilities`), what produces its tokens (`identity`, known before start), each arm's cache condition in words
+(`describe_cache`) and its sessions (`open_session`); its settings, record audit (`audit`) and builds (`builds`)
+have defaults. The protocol calls only the functions below; it never asks which engine runs. Adding an engine
+(SGLang, a newer vLLM) means adding its package and a line here (docs/extending.md walks through one).
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ def find(kind: str):
 
 
 def _tools_dir(kind: str) -> Path:
-    return get(kind).tools_dir()
+    builds = get(kind).builds
+    tools = builds.tools_dir() if builds is not None else None
+    if tools is None:
+        raise ArtifactError(f"engine {kind} has no tools a model recipe can run")
+    return tools
 
 
 # A derived model's recipe names the engine whose tools make it (artifact.models.derive sits below the engines and
@@ -60,11 +64,11 @@ def of_manifest(manifest: dict):
 
 
 def server_family(manifest: dict) -> str | None:
-    """The family of server a run was served by, derived from facts (`Engine.family_of`: the server the engine
+    """The family of server a run was served by, derived from facts (`Engine.audit.family_of`: the server the engine
     started, or what the server reported of itself); None for an engine this version does not know (the facts cannot
     decide: the run feeds no claim about a family of servers)."""
     engine = of_manifest(manifest)
-    return engine.family_of(manifest) if engine is not None else None
+    return engine.audit.family_of(manifest) if engine is not None else None
 
 
 LOOPBACK_ONLY = "loopback-only"  # provenance.isolation's network of a run that could reach nothing but loopback
@@ -73,14 +77,14 @@ LOOPBACK_ONLY = "loopback-only"  # provenance.isolation's network of a run that 
 def network(manifest: dict) -> tuple[str, str | None]:
     """(network, why): the network a run ran in, derived from facts: its manifest's isolation.network
     ("not recorded" without one), but "loopback-only" only where every server the run's engine talked to is on a
-    loopback address by the records (`Engine.remote_servers`: for a server the user runs, the URL recorded); `why`
+    loopback address by the records (`Engine.audit.remote_servers`: for a server the user runs, the URL recorded); `why`
     says why a recorded "loopback-only" is not believed (None where it is, or where none was recorded)."""
     iso = manifest.get("isolation")
     net = iso.get("network", "not recorded") if isinstance(iso, dict) else "not recorded"
     if net != LOOPBACK_ONLY:
         return net, None
     engine = of_manifest(manifest)
-    remote = engine.remote_servers(manifest) if engine is not None else None
+    remote = engine.audit.remote_servers(manifest) if engine is not None else None
     if remote is None:
         why = (
             "its records show no address of the server it talked to"

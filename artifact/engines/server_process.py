@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from artifact import provenance
+from artifact.engines.openai_client import OpenAIClient
 from artifact.errors import ArtifactError
 
 # The only variables a server inherits from us: nothing else (no LLAMA_ARG_*, no GGML_*/VLLM_* knob, no secret) can
@@ -72,7 +73,7 @@ class ServerProcess:
         self.cmd: list[str] = []
         self.env: dict = {}
         self.proc: subprocess.Popen | None = None
-        self.client: httpx.Client | None = None
+        self.client: OpenAIClient | None = None  # HTTP to the server once it is spawned
         self.home: Path | None = None
         # whether CUDA MPS served this server, as the MPS control daemon says once the server is up (its CUDA
         # context exists by then): provenance.mps_served, recorded in the manifest as `gpu_mps`
@@ -103,9 +104,7 @@ class ServerProcess:
             except OSError as exc:
                 self.stop()
                 raise ArtifactError(f"cannot start {self.name} ({exc.strerror}): {self.cmd[0]}") from None
-        self.client = httpx.Client(
-            base_url=f"http://127.0.0.1:{self.port}", timeout=self.request_timeout_s, trust_env=False
-        )
+        self.client = OpenAIClient(f"http://127.0.0.1:{self.port}", self.request_timeout_s, self.name, self._gone)
         self._wait_healthy(health)
         self.mps = provenance.mps_served(provenance.process_group(self.proc.pid))
 
@@ -127,7 +126,7 @@ class ServerProcess:
                     f"{self.name} exited during start-up (exit code {code}): {tail[-400:]} (full log: {self.log_path})"
                 )
             try:
-                if self.client.get(health, timeout=2).status_code == 200:
+                if self.client.http.get(health, timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
@@ -135,15 +134,13 @@ class ServerProcess:
         self.stop()
         raise ArtifactError(f"{self.name} not ready after {self.startup_timeout_s:.0f} s; see {self.log_path}")
 
+    def _gone(self, exc: Exception) -> str:
+        code = self.proc.poll() if self.proc else None
+        return f"{self.name} stopped answering ({type(exc).__name__}; exit code {code}); see {self.log_path}"
+
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         """One HTTP request; a server that is gone or stops answering is fatal for the run (ArtifactError)."""
-        try:
-            return self.client.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            code = self.proc.poll() if self.proc else None
-            raise ArtifactError(
-                f"{self.name} stopped answering ({type(exc).__name__}; exit code {code}); see {self.log_path}"
-            ) from None
+        return self.client.request(method, path, **kwargs)
 
     def stop(self) -> None:
         if self.client is not None:

@@ -14,9 +14,11 @@ the engine the recipe names (`tools`: llama.cpp's, built beside llama-server by 
 their CPU kernels are the build's pinned instruction set (x86-64-v3), so every x86-64 host makes the same bytes. A product whose sha256 differs from its pin is an error,
 never used. Products live under `$ARTIFACT_MODELS` (default `<repo>/models/derived`).
 
-    python -m artifact.models derive [LEVEL ...]   make (or verify) the products; default: every pinned level
-    python -m artifact.models derive --pin         after training a new adapter: write the products' sha256 into
+    python -m artifact models derive [LEVEL ...]   make (or verify) the products; default: every pinned level
+    python -m artifact models derive --pin         after training a new adapter: write the products' sha256 into
                                                   the recipe and into every configuration that names them
+
+(The command line is artifact.cli's, the top layer: it registers the engines, whose tools the recipes name, first.)
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import shutil
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from typing import Callable
@@ -261,27 +262,30 @@ def pin(name: str) -> dict:
     return recipe["products"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m artifact.models derive", description=__doc__.split("\n\n")[0])
+DESCRIPTION = __doc__.split("\n\n")[0]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`models derive`'s arguments (the command line, artifact.cli, owns the parser)."""
     p.add_argument("levels", nargs="*", help="levels to make (default: every pinned level)")
     p.add_argument("--recipe", default="smollm2-135m-bfcl-agent")
     p.add_argument("--pin", action="store_true", help="write the products' sha256 into the recipe and configs")
     p.add_argument("--adapter", type=Path, help="adopt this GGUF adapter first (implies --pin)")
     p.add_argument("--training", type=Path, help="with --adapter: its training.json")
     p.add_argument("--data", type=Path, help="with --adapter: its training data's record (DATA.jsonl.json)")
-    args = p.parse_args(argv)
-    try:
-        if args.adapter:
-            adopt(args.recipe, args.adapter, args.training, args.data)
-        if args.pin or args.adapter:
-            products = pin(args.recipe)
-        else:
-            recipe = load_recipe(args.recipe)
-            products = {}
-            for level in args.levels or [k for k in recipe.get("products", {}) if k != BASE_F16]:
-                products.update(make(recipe, level)[1])
-    except ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+
+
+def command(args: argparse.Namespace) -> int:
+    """`models derive`: make (or verify) the products, or pin them; prints the recipe, its folder and the products'
+    sha256 as JSON (ArtifactError where a step fails). The engines' tools must be registered (TOOL_DIRS)."""
+    if args.adapter:
+        adopt(args.recipe, args.adapter, args.training, args.data)
+    if args.pin or args.adapter:
+        products = pin(args.recipe)
+    else:
+        recipe = load_recipe(args.recipe)
+        products = {}
+        for level in args.levels or [k for k in recipe.get("products", {}) if k != BASE_F16]:
+            products.update(make(recipe, level)[1])
     print(json.dumps({"recipe": args.recipe, "dir": str(models_dir()), "sha256": products}, indent=1))
     return 0

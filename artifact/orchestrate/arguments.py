@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from artifact.config import CONFIG_DIR
-from artifact.engines.base import DEFAULT_CUDA_ARCHS
+from artifact.engines.builds import DEFAULT_CUDA_ARCHS
 
 DEFAULT_MATRIX = CONFIG_DIR / "paper" / "all.toml"
 

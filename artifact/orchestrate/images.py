@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from artifact.config import REPO
-from artifact.engines.base import ImageSpec
+from artifact.engines.builds import ImageSpec
 from artifact.errors import ArtifactError
 from artifact import engines
 
@@ -47,8 +47,9 @@ BUILD_INPUTS = "docker/build-inputs"
 
 
 def excluded_top() -> set[str]:
-    """EXCLUDE_TOP and the repository folders of the engines' own set-ups (`Engine.host_folders`)."""
-    return EXCLUDE_TOP | {f for kind in engines.REGISTRY for f in engines.get(kind).host_folders}
+    """EXCLUDE_TOP and the repository folders of the engines' own set-ups (`Builds.host_folders`)."""
+    facets = [engines.get(kind).builds for kind in engines.REGISTRY]
+    return EXCLUDE_TOP | {f for b in facets if b is not None for f in b.host_folders}
 
 
 def context_files(root: Path = REPO) -> list[Path]:

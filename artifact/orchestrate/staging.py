@@ -24,6 +24,9 @@ CALL_DIR...` then `verify DEST`.
 
     python3 -m artifact.orchestrate.staging receive DEST SRC...   SRC: call directories, or a staging output root
     python3 -m artifact.orchestrate.staging verify DEST [--repo DIR] [--quiet]
+
+One module: both sides of a stage (made here, received and verified on the host) share its manifest and checks, and
+the host runs it on its bare Python with nothing but the standard library.
 """
 
 from __future__ import annotations

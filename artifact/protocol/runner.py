@@ -17,7 +17,7 @@ from artifact import engines, workloads
 from artifact.config import Config, Plan
 from artifact.engines.base import EngineSession, RequestError
 from artifact.errors import ArtifactError
-from artifact.protocol import tenants
+from artifact.protocol import background_tenants
 from artifact.protocol.requests import new_record, send
 from artifact.protocol.sessions import RunSpec, fingerprints, manifest_base, open_run, run_sessions, say
 from artifact.records.events import EventLog
@@ -77,7 +77,7 @@ class RunExecutor:
         prepared: Prepared,
         base: dict,
         events: EventLog,
-        load: tenants.Pools | None = None,
+        load: background_tenants.Pools | None = None,
     ):
         self.cfg, self.server, self.workload, self.prepared, self.base = cfg, server, workload, prepared, base
         self.events, self.load = events, load
@@ -88,7 +88,10 @@ class RunExecutor:
         records = []
         n = len(self.prepared.units)
         # background tenants (a plan's `tenants`): running from here to the run's end; none for other plans
-        with open(run_dir / "workload.log", "w") as log, tenants.Load(self.load, self.server, run_dir) as load:
+        with (
+            open(run_dir / "workload.log", "w") as log,
+            background_tenants.Load(self.load, self.server, run_dir) as load,
+        ):
             for index, unit_id in enumerate(self.prepared.ids):
                 load.unit(index, unit_id)
                 query = UnitQuery(load.server, self.cfg, writer, unit_id, spec.arm)
@@ -109,8 +112,8 @@ def execute_plan(cfg: Config, plan: Plan, results: Path) -> list[Path]:
     workload.check(cfg, plan)
     engines.check_needs(cfg, plan, workload.needs, f"workload {workload.name}")
     prepared = workload.prepare(cfg)
-    load = tenants.prepare(cfg, plan, workload, prepared)  # None unless the plan has background tenants
-    fps = fingerprints(cfg, plan, prepared.ids, prepared.identity, load=tenants.pairing(load))
+    load = background_tenants.prepare(cfg, plan, workload, prepared)  # None unless the plan has background tenants
+    fps = fingerprints(cfg, plan, prepared.ids, prepared.identity, load=background_tenants.pairing(load))
     base = {
         **manifest_base(cfg, plan, prepared.ids, fps),
         **prepared.manifest,

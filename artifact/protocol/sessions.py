@@ -142,7 +142,8 @@ def fingerprints(
         "units": unit_ids,
         "protocol": PROTOCOL,
     }
-    if load:  # background tenants (protocol.tenants.pairing): only plans that have them, so others keep theirs
+    # background tenants (protocol.background_tenants.pairing): only plans that have them, so others keep theirs
+    if load:
         inputs["tenants"] = load
     cfg_dict, plan_dict = cfg.as_dict(), plan.as_dict()
     return Fingerprints(

@@ -51,14 +51,14 @@ DEFAULT_MAX_MIB = 2048
 FORMAT = 1
 _TOP = "top_logprobs"
 _KEY = b'"top_logprobs": '  # as the protocol's writer writes the key before its text
-_SOURCES = ("decoded.py", "schema.py", "store.py")  # this package's: the reader and its rules
+_SOURCES = ("decoded.py", "reading.py", "schema.py", "store.py")  # this package's: the reader and its rules
 _LIBRARIES = ("msgspec", "numpy", "pyarrow")  # what decoded the records and parsed the top-2 texts
 
 
 class Copy(msgspec.Struct, array_like=True):
     format: int
     key: str  # reader_key(): which reader made it
-    sha256: str  # of requests.jsonl's bytes as the reader reads them (store.read_bytes)
+    sha256: str  # of requests.jsonl's bytes as the reader reads them (reading.read_bytes)
     complete: bool  # the run's state when it was read (an interrupted run's last line may be dropped)
     records: list[dict[str, Any]]  # each request record as decoded, without the top_logprobs kept as text
     raw: list[tuple[int, int] | None]  # per record, (offset, length) of its top_logprobs text in the file, or None

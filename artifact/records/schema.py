@@ -16,6 +16,9 @@ accounting, its log-probabilities against its tokens; a manifest's timestamps an
     Schema.decoder(raw)        a msgspec decoder that checks every field's type and range while decoding (the
                                fields named in `raw` are kept as JSON text), and
     Schema.valid_decoded(r)    the rest of `valid` for a record that decoder returned: required fields and rules
+
+One module: the schema is one contract, read top to bottom: the field types, the rules across fields and the record
+kinds that use them.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class Schema:
         range the schema refuses (a field's kinds and check: `_decoder`), so that `valid_decoded` need only check the
         required fields and the rules. It returns a plain dict holding the fields that were present; the fields
         named in `raw` are returned as msgspec.Raw (their JSON text, checked by the caller), and fields the schema
-        does not list are left out (the caller notices: `store._all_keys_decoded`)."""
+        does not list are left out (the caller notices: `reading._all_keys_decoded`)."""
         return _decoder(self, raw)
 
     def problem(self, record: Any) -> str | None:
@@ -191,7 +194,7 @@ def _iso(v: str) -> str | None:
 
 # --- cross-field rules ----------------------------------------------------------------------------------------
 # A rule runs once the record's fields are valid, so it may trust their types. Plain dict lookups: readers hand
-# records whose top_logprobs are still JSON text (store.LazyRecord); those are checked in bulk by the reader
+# records whose top_logprobs are still JSON text (reading.LazyRecord); those are checked in bulk by the reader
 # (store.top2_problem), by the same rule as `top_logprobs_problem`.
 
 _get = dict.get
@@ -293,7 +296,7 @@ def _pairing(m: dict[str, Any]) -> str | None:
     the protocol makes it), and those name the manifest's own model (sha256), engine and episodes."""
     fp = _get(m, "pairing_fingerprint")
     if fp is None:
-        return None  # made by an older version: INVALID for comparisons (analysis.compare.record_problems)
+        return None  # made by an older version: INVALID for comparisons (analysis.divergence.record_problems)
     inputs = _get(m, "pairing_inputs")
     if inputs is None:
         return "field 'pairing_inputs' is missing: the pairing_fingerprint cannot be verified"
@@ -364,7 +367,7 @@ def _decoder(schema: Schema, raw: tuple[str, ...]) -> Any:
 def decoded_text_fields(schema: Schema, raw: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The fields of `schema.decoder(raw)`'s records whose values may hold a JSON string (a string, or a list or
     object of any values): not the numbers, nulls, booleans and token-id lists (`_ints`) among them, nor the fields
-    named in `raw`. store._all_keys_decoded counts the ':' of a line against its record's: one per key and those
+    named in `raw`. reading._all_keys_decoded counts the ':' of a line against its record's: one per key and those
     inside these values; no field name may hold a ':' (TypeError)."""
     named = next((f.name for f in schema.fields if ":" in f.name), None)
     if named is not None:
@@ -483,7 +486,7 @@ MANIFEST = Schema(
             "tenants",
             (dict,),
             "background tenants (plans with tenants): spec, prompt hashes, schedule, and at the "
-            "end what they sent (artifact/protocol/tenants.py; every request in tenants.jsonl)",
+            "end what they sent (artifact/protocol/background_tenants.py; every request in tenants.jsonl)",
             required=False,
         ),
     ),
@@ -557,8 +560,8 @@ UNIT = Schema(
 )
 
 
-# tenants.jsonl (plans with background tenants, artifact/protocol/tenants.py): one line per tenant request and one per
-# measured request (its interval, and the tenant requests in flight during it).
+# tenants.jsonl (plans with background tenants, artifact/protocol/background_tenants.py): one line per tenant request
+# and one per measured request (its interval, and the tenant requests in flight during it).
 TENANT_KINDS = {
     "tenant": ("tenant", "request", "prompt", "prompt_sha256", "error"),
     "measured": ("tenants_in_flight_at_start",),

@@ -5,6 +5,8 @@ above the workloads, because it asks each run's workload for its part."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 
 from artifact import workloads
@@ -55,7 +57,19 @@ def _workload(run: Run):
     return workloads.of_run(run) or _PLAIN
 
 
-_PLAIN = Workload()
+class _Plain(Workload):
+    """The interface's defaults, for runs of a workload this version does not know: it reads records only."""
+
+    name = "unknown"
+
+    def prepare(self, cfg: Any) -> Any:
+        raise NotImplementedError("a workload this version does not know is never run")
+
+    def run_unit(self, cfg: Any, prepared: Any, index: int, arm: str, query: Any, log: Any) -> dict:
+        raise NotImplementedError("a workload this version does not know is never run")
+
+
+_PLAIN = _Plain()
 
 
 def call_flip(pair: Pair, d) -> str | None:
@@ -114,6 +128,7 @@ def divergence_example(groups: list[PlanGroup]) -> dict | None:
                 "prompt_tokens": (req or {}).get("prompt_tokens"),
                 "prompt_sha256": (req or {}).get("prompt_sha256"),
                 "trajectory": _workload(run).example_trajectory(run, reqs, d.episode_id, i) if i is not None else [],
+                "harness": _workload(run).wording.harness,  # what read the calls of its trajectory and ran them
             }
         )
     common, rest_a, rest_b = _text_split(side[0]["text"], side[1]["text"])
@@ -132,4 +147,5 @@ def divergence_example(groups: list[PlanGroup]) -> dict | None:
         "comparison": f"{c.a} vs {c.b}",
         "kind": pair.kind,
         "call_flip": call_flip(pair, d),
+        "harness": _workload(ra).wording.harness,  # what executed the calls the flip changed
     }

@@ -24,6 +24,7 @@ from artifact.analysis.fmt import num, pct, rate_cell, records
 from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, USER_SERVER_UNOBSERVED, Tables, as_dict, relative
 from artifact.records.store import Run
 from artifact.report.example import divergence_example
+from artifact.workloads.base import Wording
 from artifact.verdict import STATUSES
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -181,6 +182,46 @@ def tab2_rows(tables: Tables) -> list[dict]:
             }
         )
     return out
+
+
+def _group_workload(runs: list[Run]) -> tuple[str, Wording]:
+    """The workload of a configuration-plan's runs, by name, and its words (neutral ones for a workload this version
+    does not know)."""
+    w = workloads.of_run(runs[0]) if runs else None
+    if w is None:
+        return str((runs[0].manifest.get("workload") if runs else None) or "unknown workload"), Wording()
+    return w.name, w.wording
+
+
+def tab2_sections(tables: Tables) -> list[dict]:
+    """Tab. 2 once per workload of the paired runs, in registry order: its rows, its title and the name of its
+    validity column (the workload's `Wording`); one section, untitled and empty, where no paired runs were checked."""
+    of_group = {(g.config, g.plan): _group_workload(g.runs) for g in tables.groups}
+    by_name: dict[str, tuple[Wording, list[dict]]] = {}
+    for row in tab2_rows(tables):
+        name, wording = of_group.get((row["config"], row["plan"])) or _group_workload([])
+        by_name.setdefault(name, (wording, []))[1].append(row)
+    order = [n for n in workloads.REGISTRY if n in by_name] + [n for n in by_name if n not in workloads.REGISTRY]
+    out = []
+    for i, name in enumerate(order):
+        wording, rows = by_name[name]
+        out.append(
+            {
+                "id": "tab2" if i == 0 else f"tab2-{name}",
+                "title": wording.title or name,
+                "valid_column": wording.valid_column,
+                "rows": rows,
+            }
+        )
+    return out or [{"id": "tab2", "title": "", "valid_column": Wording.valid_column, "rows": []}]
+
+
+def unisolated_harnesses(runs: list[Run], labels: list[str]) -> list[str]:
+    """What executed the model's output in the runs that were not network-isolated (their workloads'
+    `Wording.harness`, where it executes it), each once; none where their workloads execute none of it."""
+    at = set(labels)
+    found = (workloads.of_run(r) for r in runs if r.label in at)
+    return list(dict.fromkeys(w.wording.harness for w in found if w is not None and w.wording.executes_output))
 
 
 def fig1_rows(tables: Tables) -> list[dict]:
@@ -366,6 +407,7 @@ def render_report(
     """The report page. What it says of the check comes from check itself (artifact.check.run, above this module):
     its claims (artifact.check.core.Claim), the exit code's meaning and the band rule in words."""
     counts = {s: sum(c.status == s for c in claims) for s in STATUSES}
+    unisolated = [label for label, ws in (warnings or {}).items() if ws]
     context = {
         "title": "Prefix caching and serving reproducibility: check report",
         "generated": records_time(runs),
@@ -375,13 +417,14 @@ def render_report(
         "counts": counts,
         "exit_meaning": exit_meaning,
         "warnings": warnings or {},
-        "unisolated": [label for label, ws in (warnings or {}).items() if ws],
+        "unisolated": unisolated,
+        "unisolated_harnesses": unisolated_harnesses(runs, unisolated),
         "user_server": tables.user_server,
         "user_server_unobserved": USER_SERVER_UNOBSERVED,
         "claims": claims,
         "problems": problems,
         "band_rule": band_rule,
-        "tab2": tab2_rows(tables),
+        "tab2": tab2_sections(tables),
         "workload_sections": workload_sections(runs, workload_tables),
         "fig1": fig1_rows(tables),
         "fig2": fig2_rows(tables),

@@ -7,7 +7,7 @@ from collections import defaultdict
 import pandas as pd
 
 from artifact import workloads
-from artifact.analysis.compare import Comparison, paired_comparisons
+from artifact.analysis.divergence import Comparison, paired_comparisons
 from artifact.analysis.groups import cache_condition
 from artifact.analysis.tables import is_paired_run, run_problems
 from artifact.analysis.tables import run_row as table_row

@@ -9,6 +9,7 @@ unit's record (`episodes.jsonl`).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,20 @@ class CacheBridge:
     servings_per_item: int  # servings per item (cold and warm), for the share of flagged servings
 
 
+@dataclass(frozen=True)
+class Wording:
+    """How the report names a workload and what it does with the model's replies: the report's headings, column
+    names and prose about a workload come from here, never from the report's own templates. The defaults are neutral
+    words that fit any workload; a workload sets its own (e.g. BFCL's, artifact/workloads/bfcl)."""
+
+    title: str = ""  # its name in the report's headings ("Tab. 2: ... (<title>)"); "": its registry name
+    valid_column: str = "valid"  # its validity column: Tab. 2's "<valid_column> OFF" and "<valid_column> ON"
+    # what reads the calls from a reply, executes them and returns their results: "the calls <harness>'s decoder
+    # read from it, the results <harness>'s executor returned", "<harness> executed different calls"
+    harness: str = "the workload"
+    executes_output: bool = False  # whether the harness executes the model's output (the network warning says so)
+
+
 class Query(Protocol):
     """Sends one greedy request, records it, returns its record (raises RequestError once recorded if the engine
     cannot serve it; anything else that fails is fatal for the run)."""
@@ -59,8 +74,10 @@ class Query(Protocol):
     ) -> dict[str, Any]: ...
 
 
-class Workload:
-    """A workload: subclasses set the attributes and implement the methods."""
+class Workload(abc.ABC):
+    """A workload. Required (what a protocol run needs): `name`, `prepare` and `run_unit`; everything else (its
+    settings, the arms it runs, the engine capabilities it needs, its tables, summary, report section and wording)
+    has a default."""
 
     name: str  # configs' workload.name
     unit: str = "episode"  # what one unit is called in messages
@@ -89,14 +106,15 @@ class Workload:
                 f"are among {', '.join(self.arms)} (e.g. plan '{self.default_plan}')"
             )
 
+    @abc.abstractmethod
     def prepare(self, cfg: Config) -> Prepared:
-        raise NotImplementedError
+        """Its units for one configuration, in order, and what identifies them (once per run)."""
 
+    @abc.abstractmethod
     def run_unit(
         self, cfg: Config, prepared: Prepared, index: int, arm: str, query: Query, log: TextIO
     ) -> dict[str, Any]:
         """Execute one unit on the session's server through `query`; return its record (episodes.jsonl)."""
-        raise NotImplementedError
 
     def progress(self, record: dict[str, Any]) -> str:
         """What a progress line says about a finished unit."""
@@ -107,9 +125,9 @@ class Workload:
         return {}
 
     def tenant_prompts(self, cfg: Config, prepared: Prepared, n: int) -> tuple[list[tuple[str, list[str]]], str]:
-        """For background tenants (plans with `tenants`, artifact/protocol/tenants.py): per unit, its first prompt
-        and `n` prompts of data the protocol never evaluates that share that prompt's prefix as another user of the
-        same application would; and how they were made (recorded in every manifest)."""
+        """For background tenants (plans with `tenants`, artifact/protocol/background_tenants.py): per unit, its first
+        prompt and `n` prompts of data the protocol never evaluates that share that prompt's prefix as another user of
+        the same application would; and how they were made (recorded in every manifest)."""
         from artifact import workloads  # lazy: the registry, the package above this module (its __init__ imports this)
 
         having = [n for n in workloads.REGISTRY if type(workloads.get(n)).tenant_prompts is not Workload.tenant_prompts]
@@ -121,6 +139,7 @@ class Workload:
     # -- reading results (check, summary, report) --------------------------------------------------------------
 
     table_files: tuple[str, ...] = ()  # the file names `tables` may return (the only ones `check` may replace)
+    wording: Wording = Wording()  # its name and words in the report's headings, columns and prose
     cache_bridge: CacheBridge | None = None  # a cache-bridge workload's table for its claim (RQ5); None: not one
 
     def tables(self, runs: list[Any]) -> dict[str, Any]:
@@ -137,6 +156,10 @@ class Workload:
     def summary(self, runs: list[Any], tables: dict[str, Any]) -> list[str]:
         """Its blocks of the terminal summary."""
         return []
+
+    def run_columns(self, run: Run) -> dict[str, str]:
+        """Its own columns of the terminal summary's per-run table of the paired protocol (column -> value)."""
+        return {}
 
     def report_section(self, runs: list[Any], tables: dict[str, Any]) -> dict[str, Any] | None:
         """Its section of report.html: {"template": "<package>/<file>.j2", ...context}, or None."""

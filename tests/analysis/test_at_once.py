@@ -20,7 +20,7 @@ import pytest
 
 from artifact.analysis import margins
 from artifact.analysis import quantization as qm
-from artifact.analysis.compare import cache_exposure, compare_runs, first_difference
+from artifact.analysis.divergence import cache_exposure, compare_runs, first_difference
 from artifact.analysis.groups import same_prompt_requests
 from artifact.check import facts
 from artifact.records.store import REQUESTS, Run, load_run

@@ -1,54 +1,83 @@
-from artifact.analysis.compare import cache_exposure, compare_runs, first_difference, validity_problems
+"""Field-by-field comparison of the records of two runs, builds or machines (`./run.sh compare A B`)."""
+
+from artifact.analysis import compare
 
 
-def test_first_difference():
-    assert first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
-    assert first_difference([1, 2], [1, 2, 3]) == 2  # a prefix diverges where the shorter ends
-    assert first_difference([], [5]) == 0
+def test_exact_comparison_of_two_builds_names_the_differing_field_and_the_builds(make_run, tmp_path):
+    a = make_run("off", 1, {"e0": [[1, 2], [3]]}, manifest={"binary": {"sha256": "s", "files": {"libggml.so": "1"}}})
+    same = compare.compare_records(a, a)
+    assert same.exact and same.fields == [] and same.provenance == []
+    from synthetic_runs import write_bfcl_run
+
+    b = write_bfcl_run(
+        tmp_path / "other",
+        "off",
+        1,
+        {"e0": [[1, 2], [3]]},
+        config="synthetic",
+        cache_n=0,
+        logprobs={("e0", 1): [[[3, -0.5], [4, -2.0]]]},
+        manifest={"binary": {"sha256": "s", "files": {"libggml.so": "2"}}},
+    )
+    diff = compare.compare_records(a, b)
+    assert not diff.exact and [(f.file, f.name, f.differ, f.of) for f in diff.fields] == [
+        ("requests.jsonl", "top_logprobs", 1, 2)
+    ]
+    assert (
+        diff.fields[0].first
+        == "episode e0, request 1, position 0 (A: [[3, -0.1], [4, -2.5]], B: [[3, -0.5], [4, -2.0]])"
+    )
+    assert any("1 of 1 binaries and libraries differ" in p for p in diff.provenance)
+    assert "prompt_ms (requests.jsonl)" in diff.timing  # listed, never compared
 
 
-def test_identical_runs_do_not_diverge(make_run):
-    eps = {"e0": [[1, 2], [3]], "e1": [[4]]}
-    c = compare_runs(make_run("off", 1, eps), make_run("off", 2, eps))
-    assert (c.k, c.n, c.flags) == (0, 2, [0, 0])
-    assert c.median_first_request is None and c.prompt_mismatches == []
+def test_values_are_equal_only_as_json_values_of_the_same_type():
+    assert compare.same([1, 2], [1, 2]) and not compare.same([75], [75.0]) and not compare.same(1, True)
+    assert compare.same({"a": [None]}, {"a": [None]}) and not compare.same({"a": 1}, {"a": 1, "b": 2})
+    assert compare.same(float("nan"), float("nan"))
+    assert compare.first_position([1, 2, 3], [1, 2]) == 2 and compare.first_position("abc", "abd") == 2
+    assert compare.first_position("abc", "xbc") is None
 
 
-def test_token_divergence_reports_first_request_and_token(make_run):
-    a = make_run("on", 1, {"e0": [[1, 2, 3], [4, 5]], "e1": [[1], [2, 3, 4]], "e2": [[7]]})
-    b = make_run("off", 1, {"e0": [[1, 2, 3], [4, 6]], "e1": [[9], [2, 3, 4]], "e2": [[7]]})
-    c = compare_runs(a, b)
-    assert [(d.episode_id, d.first_request, d.first_token) for d in c.diverged] == [("e0", 1, 1), ("e1", 0, 0)]
-    assert c.flags == [1, 1, 0]
-    assert c.median_first_request == 0.5 and c.median_first_token == 0.5
+def test_compare_of_two_results_directories_exits_0_only_when_every_matched_run_is_identical(tmp_path):
+    from artifact.cli import main
+    from synthetic_runs import write_bfcl_run
+
+    for side in ("a", "b"):
+        write_bfcl_run(tmp_path / side, "off", 1, {"e0": [[1, 2]]})
+    write_bfcl_run(tmp_path / "a", "on", 1, {"e0": [[1, 2]]})  # only in a: listed, not a difference
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    write_bfcl_run(tmp_path / "c", "off", 1, {"e0": [[1, 9]]})
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "c")]) == 1
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "nowhere")]) == 2
 
 
-def test_different_request_count_diverges_even_when_shared_requests_agree(make_run):
-    c = compare_runs(make_run("on", 1, {"e0": [[1], [2]]}), make_run("on", 2, {"e0": [[1], [2], [3]]}))
-    d = c.diverged[0]
-    assert (d.first_request, d.first_token, d.n_requests) == (2, None, (2, 3))
+def test_compare_says_the_same_machine_only_where_its_digests_are_recorded_and_equal(tmp_path):
+    """Without the machine, boot and GPU digests on both sides, compare names them as not recorded and
+    says that whether the runs ran on the same machine is not known; with them recorded and equal it says the same."""
+    from synthetic_runs import write_bfcl_run
 
-
-def test_episodes_in_one_run_only_are_reported_not_compared(make_run):
-    c = compare_runs(make_run("on", 1, {"e0": [[1]], "e1": [[2]]}), make_run("off", 1, {"e0": [[1]], "e2": [[3]]}))
-    assert c.n == 1 and c.only_in_a == ["e1"] and c.only_in_b == ["e2"]
-
-
-def test_identical_outputs_with_different_prompts_are_flagged(make_run):
-    a = make_run("off", 1, {"e0": [[1], [2]]})
-    b = make_run("off", 2, {"e0": [[1], [2]]}, prompts={("e0", 1): "something else"})
-    c = compare_runs(a, b)
-    assert c.k == 0 and c.prompt_mismatches == ["e0"]
-
-
-def test_cache_exposure_and_off_run_validity(make_run):
-    on = make_run("on", 1, {"e0": [[1], [2], [3]]}, cache_n=60)
-    exp = cache_exposure(on)
-    assert (exp.prompt_tokens, exp.cached_tokens, exp.requests_with_cache) == (300, 120, 2)
-    assert abs(exp.share - 0.4) < 1e-12
-    assert validity_problems(on) == []
-    bad_off = make_run("off", 1, {"e0": [[1], [2]]}, cache_n=5)
-    assert any("served cached tokens" in p for p in validity_problems(bad_off))
-    unfinished = make_run("off", 2, {"e0": [[1]]}, complete=False)
-    assert any("incomplete" in p for p in validity_problems(unfinished))
+    eps = {"e0": [[1, 2]]}
+    a = write_bfcl_run(tmp_path / "a", "off", 1, eps)
+    b = write_bfcl_run(tmp_path / "b", "off", 1, eps)
+    d = compare.compare_records(a, b)
+    assert d.exact and not d.provenance
+    line = compare.render([d], [], [])
+    assert "the same host" not in line and "machine-id" in d.unknown
+    assert "whether the runs ran on the same machine is not known" in line
+    host = {
+        "cpu": "Test CPU",
+        "cpu_count": 2,
+        "gpus": [],
+        "os": "Linux-test",
+        "python": "3.11",
+        "hostname_sha256": "h",
+        "machine_id_sha256": "m",
+        "boot_id_sha256": "b",
+        "gpu_uuid_sha256": [],
+        "cuda_mps": False,
+    }
+    a = write_bfcl_run(tmp_path / "c", "off", 1, eps, manifest={"host": host, "binary": {"sha256": "s"}})
+    b = write_bfcl_run(tmp_path / "d", "off", 1, eps, manifest={"host": host, "binary": {"sha256": "s"}})
+    line = compare.render([compare.compare_records(a, b)], [], [])
+    assert "machine-id, boot, GPU UUID" in line and "not known" not in line and "not recorded" not in line

@@ -53,7 +53,7 @@ def test_tab2_rates_intervals_medians_accuracy_exposure(tmp_path):
 
 
 def test_paired_comparisons_are_the_papers_three_kinds(tmp_path):
-    from artifact.analysis.compare import paired_comparisons
+    from artifact.analysis.divergence import paired_comparisons
 
     pairs = paired_comparisons(main_plan(tmp_path, OFF, ON1, ON2))
     assert [(p.kind, p.k, p.name) for p in pairs] == [

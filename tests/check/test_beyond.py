@@ -540,12 +540,12 @@ def test_run_costs_and_episode_sums_are_the_per_request_sums_float_for_float(err
 
 
 def test_analyses_after_the_paper_tables_equal_those_without(tmp_path):
-    """mitigation and tiers take the comparisons check's paper tables made (kept on the runs: `compare.compared`;
-    tiers either way round, `compare.made_comparison`): the same tables and verdicts as comparing the runs afresh."""
+    """mitigation and tiers take the comparisons check's paper tables made (kept on the runs: `divergence.compared`;
+    tiers either way round, `divergence.made_comparison`): the same tables and verdicts as comparing the runs afresh."""
     import pandas as pd
 
     from artifact.analysis import tables, tiers
-    from artifact.analysis.compare import made_comparison
+    from artifact.analysis.divergence import made_comparison
 
     eps = {"e0": [[1], [2]], "e1": [[3]], "e2": [[4], [5]], "e3": [[6, 7]]}
     for k, changed in ((1, {}), (2, {"e2": [[4], [8]]}), (3, {"e3": [[6, 9]], "e0": [[1], [9]]})):

@@ -111,7 +111,7 @@ def test_a_tenant_count_without_its_tenants_jsonl_is_corruption(tmp_path, capsys
     ],
 )
 def test_tenants_jsonl_is_validated_and_the_manifests_load_is_held_against_it(tmp_path, capsys, damage, why):
-    from test_tenants_analysis import SPEC, load_record, loaded_plan
+    from test_tenant_effect import SPEC, load_record, loaded_plan
 
     main_plan(tmp_path, OFF, ON1, ON2)
     spec = {**SPEC, "count": 2} if damage == "count" else SPEC
@@ -146,26 +146,26 @@ def test_tenants_jsonl_is_validated_and_the_manifests_load_is_held_against_it(tm
 
 
 def test_the_load_the_claims_and_the_tenant_verdict_read_is_tenants_jsonl(tmp_path):
-    from artifact.analysis import tenants
+    from artifact.analysis import tenant_effect
 
-    from test_tenants_analysis import load_record, loaded_plan
+    from test_tenant_effect import load_record, loaded_plan
 
     main_plan(tmp_path, OFF, ON1, ON2)
     runs = loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON1, ON2, load=load_record(overlapped=2, requests=2))
-    assert tenants.under_load(runs[0]) and tenants.recorded_load(runs[0]) == {
+    assert tenant_effect.under_load(runs[0]) and tenant_effect.recorded_load(runs[0]) == {
         "tenants": 1,
         "requests": 7,
         "failed": 0,
         "measured": 2,
         "overlapped": 2,
     }
-    rows = tenants.run_rows(runs)
+    rows = tenant_effect.run_rows(runs)
     assert {r["measured_overlapped"] for r in rows} == {2} and {r["tenant_requests"] for r in rows} == {7}
     # a run whose file holds no tenant request is not under load, whatever its manifest's count says
     rewrite(
         runs[1].path / "tenants.jsonl", [r for r in records(runs[1].path / "tenants.jsonl") if r["kind"] == "measured"]
     )
-    assert not tenants.under_load(type(runs[1])(runs[1].path, runs[1].manifest))
+    assert not tenant_effect.under_load(type(runs[1])(runs[1].path, runs[1].manifest))
 
 
 @pytest.mark.parametrize(

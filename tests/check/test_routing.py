@@ -113,7 +113,7 @@ def test_levels_of_one_model_are_one_series_whatever_their_names_say(tmp_path):
 def test_path_weights_join_the_series_their_pins_name_and_unpinned_ones_join_none(tmp_path):
     """Weights from a file (path:) are a level of the model whose configurations under configs/ pin their digest
     (evidence/h200-smollm2's series); a digest no recipe or configuration pins is no level of any known model."""
-    pins = {c: read_toml(CONFIG_DIR / "h200" / f"{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
+    pins = {c: read_toml(CONFIG_DIR / "h200" / f"h200-smollm2-{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
     for level, k in (("f16", 10), ("q8_0", 40), ("q4_k_m", 70)):
         pin = pins[level]
         write_trend_level(
@@ -140,7 +140,7 @@ def test_a_levels_trend_position_is_its_weights_not_its_quant_label(tmp_path):
     "Q3_K_M": by the label the level would move in the trend; by its weights' pin it is Q4_K_M, so check refuses the
     records as contradicting themselves (one line naming the pinned level), as for a derived model's label, and
     writes no verdict read from the label."""
-    pins = {c: read_toml(CONFIG_DIR / "h200" / f"{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
+    pins = {c: read_toml(CONFIG_DIR / "h200" / f"h200-smollm2-{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
     for level, k in (("f16", 10), ("q8_0", 40), ("q4_k_m", 70)):
         pin = pins[level]
         write_trend_level(
@@ -183,7 +183,7 @@ def tenant_verdict(root, plan: str):
 def test_a_tenant_plans_prefix_label_is_not_believed_over_the_prompts_it_recorded(tmp_path):
     """Plan tenants1-shared (its label and configs/plans.toml say "shared"), whose recorded tenant prompts share
     none of the measured first prompts' characters: read as unshared, and the verdict says that the label was not."""
-    from test_tenants_analysis import SPEC, load_record, loaded_plan
+    from test_tenant_effect import SPEC, load_record, loaded_plan
 
     main_plan(tmp_path, OFF, ON1, ON2)
     loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load_record(SPEC, shared=0))
@@ -200,7 +200,7 @@ def test_a_tenant_plans_prefix_label_is_not_believed_over_the_prompts_it_recorde
 def test_a_flipped_prefix_label_of_a_plan_the_checker_does_not_define_is_read_from_the_prompts(tmp_path):
     """A plan configs/plans.toml does not define (its labels are held against nothing there): labelled "unshared"
     everywhere in its manifests, its recorded tenant prompts share the measured system prompt: shared."""
-    from test_tenants_analysis import SPEC, load_record, loaded_inputs, loaded_plan
+    from test_tenant_effect import SPEC, load_record, loaded_inputs, loaded_plan
 
     spec = {**SPEC, "prefix": "unshared"}
     main_plan(tmp_path, OFF, ON1, ON2)
@@ -228,7 +228,7 @@ def test_a_flipped_prefix_label_of_a_plan_the_checker_does_not_define_is_read_fr
 def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_path):
     """Tenant prompts recorded against first prompts the run did not send (units of another run): whether they share
     the measured prefix is not known; the label is not read either."""
-    from test_tenants_analysis import SPEC, load_record, loaded_plan
+    from test_tenant_effect import SPEC, load_record, loaded_plan
 
     load = load_record(SPEC)
     load["units"] = [{**u, "first_prompt_sha256": "ee" * 32} for u in load["units"]]

@@ -8,6 +8,7 @@ import pytest
 from artifact import engines
 from artifact.config import REPO
 from artifact.catalog import load_config, load_plan
+from artifact.engines.audit import RecordAudit
 from artifact.engines.base import Capabilities, Engine, RequestError
 from artifact.models import verified_weights
 from artifact.protocol.requests import new_record, send
@@ -15,8 +16,8 @@ from artifact.records.schema import REQUEST
 from budget import vllm_test_config, with_workload
 
 CONFIGS = {
-    "llama.cpp": ("demo-smollm2-cpu", pytest.mark.server),
-    "vllm": ("demo-smollm2-cpu-vllm", pytest.mark.vllm),
+    "llama.cpp": ("demo-smollm2-agent-cpu", pytest.mark.server),
+    "vllm": ("demo-smollm2-agent-cpu-vllm", pytest.mark.vllm),
     # servers the user runs: one user-started llama-server, the cache switched per request (cache_prompt)
     "endpoint": ("endpoint", pytest.mark.server),
 }
@@ -65,11 +66,11 @@ def test_each_arm_serves_greedy_recorded_completions_and_reports_its_cache_use(c
     plan = load_plan("main")
     engine = engines.get(cfg.engine.kind)
     model = verified_weights(cfg.model) if engine.capabilities.loads_weights else None
-    # the pairing identity holds the keys check holds every manifest of this engine to (Engine.manifest_problem)
+    # the pairing identity holds the keys check holds every manifest of this engine to (Engine.audit.manifest_problem)
     ident = engine.identity(cfg, plan)
-    assert set(engine.identity_keys) <= set(ident) and ident["engine"] == cfg.engine.kind
+    assert set(engine.audit.identity_keys) <= set(ident) and ident["engine"] == cfg.engine.kind
     started = {"server_cmd": ["server"]} if engine.capabilities.loads_weights else {}  # it records what it started
-    assert Engine.manifest_problem(engine, {"pairing_inputs": {"engine": ident}, **started}) is None
+    assert RecordAudit(engine).manifest_problem({"pairing_inputs": {"engine": ident}, **started}) is None
     outputs = {}
     for arm in ("off", "on"):
         written: list = []

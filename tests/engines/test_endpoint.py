@@ -229,7 +229,7 @@ def test_the_budget_and_the_timeouts_are_command_line_options():
     assert cfg.workload.n_predict == 64 and args.episodes == 3 and args.dry_run
     assert (cfg.engine.startup_timeout_s, cfg.engine.request_timeout_s) == (30.0, 90.0)
     with pytest.raises(ArtifactError, match="--turns: workload gsm8k of .* has no max_turns setting"):
-        budgeted(load_config("demo-smollm2-cpu-gsm8k"), run_args(turns=2))
+        budgeted(load_config("demo-smollm2-q4_1-cpu-gsm8k"), run_args(turns=2))
     with pytest.raises(ArtifactError, match="--steps must be >= 1"):
         budgeted(load_config("endpoint"), run_args(steps=0))
 
@@ -239,7 +239,7 @@ def test_the_engine_timeouts_are_not_part_of_what_a_run_resumes_by():
     the configuration still does not."""
     from artifact.protocol.sessions import fingerprints, resumes
 
-    cfg = load_config("demo-smollm2-cpu")
+    cfg = load_config("demo-smollm2-agent-cpu")
     plan = load_plan("main")
     made = fingerprints(cfg, plan, ["e0"], {"data": 1})
     slower = dataclasses.replace(

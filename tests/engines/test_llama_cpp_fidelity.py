@@ -42,7 +42,7 @@ def small(cfg, **workload):
 
 @pytest.fixture(scope="module")
 def cfg():
-    return small(load_config("demo-smollm2-cpu"))
+    return small(load_config("demo-smollm2-agent-cpu"))
 
 
 # Two unrelated prompts of a few hundred tokens each (they share almost no prefix).
@@ -336,7 +336,7 @@ def test_a_second_writer_on_the_same_plan_directory_is_refused(tmp_path):
         (pdir / "off-run1").mkdir()
         (pdir / "off-run1" / "marker").write_text("live run")
         r = subprocess.run(
-            [sys.executable, "-m", "artifact", "run", "demo-smollm2-cpu", "--results", str(tmp_path / "results")],
+            [sys.executable, "-m", "artifact", "run", "demo-smollm2-agent-cpu", "--results", str(tmp_path / "results")],
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,
@@ -357,7 +357,7 @@ def test_a_second_writer_on_the_same_plan_directory_is_refused(tmp_path):
 @pytest.mark.server
 def test_a_run_through_run_sh_starts_without_secrets_and_without_network(tmp_path):
     config = tmp_path / "tiny.toml"
-    text = (REPO / "configs" / "demo-smollm2-cpu.toml").read_text()
+    text = (REPO / "configs" / "demo-smollm2-agent-cpu.toml").read_text()
     for old, new in [
         ("max_steps_per_turn = 3 ", "max_steps_per_turn = 0 "),
         ("max_turns = 2", "max_turns = 1"),
@@ -431,8 +431,8 @@ def test_the_recorded_command_line_and_binary_are_held_against_the_identity(cfg)
         "binary": {"path": "/bin/llama-server", "sha256": "aa" * 32, "files_sha256": combined, "files": files},
         "cache_condition": cache_condition(settings),
     }
-    assert ENGINE.manifest_problem(m) is None
-    shown = ENGINE.command_settings(m)
+    assert ENGINE.audit.manifest_problem(m) is None
+    shown = ENGINE.audit.command_settings(m)
     assert shown == {
         "ubatch_size": 512,
         "flash_attn": settings.flash_attn,
@@ -443,11 +443,11 @@ def test_the_recorded_command_line_and_binary_are_held_against_the_identity(cfg)
         "pin_slot": False,
     }
     edited = {**m, "server_cmd": [a if a != "512" else "1" for a in m["server_cmd"]]}
-    assert "the server ran another command line" in ENGINE.manifest_problem(edited)
-    assert "not the one the runs were paired by" in ENGINE.manifest_problem(
+    assert "the server ran another command line" in ENGINE.audit.manifest_problem(edited)
+    assert "not the one the runs were paired by" in ENGINE.audit.manifest_problem(
         {**m, "binary": {**m["binary"], "sha256": "cc" * 32}}
     )
-    assert "is not the digest of binary.files" in ENGINE.manifest_problem(
+    assert "is not the digest of binary.files" in ENGINE.audit.manifest_problem(
         {**m, "binary": {**m["binary"], "files": {**files, "libggml.so": "dd" * 32}}}
     )
 

@@ -10,7 +10,7 @@ import pytest
 
 from artifact import engines
 from artifact.catalog import load_config, load_plan
-from artifact.engines.base import Tier
+from artifact.engines.audit import Tier
 from artifact.engines.llama_cpp.adapter import LlamaServer
 from artifact.engines.llama_cpp.tiers import Selection, ServerCache, attribute, parse_log, server_cache, session_tiers
 from artifact.models import verified_weights
@@ -99,7 +99,7 @@ def test_engines_declare_their_tiers_and_vllm_attributes_to_its_one_tier():
     assert engines.get("llama.cpp").capabilities.cache_tiers == ("slot", "host")
     vllm = engines.get("vllm")
     assert vllm.capabilities.cache_tiers == ("blocks",)
-    got = vllm.request_tiers({}, [rec(0, 10), rec(32, 40), rec(None, 5)], None)
+    got = vllm.audit.request_tiers({}, [rec(0, 10), rec(32, 40), rec(None, 5)], None)
     assert [(t.tier, t.certain) for t in got] == [("none", True), ("blocks", True), ("unknown", False)]
 
 
@@ -111,7 +111,7 @@ PROMPT_B = "Zebra crossing notes: " + " ".join(f"stripe {i} black white" for i i
 def test_known_tiers_on_the_real_server(tmp_path):
     """A, A + more (the slot's own prefix), B (unrelated: LRU, the slot saved to host memory), A again (restored
     from host memory): the adapter's attribution from the real log names each tier, certainly."""
-    cfg = with_workload(load_config("demo-smollm2-cpu"), episodes=1, max_turns=1, n_predict=4)
+    cfg = with_workload(load_config("demo-smollm2-agent-cpu"), episodes=1, max_turns=1, n_predict=4)
     plan = load_plan("main")
     log = tmp_path / "server.log"
     records = []
@@ -122,7 +122,7 @@ def test_known_tiers_on_the_real_server(tmp_path):
                 {"cache_n": c.cache_n, "prompt_tokens": c.prompt_tokens, "prompt_n": c.prompt_n, "error": None}
             )
         cmd = server.cmd
-    tiers = engines.get("llama.cpp").request_tiers({"server_cmd": cmd}, records, log.read_text())
+    tiers = engines.get("llama.cpp").audit.request_tiers({"server_cmd": cmd}, records, log.read_text())
     assert [t.tier for t in tiers] == ["none", "slot", "none", "host"], [(t.tier, t.evidence) for t in tiers]
     assert all(t.certain for t in tiers)
     assert records[3]["cache_n"] >= records[3]["prompt_tokens"] - 2  # the whole of A came back from host memory

@@ -55,7 +55,7 @@ def body(tokens, tops, finish="stop", stop_reason=None, cached=None):
 
 @pytest.fixture
 def vcfg():
-    return load_config("demo-smollm2-cpu-vllm")
+    return load_config("demo-smollm2-agent-cpu-vllm")
 
 
 def test_a_response_becomes_token_ids_and_ranked_top2(vcfg):
@@ -147,7 +147,7 @@ def test_the_recorded_command_line_is_held_against_the_identity_it_was_paired_by
     passes the checker's engine facts; another arm's flag or another argument does not (artifact.check.facts)."""
     from artifact.engines.vllm.adapter import ARM_FLAGS, ENGINE
 
-    cfg = load_config("demo-smollm2-cpu-vllm")
+    cfg = load_config("demo-smollm2-agent-cpu-vllm")
     ident = {
         "engine": "vllm",
         "vllm": "0.11.0",
@@ -160,14 +160,14 @@ def test_the_recorded_command_line_is_held_against_the_identity_it_was_paired_by
             "server_cmd": ["/venv/bin/vllm"] + serve_args(cfg, "/models/m", "41234", ARM_FLAGS[arm]),
             "cache_condition": {"arm_flag": ARM_FLAGS[arm]},
         }
-        assert ENGINE.manifest_problem(m) is None
+        assert ENGINE.audit.manifest_problem(m) is None
     m["server_cmd"] = ["/venv/bin/vllm"] + serve_args(cfg, "/models/m", "41234", ARM_FLAGS["off"])  # arm "on"
-    assert "lacks --enable-prefix-caching, the flag of arm 'on'" in ENGINE.manifest_problem(m)
+    assert "lacks --enable-prefix-caching, the flag of arm 'on'" in ENGINE.audit.manifest_problem(m)
     m["server_cmd"] = ["/venv/bin/vllm"] + serve_args(
         dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, batch_size=1)),
         "/models/m",
         "41234",
         ARM_FLAGS["on"],
     )
-    assert "the server ran another command line" in ENGINE.manifest_problem(m)
-    assert "not `vllm serve`" in ENGINE.manifest_problem({**m, "server_cmd": ["llama-server", "--port", "1"]})
+    assert "the server ran another command line" in ENGINE.audit.manifest_problem(m)
+    assert "not `vllm serve`" in ENGINE.audit.manifest_problem({**m, "server_cmd": ["llama-server", "--port", "1"]})

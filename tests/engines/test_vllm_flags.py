@@ -19,7 +19,7 @@ FLAGS = vllm_env.PROBE.with_name("flags.py")
 
 
 def test_the_adapters_serve_arguments_mean_to_vllm_what_the_adapter_means():
-    cfg = load_config("demo-smollm2-cpu-vllm")
+    cfg = load_config("demo-smollm2-agent-cpu-vllm")
     python = vllm_env.interpreter(vllm_env.resolve_executable(cfg.engine.binary))
     args = serve_args(cfg, "/nonexistent/model", "8000", "--no-enable-prefix-caching")
     out = subprocess.run([str(python), str(FLAGS), *args], capture_output=True, text=True, timeout=600)

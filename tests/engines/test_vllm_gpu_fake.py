@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from artifact.analysis import reproduce
+from artifact.analysis import compare
 from artifact.cli import main as cli
 from artifact.config import REPO
 from artifact.catalog import load_config, load_plan
@@ -64,7 +64,7 @@ def fake_vllm_env(root: Path, version: str = "0.25.0") -> Path:
     return vllm
 
 
-def fake_config(tmp_path: Path, base: str = "agent-fp16", version: str = "0.25.0") -> Path:
+def fake_config(tmp_path: Path, base: str = "h200-vllm-agent-fp16", version: str = "0.25.0") -> Path:
     model = tmp_path / "model" / "config.json"  # a Hugging Face directory (the fake loads nothing)
     model.parent.mkdir(parents=True, exist_ok=True)
     model.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "note": "fake model directory"}))
@@ -72,7 +72,7 @@ def fake_config(tmp_path: Path, base: str = "agent-fp16", version: str = "0.25.0
     vllm = fake_vllm_env(tmp_path / f"fake-vllm-{version}", version)
     cfg = tmp_path / f"fake-{base}.toml"
     cfg.write_text(
-        f'extends = "{REPO}/configs/h200-vllm/{base}.toml"\nname = "fake-h200-vllm-{base}"\n'
+        f'extends = "{REPO}/configs/h200-vllm/{base}.toml"\nname = "fake-{base}"\n'
         f'[engine]\nbinary = "{vllm}"\nstartup_timeout_s = 30\n'
         f'[model]\nsource = "path:{model}"\nsha256 = "{digest}"\n'
     )
@@ -143,7 +143,7 @@ def test_a_salted_off_arm_is_never_served_from_cache_and_equals_the_true_off_arm
             requests = runs[(plan, "off", k)].requests
             assert requests and all(r["cache_n"] == 0 for r in requests)
             salts += [r["engine_extra"]["cache_salt"] for r in requests]
-            same = reproduce.compare_records(runs[(plan, "off", k)], runs[(truth, "off", k)])
+            same = compare.compare_records(runs[(plan, "off", k)], runs[(truth, "off", k)])
             # every outcome field equal; what differs by design: the salt itself and the server's cache switch
             differ = [f for f in same.fields if f.name not in SALTED_BY_DESIGN]
             assert not differ and not same.unmatched, [f.first for f in differ] + same.unmatched

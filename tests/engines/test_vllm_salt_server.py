@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from artifact.analysis import reproduce
+from artifact.analysis import compare
 from artifact.catalog import load_plan
 from artifact.protocol.runner import execute_plan
 from artifact.records.store import find_runs
@@ -41,7 +41,7 @@ def test_a_salted_off_arm_on_a_caching_server_equals_the_true_off_arm(tmp_path):
     for r in requests:  # looked up in the prefix cache (caching is on), never served from it
         assert r["cache_n"] == 0 and r["engine_extra"]["metrics_prefix_cache_hits"] == 0
         assert r["engine_extra"]["metrics_prefix_cache_queries"] == r["prompt_tokens"]
-    same = reproduce.compare_records(salted, off)
+    same = compare.compare_records(salted, off)
     # every outcome field equal; by design the salt differs and only the caching server counts prefix-cache queries
     differ = [
         f

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from artifact.analysis.compare import cache_exposure, compare_runs, validity_problems
+from artifact.analysis.divergence import cache_exposure, compare_runs, validity_problems
 from artifact.catalog import load_plan
 from artifact.engines.base import RequestError
 from artifact.models import verified_weights

@@ -11,7 +11,8 @@ from artifact import engines
 from artifact.catalog import load_config, load_plan, load_plans
 from artifact.engines.vllm import env as vllm_env
 from artifact.engines.vllm import versions
-from artifact.engines.vllm.adapter import arm_flag, arm_placeholder, describe_cache, fixed_env, require_version
+from artifact.engines.vllm.adapter import arm_flag, arm_placeholder, describe_cache, require_version
+from artifact.engines.vllm.env import fixed_env
 from artifact.errors import ArtifactError
 
 VLLM = engines.get("vllm")
@@ -37,7 +38,7 @@ def test_the_attention_backend_is_read_from_each_versions_own_log_line():
 
 
 def test_a_vllm_of_another_version_than_the_configurations_is_refused():
-    cfg = load_config("h200-vllm/agent-fp16")
+    cfg = load_config("h200-vllm/h200-vllm-agent-fp16")
     settings = VLLM.settings(cfg)
     assert settings.version == "0.25.0"
     assert require_version(cfg, settings, {"vllm": "0.25.0"}).torch == "2.11.0"
@@ -47,13 +48,13 @@ def test_a_vllm_of_another_version_than_the_configurations_is_refused():
         r"0\.25\.0",
     ):
         require_version(cfg, settings, {"vllm": "0.11.0+cpu"})
-    demo = load_config("demo-smollm2-cpu-vllm")
+    demo = load_config("demo-smollm2-agent-cpu-vllm")
     assert VLLM.settings(demo).version == "0.11.0"  # the default: the paper's vLLM
     assert require_version(demo, VLLM.settings(demo), {"vllm": "0.11.0"}).batch_invariant is False
 
 
 def test_batch_invariance_needs_a_vllm_that_has_it_and_plans_do_not_choose_the_version(tmp_path):
-    demo = load_config("demo-smollm2-cpu-vllm")
+    demo = load_config("demo-smollm2-agent-cpu-vllm")
     with pytest.raises(
         ArtifactError, match="batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM 0.11.0 does not have"
     ):
@@ -69,7 +70,7 @@ def test_batch_invariance_needs_a_vllm_that_has_it_and_plans_do_not_choose_the_v
 
 
 def test_the_vllm_plans_set_the_environment_the_arm_flag_and_the_salt():
-    cfg = load_config("h200-vllm/agent-bf16")
+    cfg = load_config("h200-vllm/h200-vllm-agent-bf16")
     plans = load_plans()
     main, bi, bi_salt, salt = (VLLM.settings(cfg, plans[n]) for n in ("main", "bi", "bi-salt", "salt"))
     assert "VLLM_BATCH_INVARIANT" not in fixed_env("cuda", main)
@@ -85,7 +86,7 @@ def test_the_vllm_plans_set_the_environment_the_arm_flag_and_the_salt():
     assert arm_placeholder(main) == "<arm: --enable-prefix-caching | --no-enable-prefix-caching>"
     assert VLLM.overrides(plans["bi"]) == {"batch_invariant": True} and VLLM.overrides(plans["salt"]) == {}
     # a llama.cpp configuration runs these plans with its own defaults (they have no llama_cpp table)
-    llama = load_config("h200/agent-f16")
+    llama = load_config("h200/h200-agent-f16")
     assert engines.get("llama.cpp").settings(llama, plans["bi"]) == engines.get("llama.cpp").settings(llama)
 
 
@@ -119,7 +120,7 @@ def test_a_conversion_is_checked_against_its_converters_pin(tmp_path, monkeypatc
 
 
 def test_the_committed_pins_name_the_agent_models_f16():
-    f16 = load_config("h200-vllm/agent-fp16").model.sha256
+    f16 = load_config("h200-vllm/h200-vllm-agent-fp16").model.sha256
     pins = vllm_env.load_pins()
     assert pins and all(p["source_sha256"] == f16 and p["dtype"] == vllm_env.CONVERT_DTYPE for p in pins)
     weights = {p["files_sha256"]["model.safetensors"] for p in pins}

@@ -40,7 +40,7 @@ def test_a_recipe_without_an_adapter_makes_its_series_from_the_base_alone():
     assert set(recipe["products"]) == {"F16", "Q8_0", "Q4_K_M", "Q3_K_M"}
     assert derive.describe(f"derived:{QWEN}/Q8_0")["adapter"] is None
     for level in recipe["products"]:
-        cfg = load_config(f"h200/qwen-rq-{level.lower()}")
+        cfg = load_config(f"h200/h200-qwen2.5-coder-0.5b-rq-{level.lower()}")
         assert "requantized from 4-bit weights" in cfg.model.name and cfg.model.quant == level
 
 

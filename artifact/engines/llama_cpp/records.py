@@ -16,6 +16,9 @@ import re
 import shlex
 from pathlib import PurePath
 
+from artifact.engines.audit import RecordAudit, Tier
+from artifact.engines.llama_cpp.tiers import session_tiers
+
 # server flag -> (Settings field, type): what `server_args` writes for each setting
 FLAG_SETTINGS = {
     "-ub": ("ubatch_size", int),
@@ -200,3 +203,25 @@ def _ms(v) -> str | None:
 
 
 _get = dict.get  # plain lookups: requests may be lazily decoding records
+
+
+class LlamaAudit(RecordAudit):
+    """llama.cpp's record audit: its records against its command line, its binary's digests and its server log."""
+
+    identity_keys = ("engine", "binary_sha256")
+
+    def command_settings(self, manifest: dict) -> dict:
+        return command_settings(manifest)
+
+    def manifest_problem(self, manifest: dict) -> str | None:
+        """The identity's keys; the command line against the server_args the runs were paired by (port and model
+        path aside); the binary's digests against the pairing inputs' and against its files."""
+        return super().manifest_problem(manifest) or manifest_problem(manifest)
+
+    def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:
+        """The log's command line and per-request timings against the records."""
+        return session_log_problems(manifest, runs, log_text)
+
+    def request_tiers(self, manifest: dict, requests: list[dict], log_text: str | None) -> list[Tier]:
+        """The slot's KV cache or the host prompt cache, inferred from the server's INFO log (tiers.py)."""
+        return session_tiers(manifest, requests, log_text)

@@ -37,7 +37,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from artifact.engines.base import Tier
+from artifact.engines.audit import Tier
 
 SELECT = re.compile(
     r"slot get_availabl: id +(\d+) \| task -?\d+ \| selected slot by (?:"

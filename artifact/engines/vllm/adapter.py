@@ -37,19 +37,18 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
 
 from artifact.config import Config, Plan, choice
-from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, ImageSpec, RequestError
+from artifact.engines.base import GREEDY, TOP_N, Capabilities, Completion, Engine, RequestError
 from artifact.models import verified_weights
+from artifact.engines.openai_client import error_message
 from artifact.engines.server_process import ANSI, ServerProcess, ServerSession
 from artifact.engines.vllm import env as vllm_env
 from artifact.engines.vllm import versions
+from artifact.engines.vllm.answers import METRICS, cache_config_info, completion, get_field, parse_choice, parse_metrics
+from artifact.engines.vllm.build import VllmBuilds
+from artifact.engines.vllm.records import ARM_FLAGS, KIND, SALT, VllmAudit
 from artifact.errors import ArtifactError
-
-KIND = "vllm"
-ARM_FLAGS = {"on": "--enable-prefix-caching", "off": "--no-enable-prefix-caching"}
-SALT = "cache_salt"  # the request field of a salted OFF arm (a unique value per request)
 
 
 @dataclass(frozen=True)
@@ -87,16 +86,6 @@ OWNED_FLAGS = (
     "--host",
     "--port",
 )
-METRICS = {
-    "queries": "vllm:prefix_cache_queries_total",
-    "hits": "vllm:prefix_cache_hits_total",
-    "prefill_s": "vllm:request_prefill_time_seconds_sum",
-    "prefill_n": "vllm:request_prefill_time_seconds_count",
-    "decode_s": "vllm:request_decode_time_seconds_sum",
-    "decode_n": "vllm:request_decode_time_seconds_count",
-}
-CONTEXT_ERRORS = ("maximum context length", "max_model_len", "context length")
-TOKEN_ID = re.compile(r"token_id:(-?\d+)$")
 LOG_FACTS = re.compile(
     r"(attention backend|Using [A-Za-z0-9_ ]+ backend|FlashAttention version|block_size|"
     r"chunked prefill|Maximum concurrency|KV cache|batch.invarian|cascade attention)",
@@ -140,47 +129,6 @@ def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
         *extra,
         arm_flag,
     ]
-
-
-# NVLink multicast stays off on shared multi-GPU hosts (NCCL, PyTorch symmetric memory, NVSHMEM); the server's
-# allowlisted environment would drop the host's own settings, so a CUDA server gets them explicitly.
-# VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer is not staged for a GPU host (scripts/vllm-device-wheels.txt) and 0.25.0's
-# sampler imports it at start-up unless this is 0; greedy requests use no top-k/top-p sampling kernel.
-CUDA_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-    "VLLM_USE_FLASHINFER_SAMPLER": "0",
-}
-
-
-def fixed_env(build: str, settings: Settings | None = None) -> dict:
-    """Variables every vLLM server gets (paths excluded; they go in `server_env` of the manifest)."""
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "PYTHONHASHSEED": "0",
-        "VLLM_LOGGING_LEVEL": "INFO",
-    }
-    if build == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = "2"  # GiB; SmolLM2's 8k-token context needs well under 1 GiB
-    if build == "cuda":
-        env.update(CUDA_ENV)
-    if settings is not None and settings.batch_invariant:
-        env["VLLM_BATCH_INVARIANT"] = "1"
-    return env
-
-
-def server_env(build: str, settings: Settings | None = None) -> dict:
-    cache = vllm_env.compile_cache(build)
-    return {
-        **fixed_env(build, settings),
-        "VLLM_CACHE_ROOT": str(cache / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-    }
 
 
 def not_applicable(plan: Plan) -> dict:
@@ -259,83 +207,11 @@ def identity(cfg: Config, plan: Plan) -> dict:
         "model_files_sha256": model["files_sha256"],
         "model_weights": model.get("weights"),
         "server_args": serve_args(cfg, "<model dir>", "<port>", arm_placeholder(settings)),
-        "server_env": fixed_env(info.get("build"), settings),
+        "server_env": vllm_env.fixed_env(info.get("build"), settings),
         "request_fields": fields,
         "threads": os.cpu_count(),
         "cpu_flags_key": vllm_env.cpu_flags_key() if info.get("build") == "cpu" else None,
     }
-
-
-def parse_metrics(text: str) -> dict:
-    """The counters the adapter reads, summed over label sets; a missing one is None."""
-    wanted = {v: k for k, v in METRICS.items()}
-    found: dict = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                key = wanted.get(sample.name)
-                if key is not None:
-                    found[key] = found.get(key, 0.0) + sample.value
-    except ValueError:
-        raise ArtifactError("vLLM /metrics is not Prometheus text: the response is malformed") from None
-    return {k: found.get(k) for k in METRICS}
-
-
-def cache_config_info(text: str) -> dict:
-    for family in text_string_to_metric_families(text):
-        if family.name == "vllm:cache_config_info":
-            for sample in family.samples:
-                return dict(sample.labels)
-    return {}
-
-
-def _delta(after: dict, before: dict, key: str):
-    return None if after.get(key) is None or before.get(key) is None else after[key] - before[key]
-
-
-def _get(data, key: str, kind, where: str):
-    value = data.get(key) if isinstance(data, dict) else None
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ArtifactError(f"vLLM answered without a valid '{key}' in {where}: the response is malformed")
-    return value
-
-
-def _token_id(key: str) -> int:
-    m = TOKEN_ID.match(key) if isinstance(key, str) else None
-    if m is None:
-        raise ArtifactError(f"vLLM returned token {key!r}, not 'token_id:N' (return_tokens_as_token_ids ignored?)")
-    return int(m.group(1))
-
-
-def parse_choice(body: dict) -> tuple[list[int], str, list, str | None, dict]:
-    """Generated token ids, text, top-2 log-probabilities, stop type and usage of a /v1/completions response."""
-    choices = _get(body, "choices", list, "the completion")
-    if len(choices) != 1:
-        raise ArtifactError(f"vLLM answered with {len(choices)} choices instead of 1: the response is malformed")
-    choice = choices[0]
-    logprobs = _get(choice, "logprobs", dict, "the choice")
-    tokens = [_token_id(t) for t in _get(logprobs, "tokens", list, "logprobs")]
-    ids = choice.get("token_ids")
-    if ids is not None and ids != tokens:
-        raise ArtifactError("vLLM's token_ids disagree with its logprobs tokens: the response is malformed")
-    tops = _get(logprobs, "top_logprobs", list, "logprobs")
-    if len(tops) != len(tokens):
-        raise ArtifactError("vLLM answered with log-probabilities that do not match its tokens: malformed")
-    top = []
-    for pos in tops:
-        if not isinstance(pos, dict):
-            raise ArtifactError("vLLM answered with malformed top_logprobs")
-        ranked = sorted(([_token_id(k), float(v)] for k, v in pos.items()), key=lambda x: -x[1])
-        top.append(ranked[:TOP_N])
-    finish, stop_reason = choice.get("finish_reason"), choice.get("stop_reason")
-    if finish == "length":
-        stop_type = "limit"
-    elif finish == "stop":
-        stop_type = "word" if isinstance(stop_reason, str) else "eos"
-    else:
-        raise ArtifactError(f"vLLM finished a request with finish_reason {finish!r} (aborted?); see its log")
-    usage = _get(body, "usage", dict, "the completion")
-    return tokens, _get(choice, "text", str, "the choice"), top, stop_type, usage
 
 
 class VllmServer(ServerSession):
@@ -369,7 +245,7 @@ class VllmServer(ServerSession):
         t0 = time.monotonic()
         self.proc.spawn(
             lambda port: [str(self.exe)] + serve_args(self.cfg, str(self.model_dir), str(port), self.flag),
-            extra_env=server_env(self.info.get("build"), self.settings),
+            extra_env=vllm_env.server_env(self.info.get("build"), self.settings),
             health="/health",
         )
         self.startup_s = round(time.monotonic() - t0, 1)
@@ -392,20 +268,13 @@ class VllmServer(ServerSession):
         return self
 
     def _json(self, method: str, path: str, **kwargs):
-        r = self.proc.request(method, path, **kwargs)
-        try:
-            body = r.json()
-        except ValueError:
-            raise ArtifactError(f"vLLM {path} answered HTTP {r.status_code} without JSON: {r.text[:200]}") from None
-        if r.status_code != 200:
-            raise ArtifactError(f"vLLM {path} failed (HTTP {r.status_code}: {str(body)[:300]}); see {self.log_path}")
-        return body
+        return self.proc.client.json(method, path, f"; see {self.log_path}", **kwargs)
 
     def _metrics_text(self) -> str:
-        r = self.proc.request("GET", "/metrics")
-        if r.status_code != 200:
-            raise ArtifactError(f"vLLM /metrics answered HTTP {r.status_code}; see {self.log_path}")
-        return r.text
+        text = self.proc.client.metrics_text()
+        if text is None:
+            raise ArtifactError(f"vLLM /metrics did not answer HTTP 200; see {self.log_path}")
+        return text
 
     def log_facts(self, limit: int | None = 20) -> list[str]:
         """Start-up log lines naming the attention backend, block size, KV cache and chunked prefill."""
@@ -472,7 +341,7 @@ class VllmServer(ServerSession):
         body = self._json(
             "POST", "/tokenize", json={"model": self.cfg.model.name, "prompt": prompt, "add_special_tokens": True}
         )
-        return len(_get(body, "tokens", list, "/tokenize"))
+        return len(get_field(body, "tokens", list, "/tokenize"))
 
     def complete(self, prompt: str, n_predict: int, cache_prompt: bool) -> Completion:
         """One greedy completion with its cache exposure measured. Context overflow raises RequestError."""
@@ -486,19 +355,13 @@ class VllmServer(ServerSession):
         if self.salted:  # a salt no other request had: this request is never served from the prefix cache
             self.salts += 1
             payload[SALT] = f"{self.salt_prefix}-{self.salts}"
-        t0 = time.monotonic()
-        r = self.proc.request("POST", "/v1/completions", json=payload)
-        wall_ms = (time.monotonic() - t0) * 1000
-        try:
-            body = r.json()
-        except ValueError:
-            raise ArtifactError(f"vLLM answered HTTP {r.status_code} without JSON: {r.text[:200]}") from None
-        if r.status_code != 200:
-            err = body.get("error", body) if isinstance(body, dict) else {}
-            message = str(err.get("message", r.text[:300]) if isinstance(err, dict) else r.text[:300])
-            if r.status_code == 400 and any(s in message for s in CONTEXT_ERRORS):
-                raise RequestError(f"HTTP 400: {message[:300]}")
-            raise ArtifactError(f"vLLM failed a request (HTTP {r.status_code}: {message[:300]}); see {self.log_path}")
+        answer = self.proc.client.complete(payload)
+        wall_ms, body = answer.seconds * 1000, answer.body
+        if answer.status != 200:
+            message, overflow, _ = error_message(answer.status, body, answer.text)
+            if overflow:
+                raise RequestError(f"HTTP 400: {message}")
+            raise ArtifactError(f"vLLM failed a request (HTTP {answer.status}: {message}); see {self.log_path}")
         tokens, text, top, stop_type, usage = parse_choice(body)
         after = parse_metrics(self._metrics_text())
         done = self._completion(tokens, text, top, stop_type, usage, before, after, wall_ms)
@@ -507,92 +370,7 @@ class VllmServer(ServerSession):
         return done
 
     def _completion(self, tokens, text, top, stop_type, usage, before, after, wall_ms) -> Completion:
-        prompt_tokens = _get(usage, "prompt_tokens", int, "usage")
-        details = usage.get("prompt_tokens_details")
-        if details is not None and not isinstance(details, dict):
-            raise ArtifactError("vLLM answered with a malformed usage.prompt_tokens_details")
-        usage_cached = (details or {}).get("cached_tokens")
-        if usage_cached is not None and not isinstance(usage_cached, int):
-            raise ArtifactError("vLLM answered with a non-integer usage.prompt_tokens_details.cached_tokens")
-        usage_n = usage_cached or 0  # null means 0: every server runs with --enable-prompt-tokens-details
-        hits, queries = _delta(after, before, "hits"), _delta(after, before, "queries")
-        metrics_n = int(round(hits)) if hits is not None else None
-        cache_n = max(usage_n, metrics_n if metrics_n is not None else 0)
-        computed = prompt_tokens - cache_n
-        prefill_n, decode_n = _delta(after, before, "prefill_n"), _delta(after, before, "decode_n")
-        prefill_s, decode_s = _delta(after, before, "prefill_s"), _delta(after, before, "decode_s")
-        return Completion(
-            tokens=tokens,
-            text=text,
-            top_logprobs=top,
-            prompt_tokens=prompt_tokens,
-            cache_n=cache_n,
-            prompt_n=computed,
-            prompt_ms=prefill_s * 1000 if prefill_n == 1 and prefill_s is not None else None,
-            predicted_ms=decode_s * 1000 if decode_n == 1 and decode_s is not None else None,
-            stop_type=stop_type,
-            extra={
-                "usage_cached_tokens": usage_cached,
-                "usage_null_means_zero": True,
-                "metrics_prefix_cache_hits": metrics_n,
-                "metrics_prefix_cache_queries": int(round(queries)) if queries is not None else None,
-                "cache_sources_agree": metrics_n == usage_n,
-                "cache_n_source": "max(usage cached_tokens (null or 0 on a miss) as 0, /metrics prefix_cache_hits "
-                "delta)",
-                "chunked_prefill": computed > self.cfg.server.batch_size,
-                "completion_tokens": usage.get("completion_tokens"),
-                "wall_ms": round(wall_ms, 1),
-            },
-        )
-
-
-def command_problem(manifest: dict) -> str | None:
-    """Why the manifest's command line is not the `vllm serve` its runs were paired by, with its arm's flag."""
-    ident = (manifest.get("pairing_inputs") or {}).get("engine") or {}
-    args, cmd, arm = ident.get("server_args"), manifest.get("server_cmd"), manifest.get("arm")
-    if isinstance(args, list) and (not args or args[0] != "serve"):
-        return "field 'pairing_inputs.engine.server_args' does not start with 'serve': not a `vllm serve` command line"
-    if not (isinstance(cmd, list) and all(isinstance(a, str) for a in cmd)):
-        return None
-    if len(cmd) < 2 or cmd[1] != "serve":
-        return (
-            f"field 'server_cmd' runs {' '.join(cmd[:2])!r}, not `vllm serve`: not a vLLM server's command line "
-            f"(engine {KIND!r})"
-        )
-    # a salted OFF arm (off_arm = "salt": its requests carry a unique cache_salt) runs on a server started as ON's
-    salted_off = arm == "off" and SALT in (ident.get("request_fields") or {})
-    flag = ARM_FLAGS["on"] if salted_off else ARM_FLAGS.get(arm)
-    if flag is not None and (flag not in cmd or any(f in cmd for f in ARM_FLAGS.values() if f != flag)):
-        return (
-            f"field 'server_cmd' lacks {flag}, the flag of arm {arm!r} (or holds the other arm's): the server ran "
-            "another cache condition than the run's arm"
-        )
-    cc = manifest.get("cache_condition") or {}
-    if flag is not None and isinstance(cc, dict) and cc.get("arm_flag") not in (None, flag):
-        return f"field 'cache_condition.arm_flag' is {cc.get('arm_flag')!r}, the flag of arm {arm!r} is {flag!r}"
-    if isinstance(args, list):
-        got = cmd[1:]
-        if len(got) != len(args):
-            return (
-                f"field 'server_cmd' has {len(got)} arguments, the server_args the runs were paired by "
-                f"(pairing_inputs.engine) {len(args)}: the server ran another command line"
-            )
-        for i, (a, want) in enumerate(zip(got, args)):
-            if (
-                want == "<port>"
-                and a.isdigit()
-                or want == "<model dir>"
-                or isinstance(want, str)
-                and want.startswith("<arm: ")
-                and a == flag
-            ):
-                continue
-            if a != want:
-                return (
-                    f"field 'server_cmd' argument {i + 1} is {a!r}, the server_args the runs were paired by "
-                    f"(pairing_inputs.engine) have {want!r}: the server ran another command line"
-                )
-    return None
+        return completion(tokens, text, top, stop_type, usage, before, after, wall_ms, self.cfg.server.batch_size)
 
 
 class Vllm(Engine):
@@ -609,39 +387,9 @@ class Vllm(Engine):
     )  # cache_n: usage and /metrics, never null (_completion)
     settings_type = Settings
     cache_keys = CACHE_KEYS
-    identity_keys = ("engine", "vllm", "server_args")
     server_family = "vllm"  # vLLM's /v1/models owned_by
-    host_folders = (".venv-vllm",)  # scripts/setup-vllm.sh's environment (~8 GB), never in an image's context
-
-    def image(self, args):
-        """Dockerfile.vllm: the paper's vLLM 0.11.0 (the Dockerfile checks the same pin; requirements-vllm.lock for
-        the CPU build)."""
-        return ImageSpec(
-            self.kind, "Dockerfile.vllm", "prefix-cache-artifact/vllm", f"v{versions.DEFAULT}", {}, None, shm_size="8g"
-        )
-
-    def native_unavailable(self, cfg: Config, gpu: bool) -> str | None:
-        """A vLLM the user installed, at the version the configuration is written for (versions.DEFAULT unless its
-        [engine.settings] version says otherwise), and for a GPU run its CUDA build."""
-        why = self.container_unavailable()
-        if why:
-            return why
-        want = self.settings(cfg).version
-        try:
-            exe = vllm_env.resolve_executable(cfg.engine.binary)
-            info = vllm_env.probe(str(exe))
-        except ArtifactError as exc:
-            return f"no usable vLLM ({exc}); install vLLM {want} and point ARTIFACT_VLLM_VENV at its prefix"
-        if versions.mismatch(info.get("vllm"), want):
-            return f"{exe} is vLLM {info.get('vllm')}, the configuration is written for {want}"
-        if gpu and info.get("build") != "cuda":
-            return f"{exe} is vLLM {info.get('vllm')}'s {info.get('build')} build, not a CUDA build that sees a GPU"
-        return None
-
-    def manifest_problem(self, manifest: dict) -> str | None:
-        """The identity's keys; the command line is `EXE serve MODEL ...` with the pairing inputs' server_args (port,
-        model directory and the arm's flag as placeholders) and the run's own arm flag."""
-        return super().manifest_problem(manifest) or command_problem(manifest)
+    audit_facet = VllmAudit  # records.py: the command line is the `vllm serve` the runs were paired by
+    build_facet = VllmBuilds  # build.py: Dockerfile.vllm, or a vLLM the user installed
 
     def problems(self, cfg: Config, settings: Settings) -> list[str]:
         out = []

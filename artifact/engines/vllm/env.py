@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from artifact.config import REPO
 from artifact.models.hub import sha256_file
@@ -124,7 +125,7 @@ def cpu_flags_key() -> str:
     return hashlib.sha256(f"{os.uname().machine} {flags}".encode()).hexdigest()[:16]
 
 
-def compile_cache(build: str) -> Path:
+def compile_cache(build: str | None) -> Path:
     path = cache_root() / "compile" / f"{build}-{cpu_flags_key()}"
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -283,4 +284,48 @@ def model_dir(
         "model_dir": str(directory),
         **record,
         "pin": {"pinned": pin is not None, "file": str(PINS.relative_to(REPO)), "converter": converter(record)},
+    }
+
+
+# --- the environment of every vLLM server (the adapter's sessions) ------------------------------------------------
+
+# NVLink multicast stays off on shared multi-GPU hosts (NCCL, PyTorch symmetric memory, NVSHMEM); the server's
+# allowlisted environment would drop the host's own settings, so a CUDA server gets them explicitly.
+# VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer is not staged for a GPU host (scripts/vllm-device-wheels.txt) and 0.25.0's
+# sampler imports it at start-up unless this is 0; greedy requests use no top-k/top-p sampling kernel.
+CUDA_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+}
+
+
+def fixed_env(build: str | None, settings: Any = None) -> dict:
+    """Variables every vLLM server gets (paths excluded; they go in `server_env` of the manifest)."""
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "PYTHONHASHSEED": "0",
+        "VLLM_LOGGING_LEVEL": "INFO",
+    }
+    if build == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = "2"  # GiB; SmolLM2's 8k-token context needs well under 1 GiB
+    if build == "cuda":
+        env.update(CUDA_ENV)
+    if settings is not None and settings.batch_invariant:
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    return env
+
+
+def server_env(build: str | None, settings: Any = None) -> dict:
+    """`fixed_env` and the compile caches' paths (`settings`: the adapter's Settings, or None)."""
+    cache = compile_cache(build)
+    return {
+        **fixed_env(build, settings),
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
     }

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 from artifact import workloads
+from artifact.engines.builds import BuildOptions
 from artifact.config import REPO
 from artifact.errors import ArtifactError
 from artifact.orchestrate import engine_kinds, host, images, native
@@ -115,7 +115,7 @@ def task_fanout(task: Task, job: Job):
 
 def docker_fanout(spec: dict, job: Job, results: Path):
     client = host.docker_client()
-    image_args = SimpleNamespace(cpu=spec["cpu"], base_image=spec["base_image"], cuda_archs=spec["cuda_archs"])
+    image_args = BuildOptions(cpu=spec["cpu"], base_image=spec["base_image"], cuda_archs=spec["cuda_archs"])
     ispec = engine_kinds.image_spec(job.engine, image_args)
     image = images.ensure_image(
         client, ispec, results / "logs", ca_bundle=Path(spec["ca_bundle"]) if spec.get("ca_bundle") else None

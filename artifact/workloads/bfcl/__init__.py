@@ -1,9 +1,9 @@
 """BFCL `multi_turn_base` (the paper's agent workload): episodes through the real, unmodified `bfcl_eval` package.
 
-driver.py   BFCL's own episode loop, prompt builder, decoder, executor and checker, with only the transport ours
-oracle.py   ground-truth trajectories of held-out episodes: the embedded agent model's training data
-tenants.py  prompts of background tenants that share the measured episodes' system prompt (held-out questions)
-tables.py   how the served model behaved as an agent (tool calls, requests per episode, BFCL's verdicts)
+driver.py          BFCL's own episode loop, prompt builder, decoder, executor and checker, with only the transport ours
+oracle.py          ground-truth trajectories of held-out episodes: the embedded agent model's training data
+tenant_prompts.py  prompts of background tenants that share the measured episodes' system prompt (held-out questions)
+tables.py          how the served model behaved as an agent (tool calls, requests per episode, BFCL's verdicts)
 
 One unit is one episode; a request is one step of it. The arm decides the cache: "off" sends every request with the
 cache off, "on" with it on. `bfcl_eval` is imported only when episodes run (reading results never needs it).
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from artifact.config import choice
-from artifact.workloads.base import Prepared, Workload
+from artifact.workloads.base import Prepared, Workload, Wording
 from artifact.workloads.bfcl.records import record_problem
 from artifact.workloads.bfcl import example
 
@@ -93,11 +93,18 @@ class Bfcl(Workload):
 
     def tenant_prompts(self, cfg, prepared: Prepared, n: int):
         # lazy: bfcl_eval (~1 s), only for a plan with tenants
-        from artifact.workloads.bfcl.tenants import tenant_prompts
+        from artifact.workloads.bfcl.tenant_prompts import tenant_prompts
 
         return tenant_prompts(prepared.units, cfg.chat.handler, self.settings(cfg).prompt_variant, n)
 
     table_files = ("agent.csv",)
+    # the report's words for it (Tab. 2's heading and validity columns, the divergence example's trajectory)
+    wording = Wording(
+        title="BFCL multi_turn_base",
+        valid_column="BFCL valid",
+        harness="BFCL",
+        executes_output=True,
+    )
 
     def record_problem(self, run) -> str | None:
         """The verdict against `valid`, the trajectory against the requests (records.py)."""

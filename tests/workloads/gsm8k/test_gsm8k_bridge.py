@@ -38,7 +38,7 @@ def test_prompt_is_one_chatml_user_turn_with_the_answer_format():
 
 
 def test_synthetic_items_are_labelled_synthetic():
-    cfg = with_workload(load_config("demo-smollm2-cpu-gsm8k"), episodes=4)
+    cfg = with_workload(load_config("demo-smollm2-q4_1-cpu-gsm8k"), episodes=4)
     items, prov = gsm8k.load_items(cfg.workload.episodes, "synthetic")
     assert [i.item_id for i in items] == [f"synthetic_{k:04d}" for k in range(4)]
     assert prov["synthetic"] is True and prov["data"] == "synthetic" and prov["n_items"] == 4
@@ -57,7 +57,7 @@ def test_cache_check():
 def bridge(tmp_path_factory):
     from artifact.protocol.runner import execute_plan as execute_bridge
 
-    cfg = with_workload(load_config("demo-smollm2-cpu-gsm8k"), episodes=N_ITEMS, n_predict=N_PREDICT)
+    cfg = with_workload(load_config("demo-smollm2-q4_1-cpu-gsm8k"), episodes=N_ITEMS, n_predict=N_PREDICT)
     results = tmp_path_factory.mktemp("results")
     dirs = execute_bridge(cfg, load_plan("bridge"), results)
     return cfg, results, dirs

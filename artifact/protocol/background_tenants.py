@@ -45,6 +45,8 @@ from artifact.config import Config, Plan, build_table, choice
 from artifact.errors import ArtifactError
 
 TENANTS_FILE = "tenants.jsonl"
+# Recorded in every tenant run's manifest and pairing fingerprint (`identity`, `pairing`): it names this module by
+# its former name (artifact/protocol/tenants.py) and stays byte for byte, or committed runs would pair with none.
 GENERATOR = "artifact.protocol.tenants v1"
 # The synthetic text of "unshared" prompts: words drawn by random.Random(seed) from this list (stable across Python
 # versions for an integer seed).

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from artifact.analysis import tenants
+from artifact.analysis import tenant_effect
 from artifact.analysis.figure import new_figure
 
 RUN_COLUMNS = [
@@ -88,10 +88,12 @@ class Section:
 
 
 def section(runs: list[Any]) -> Section:
-    rows = tenants.run_rows(runs)
-    plans = tenants.plan_rows(runs, rows)
+    rows = tenant_effect.run_rows(runs)
+    plans = tenant_effect.plan_rows(runs, rows)
     return Section(
-        tenants.verdicts(plans), pd.DataFrame(rows, columns=RUN_COLUMNS), pd.DataFrame(plans, columns=PLAN_COLUMNS)
+        tenant_effect.verdicts(plans),
+        pd.DataFrame(rows, columns=RUN_COLUMNS),
+        pd.DataFrame(plans, columns=PLAN_COLUMNS),
     )
 
 
@@ -109,7 +111,7 @@ def report_rows(plans: pd.DataFrame) -> list[dict[str, Any]]:
     out = []
     for r in plans.to_dict("records"):
         share = r["overlap_share_mean"]
-        prefix = r["prefix"] if isinstance(r["prefix"], str) else "prefix not known"  # derived: analysis.tenants
+        prefix = r["prefix"] if isinstance(r["prefix"], str) else "prefix not known"  # derived: analysis.tenant_effect
         out.append(
             {
                 "config": r["config"],

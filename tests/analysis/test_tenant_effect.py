@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from artifact.analysis import tenants
+from artifact.analysis import tenant_effect
 from artifact.check.beyond import analyse
 from artifact.check.run import run_check
 from artifact.records.store import find_runs
@@ -20,9 +20,9 @@ def sha(text: str) -> str:
 
 
 def units(shared: int, episodes=("e0", "e1", "e2", "e3")) -> list[dict]:
-    """The tenant prompts a manifest records per measured unit (artifact.protocol.tenants.prepare): the unit's first
-    prompt as the synthetic runs send it (`write_bfcl_run`: "e0/0"), 4 tenant prompts sharing `shared` of its
-    1000 characters each."""
+    """The tenant prompts a manifest records per measured unit (artifact.protocol.background_tenants.prepare): the
+    unit's first prompt as the synthetic runs send it (`write_bfcl_run`: "e0/0"), 4 tenant prompts sharing `shared` of
+    its 1000 characters each."""
     return [
         {
             "unit": e,
@@ -37,8 +37,9 @@ def units(shared: int, episodes=("e0", "e1", "e2", "e3")) -> list[dict]:
 
 
 def load_record(spec=SPEC, overlapped=2, requests=2, completed=7, failed=0, shared=None) -> dict:
-    """A manifest's `tenants` as artifact/protocol/tenants.py writes it at the end of a run; its tenant prompts share
-    `shared` characters of each unit's first 1000 (default: 990 for a "shared" spec, 0 for an "unshared" one)."""
+    """A manifest's `tenants` as artifact/protocol/background_tenants.py writes it at the end of a run; its tenant
+    prompts share `shared` characters of each unit's first 1000 (default: 990 for a "shared" spec, 0 for an "unshared"
+    one)."""
     shared = (990 if spec.get("prefix") == "shared" else 0) if shared is None else shared
     return {
         "spec": spec,
@@ -178,9 +179,9 @@ def test_without_the_isolated_baseline_or_any_tenant_plan_it_is_not_run(tmp_path
 
 def test_only_the_load_and_its_server_arguments_may_differ():
     base = pairing_inputs(MODEL, 8192)
-    assert tenants._strip(loaded_inputs()) == tenants._strip(base)
+    assert tenant_effect._strip(loaded_inputs()) == tenant_effect._strip(base)
     real = {"engine": {"server_args": ["-m", "x", "-c", "24576", "-np", "3", "-ub", "512"]}, "tenants": {}}
-    assert tenants._strip(real) == {"engine": {"server_args": ["-m", "x", "-ub", "512"]}}
+    assert tenant_effect._strip(real) == {"engine": {"server_args": ["-m", "x", "-ub", "512"]}}
 
 
 def test_one_off_run_under_load_is_not_enough_for_a_pass(tmp_path):

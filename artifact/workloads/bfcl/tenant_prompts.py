@@ -1,4 +1,4 @@
-"""Prompts for background tenants (artifact/protocol/tenants.py) that share the measured episodes' prefix.
+"""Prompts for background tenants (artifact/protocol/background_tenants.py) that share the measured episodes' prefix.
 
 For each measured episode, `n` prompts made by BFCL's own prompt builder (the configured handler and prompt
 variant): the episode's own system prompt and function docs, with the first question of a held-out episode
@@ -45,6 +45,8 @@ def tenant_prompts(units: list, handler: str, variant: str, n: int) -> tuple[lis
             entry = {**episode.entry, "question": [other.entry["question"][0]]}
             prompts.append(first_prompt(entry, handler, variant, f"tenant_{i}_{k}"))
         pools.append((first, prompts))
+    # `how` is recorded in the manifest's tenants identity: it names this module by its former name
+    # (artifact.workloads.bfcl.tenants) and stays byte for byte, as committed evidence records it.
     how = (
         f"BFCL's prompt builder (handler {handler}, prompt variant {variant}): each measured episode's system "
         f"prompt and function docs with the first question of held-out episode multi_turn_base_"

@@ -1,7 +1,7 @@
 """Other tenants, measured: do background tenants on the server change the measured episodes' outputs?
 
-A plan with `tenants` (artifact/protocol/tenants.py) runs the measured episodes while N background tenants share
-the server; its manifests record the load (`tenants`). Each of its runs is set against the isolated baseline, plan
+A plan with `tenants` (artifact/protocol/background_tenants.py) runs the measured episodes while N background tenants
+share the server; its manifests record the load (`tenants`). Each of its runs is set against the isolated baseline, plan
 main of the same configuration, run k against run k of the same arm, episode by episode (`compare_runs`: token ids
 and request counts). The two differ in what produced them by design (the server's slot count and the load), so
 their pairing fingerprints differ; everything else that produces the tokens must be equal (`comparable`), or the
@@ -18,7 +18,7 @@ divergence from the isolated ON runs, and ON vs OFF under load next to ON vs OFF
 
 from __future__ import annotations
 
-from artifact.analysis.compare import Comparison, compare_runs
+from artifact.analysis.divergence import Comparison, compare_runs
 from artifact.analysis.groups import by_plan, manifest_table
 from artifact.analysis.stats import wilson_interval
 from artifact.records.store import Run, read_tenants
@@ -52,8 +52,8 @@ def prefix_of(run: Run) -> tuple[str | None, str]:
     """(prefix, why none): whether the run's tenant prompts share the measured prompts' prefix, derived from the
     prompts the run recorded, never from the plan's `prefix` label. The manifest's tenants.units record,
     per measured unit, the sha256 and length of its first measured prompt and, per tenant prompt, how many of its
-    first characters it shares with that prompt (`protocol.tenants.prepare`); a unit counts only where its first
-    prompt is the one the run's requests.jsonl records for that episode (request 0). "shared": every tenant prompt
+    first characters it shares with that prompt (`protocol.background_tenants.prepare`); a unit counts only where its
+    first prompt is the one the run's requests.jsonl records for that episode (request 0). "shared": every tenant prompt
     shares at least half of its unit's first prompt (the generator's shared prompts share its whole system prompt);
     "unshared": none shares 1% of it (the generator's share none). None, and why, where the records show neither."""
     units = load_of(run).get("units")
