@@ -482,8 +482,21 @@ def prog() -> str:
     return "./run.sh" if os.environ.get(SET_UP_ENV) else "prefix-cache-artifact"
 
 
+def not_the_checkout(argv: list[str]) -> int:
+    """A copy of the package (`pip install .`), away from the checkout whose run.sh, configs/ and expected/ every
+    command uses: one line saying how to install it where it lies."""
+    print(
+        f"error: this installation of the package ({REPO / 'artifact'}) is a copy, not the checkout whose run.sh, "
+        f"configs/ and expected/ it uses: in the repository run `pip install -e .` (or ./run.sh {' '.join(argv)})",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def hand_over(argv: list[str]) -> int:
     """Run `run.sh ARGV` in this process's place (set-up, isolation); returns only where it cannot be started."""
+    if not (REPO / "run.sh").is_file():
+        return not_the_checkout(argv)
     try:
         os.execv(str(REPO / "run.sh"), [str(REPO / "run.sh"), *argv])
     except OSError as exc:
@@ -645,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] and argv[0] in HANDED_TO_RUN_SH and not os.environ.get(SET_UP_ENV):
         return hand_over(argv)
     args = parser().parse_args(argv)
+    if not (REPO / "run.sh").is_file():  # every command reads the checkout's configs/ and expected/
+        return not_the_checkout(argv)
     # Ctrl-C and `kill` alike unwind through the protocol's cleanup (the server is stopped, the run stays
     # 'incomplete'), even when the shell that started us ignored SIGINT (background jobs).
     signal.signal(signal.SIGINT, _interrupt)

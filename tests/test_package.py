@@ -115,3 +115,34 @@ def test_run_sh_sets_the_commands_up_and_exports_no_pythonpath():
     assert "export ARTIFACT_SET_UP=1" in text
     assert "PYTHONPATH" not in text
     assert sys.executable  # the suite itself runs under run.sh's set-up (conftest sets ARTIFACT_SET_UP)
+
+
+def test_a_copy_installed_with_pip_install_dot_says_in_one_line_to_install_the_checkout(tmp_path):
+    """`pip install .` copies the package away from configs/, expected/ and run.sh: the console script still answers
+    --help, and a command that needs the checkout is a one-line error naming `pip install -e .`."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    _copy_setuptools(env_dir)
+    src = tmp_path / "src"
+    skip = {".git", ".venv", ".venv-cuda", ".venv-vllm", ".device", "results", "weights", "models", "evidence", "build"}
+
+    def top_level(folder: str, names: list[str]) -> list[str]:  # what the copy leaves out, at the top only
+        return [n for n in names if folder == str(REPO) and (n in skip or n.endswith(".egg-info"))]
+
+    shutil.copytree(REPO, src, ignore=top_level)
+    install = subprocess.run(
+        [env_dir / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+         "--no-build-isolation", "--no-deps", str(src)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    script = env_dir / "bin" / "prefix-cache-artifact"
+    env = _env_without_set_up()
+    assert subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path, env=env).returncode == 0
+    for command in (["demo"], ["check", str(REPO / "evidence" / "h200-agent")]):  # handed to run.sh; run here
+        done = subprocess.run([script, *command], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+        assert done.returncode == 2 and done.stdout == ""
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "is a copy" in lines[0] and "pip install -e ." in lines[0], done.stderr
