@@ -169,7 +169,8 @@ class OpenAIClient:
 # --- reading an answer ------------------------------------------------------------------------------------------
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
+    """An int that is not a bool (JSON's integers)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -181,13 +182,13 @@ def _token_id(key: Any) -> int | None:
 def token_ids(body: dict[str, Any], choice: dict[str, Any], completion_tokens: int | None) -> tuple[list[int], str]:
     """The generated token ids and where they came from (module docstring); ArtifactError if the server gives none."""
     ids = choice.get("token_ids")
-    if isinstance(ids, list) and all(_is_int(t) for t in ids):
+    if isinstance(ids, list) and all(is_int(t) for t in ids):
         return ids, "choices[0].token_ids"
     verbose = body.get("__verbose")
     if (
         isinstance(verbose, dict)
         and isinstance(verbose.get("tokens"), list)
-        and all(_is_int(t) for t in verbose["tokens"])
+        and all(is_int(t) for t in verbose["tokens"])
     ):
         if verbose["tokens"] or not completion_tokens:
             return verbose["tokens"], "__verbose.tokens"
@@ -196,7 +197,7 @@ def token_ids(body: dict[str, Any], choice: dict[str, Any], completion_tokens: i
         content = logprobs.get("content")
         if (
             isinstance(content, list)
-            and all(isinstance(e, dict) and _is_int(e.get("id")) for e in content)
+            and all(isinstance(e, dict) and is_int(e.get("id")) for e in content)
             and len(content) == completion_tokens
         ):
             return [e["id"] for e in content], "logprobs.content[].id"
@@ -292,12 +293,12 @@ def parse_completion(body: Any, metric_delta: float | None, wall_ms: float) -> C
         raise ArtifactError("the server answered without exactly one choice: the response is malformed")
     choice = choices[0]
     usage = body.get("usage")
-    if not isinstance(usage, dict) or not _is_int(usage.get("prompt_tokens")):
+    if not isinstance(usage, dict) or not is_int(usage.get("prompt_tokens")):
         raise ArtifactError("the server answered without usage.prompt_tokens: the response is malformed")
     text = choice.get("text")
     if not isinstance(text, str):
         raise ArtifactError("the server answered without a choice text: the response is malformed")
-    completion_tokens = usage.get("completion_tokens") if _is_int(usage.get("completion_tokens")) else None
+    completion_tokens = usage.get("completion_tokens") if is_int(usage.get("completion_tokens")) else None
     tokens, ids_source = token_ids(body, choice, completion_tokens)
     top, top_source = top_logprobs(choice, tokens)
     check_greedy(tokens, top)

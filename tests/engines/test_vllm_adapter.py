@@ -10,7 +10,8 @@ import pytest
 
 from artifact.catalog import load_config, load_plan
 from artifact.engines.vllm import env as vllm_env
-from artifact.engines.vllm.adapter import VllmServer, parse_choice, parse_metrics, serve_args
+from artifact.engines.vllm.adapter import serve_args
+from artifact.engines.vllm.answers import completion, parse_choice, parse_metrics
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
 
@@ -90,19 +91,17 @@ def test_metrics_counters_are_read_and_summed():
 
 
 def test_cache_n_carries_the_hits_of_either_source(vcfg, tmp_path):
-    server = VllmServer.__new__(VllmServer)
-    server.cfg = vcfg
     tokens, text, top, stop, usage = parse_choice(body([7], [{"token_id:7": -0.1, "token_id:9": -2.5}], cached=None))
     before = {"hits": 100.0, "queries": 500.0, "prefill_n": 3.0, "prefill_s": 1.0, "decode_n": 3.0, "decode_s": 2.0}
     after = {"hits": 228.0, "queries": 510.0, "prefill_n": 4.0, "prefill_s": 1.5, "decode_n": 4.0, "decode_s": 2.25}
-    done = server._completion(tokens, text, top, stop, usage, before, after, 12.0)
+    done = completion(tokens, text, top, stop, usage, before, after, 12.0, vcfg.server.batch_size)
     # usage said null (0) but the counters saw 128 hit tokens: cache_n is 128 and the disagreement is recorded
     assert done.cache_n == 128 and done.prompt_n == 10 - 128
     assert done.extra["usage_cached_tokens"] is None and done.extra["metrics_prefix_cache_hits"] == 128
     assert done.extra["cache_sources_agree"] is False
     assert done.prompt_ms == 500.0 and done.predicted_ms == 250.0
     same = {**after, "hits": 100.0}
-    cold = server._completion(tokens, text, top, stop, usage, before, same, 12.0)
+    cold = completion(tokens, text, top, stop, usage, before, same, 12.0, vcfg.server.batch_size)
     assert cold.cache_n == 0 and cold.extra["cache_sources_agree"] is True
 
 

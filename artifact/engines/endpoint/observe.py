@@ -11,16 +11,13 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from artifact.engines.openai_client import is_int
 from artifact.errors import ArtifactError
 
 # /v1/models entry fields that identify the model; `created` and `object` are left out (vLLM's `created` is the time
 # of the request)
 MODEL_FIELDS = ("id", "owned_by", "root", "parent", "max_model_len", "meta")
 PROPS_FIELDS = ("build_info", "model_path", "model_alias", "model_ftype", "total_slots", "modalities")
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def server_identity(get, where: str = "the server") -> dict:
@@ -88,16 +85,16 @@ def reported_model(ident: dict, model_id: str | None) -> dict:
     meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
     props = ident.get("props") or {}
     for key in ("n_params", "size", "n_ctx_train"):
-        if _is_int(meta.get(key)):
+        if is_int(meta.get(key)):
             out[key] = meta[key]
     ftype = meta.get("ftype") or props.get("model_ftype")
     if isinstance(ftype, str) and ftype:
         out["ftype"] = ftype
         out["quant"] = quant_label(ftype)
-    n_ctx = props.get("n_ctx") if _is_int(props.get("n_ctx")) else meta.get("n_ctx")
-    if not _is_int(n_ctx):
+    n_ctx = props.get("n_ctx") if is_int(props.get("n_ctx")) else meta.get("n_ctx")
+    if not is_int(n_ctx):
         n_ctx = entry.get("max_model_len")
-    if _is_int(n_ctx):
+    if is_int(n_ctx):
         out["n_ctx"] = n_ctx
     build = build_string(ident)
     if build != "not reported by the server":

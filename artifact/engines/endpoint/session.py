@@ -133,11 +133,6 @@ class EndpointSession:
             "from whatever the server cached before, which the records show (cached_before_session)",
         }
 
-    def _post_completion(self, payload: dict):
-        """POST /v1/completions, timed: the response, its JSON body and the seconds it took (openai_client)."""
-        answer = self.client.complete(payload)
-        return answer, answer.body, answer.seconds
-
     def timed_request(self, n_predict: int, cache_prompt: bool, target: int = 3800) -> tuple[Completion, float, int]:
         """One greedy request of about `target` prompt tokens that shares no prefix with the workload's prompts
         (plain text, no chat template), generating `n_predict` tokens where the server lets it ignore the end of
@@ -157,7 +152,8 @@ class EndpointSession:
         }
         if payload.get("cache_salt"):
             payload["cache_salt"] = f"dry-run-{uuid.uuid4().hex}"
-        answer, body, seconds = self._post_completion(payload)
+        answer = self.client.complete(payload)
+        body, seconds = answer.body, answer.seconds
         if answer.status != 200:
             message, _, _ = error_message(answer.status, body, answer.text)
             raise ArtifactError(
@@ -270,7 +266,8 @@ class EndpointSession:
         }
         ids, prefix = self.session_prefix(prompt)
         before = self._counter() if self.metrics else None
-        answer, body, seconds = self._post_completion(payload)
+        answer = self.client.complete(payload)
+        body, seconds = answer.body, answer.seconds
         wall_ms = seconds * 1000
         if answer.status != 200:
             message, overflow, n = error_message(answer.status, body, answer.text)

@@ -364,13 +364,10 @@ class VllmServer(ServerSession):
             raise ArtifactError(f"vLLM failed a request (HTTP {answer.status}: {message}); see {self.log_path}")
         tokens, text, top, stop_type, usage = parse_choice(body)
         after = parse_metrics(self._metrics_text())
-        done = self._completion(tokens, text, top, stop_type, usage, before, after, wall_ms)
+        done = completion(tokens, text, top, stop_type, usage, before, after, wall_ms, self.cfg.server.batch_size)
         if self.salted:
             done.extra[SALT] = payload[SALT]
         return done
-
-    def _completion(self, tokens, text, top, stop_type, usage, before, after, wall_ms) -> Completion:
-        return completion(tokens, text, top, stop_type, usage, before, after, wall_ms, self.cfg.server.batch_size)
 
 
 class Vllm(Engine):
