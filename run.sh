@@ -120,14 +120,11 @@ setup_python() {
     echo "$want" >"$stamp"
   fi
   # the package itself, editable (it reads configs/, expected/ and models/ beside it): the console script
-  # prefix-cache-artifact; setuptools from the environment where it has one, else from the index (or the stage)
+  # prefix-cache-artifact, built by the setuptools requirements.txt pins (no index needed)
   want=$(sha256sum pyproject.toml | cut -c1-16)
   stamp=$venv/.artifact-package
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    local isolation=()
-    "$py" -c 'import setuptools as s, sys; sys.exit(tuple(map(int, s.__version__.split(".")[:2])) < (70, 1))' \
-      2>/dev/null && isolation=(--no-build-isolation)  # builds an editable wheel without the wheel package
-    "$py" -m pip install -q --disable-pip-version-check --no-deps ${isolation[@]+"${isolation[@]}"} -e "$here" >/dev/null \
+    "$py" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$here" >/dev/null \
       && echo "$want" >"$stamp" \
       || echo "warning: could not install the package into $venv (pip install -e .): ./run.sh works without it; the console script prefix-cache-artifact is missing" >&2
   fi
