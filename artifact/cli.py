@@ -482,26 +482,41 @@ def prog() -> str:
     return "./run.sh" if os.environ.get(SET_UP_ENV) else "prefix-cache-artifact"
 
 
+def checkout_around(folder: Path) -> Path | None:
+    """The project's checkout at FOLDER or above it (run.sh, the package and pyproject.toml naming this project)."""
+    for top in (folder, *folder.parents):
+        project = top / "pyproject.toml"
+        if (top / "run.sh").is_file() and (top / "artifact" / "cli.py").is_file() and project.is_file():
+            try:
+                if 'name = "prefix-cache-artifact"' in project.read_text(errors="replace"):
+                    return top
+            except OSError:
+                return None
+    return None
+
+
 def not_the_checkout(argv: list[str]) -> int:
-    """A copy of the package (`pip install .`), away from the checkout whose run.sh, configs/ and expected/ every
-    command uses: one line saying how to install it where it lies."""
+    """A copy of the package (`pip install .`) run outside any checkout: every command needs a checkout's run.sh,
+    configs/ and expected/, so one line says where to run it."""
     print(
-        f"error: this installation of the package ({REPO / 'artifact'}) is a copy, not the checkout whose run.sh, "
-        f"configs/ and expected/ it uses: in the repository run `pip install -e .` (or ./run.sh {' '.join(argv)})",
+        f"error: this installation of the package ({REPO / 'artifact'}) is a copy, not a checkout with run.sh, "
+        f"configs/ and expected/: run it inside the repository, or there run `pip install -e .` "
+        f"(or ./run.sh {' '.join(argv)})",
         file=sys.stderr,
     )
     return 2
 
 
-def hand_over(argv: list[str]) -> int:
-    """Run `run.sh ARGV` in this process's place (set-up, isolation); returns only where it cannot be started."""
-    if not (REPO / "run.sh").is_file():
+def hand_over(argv: list[str], checkout: Path = REPO) -> int:
+    """Run CHECKOUT's `run.sh ARGV` in this process's place (set-up, isolation); returns only where it cannot."""
+    if not (checkout / "run.sh").is_file():
         return not_the_checkout(argv)
     try:
-        os.execv(str(REPO / "run.sh"), [str(REPO / "run.sh"), *argv])
+        os.execv(str(checkout / "run.sh"), [str(checkout / "run.sh"), *argv])
     except OSError as exc:
         print(
-            f"error: cannot start {REPO / 'run.sh'} ({exc.strerror}): run ./run.sh {' '.join(argv)} from the checkout",
+            f"error: cannot start {checkout / 'run.sh'} ({exc.strerror}): run ./run.sh {' '.join(argv)} from the "
+            "checkout",
             file=sys.stderr,
         )
     return 2
@@ -655,6 +670,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["forwards"]:
         return forwards(argv[1:])
+    if not (REPO / "run.sh").is_file() and argv[:1] not in ([], ["-h"], ["--help"]):
+        # a copy of the package (`pip install .`): inside a checkout, that checkout's run.sh runs every command
+        checkout = checkout_around(Path.cwd())
+        if checkout is not None:
+            return hand_over(argv, checkout)
     if argv[:1] and argv[0] in HANDED_TO_RUN_SH and not os.environ.get(SET_UP_ENV):
         return hand_over(argv)
     args = parser().parse_args(argv)

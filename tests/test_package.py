@@ -121,7 +121,8 @@ def test_run_sh_sets_the_commands_up_and_exports_no_pythonpath():
 
 def test_a_copy_installed_with_pip_install_dot_says_in_one_line_to_install_the_checkout(tmp_path):
     """`pip install .` copies the package away from configs/, expected/ and run.sh: the console script still answers
-    --help, and a command that needs the checkout is a one-line error naming `pip install -e .`."""
+    --help; run inside a checkout it hands every command to that checkout's run.sh; elsewhere a command is a one-line
+    error naming `pip install -e .`."""
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     _copy_setuptools(env_dir)
@@ -148,3 +149,8 @@ def test_a_copy_installed_with_pip_install_dot_says_in_one_line_to_install_the_c
         assert done.returncode == 2 and done.stdout == ""
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "is a copy" in lines[0] and "pip install -e ." in lines[0], done.stderr
+    # inside a checkout (here, a folder below it) the copy hands every command to that checkout's run.sh
+    inside = subprocess.run(
+        [script, "check", "--help"], capture_output=True, text=True, cwd=REPO / "docs", env=env, timeout=120
+    )
+    assert inside.returncode == 0 and inside.stdout.startswith("usage: ./run.sh check"), inside.stderr[-2000:]
