@@ -487,11 +487,9 @@ def checkout_around(folder: Path) -> Path | None:
     for top in (folder, *folder.parents):
         project = top / "pyproject.toml"
         if (top / "run.sh").is_file() and (top / "artifact" / "cli.py").is_file() and project.is_file():
-            try:
+            with contextlib.suppress(OSError):  # an unreadable pyproject.toml: look further up
                 if 'name = "prefix-cache-artifact"' in project.read_text(errors="replace"):
                     return top
-            except OSError:
-                return None
     return None
 
 
@@ -670,15 +668,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["forwards"]:
         return forwards(argv[1:])
-    if not (REPO / "run.sh").is_file() and argv[:1] not in ([], ["-h"], ["--help"]):
-        # a copy of the package (`pip install .`): inside a checkout, that checkout's run.sh runs every command
-        checkout = checkout_around(Path.cwd())
-        if checkout is not None:
-            return hand_over(argv, checkout)
+    copy = not (REPO / "run.sh").is_file()  # `pip install .`: the package away from its checkout
+    if copy and argv[:1] not in ([], ["-h"], ["--help"]) and (checkout := checkout_around(Path.cwd())):
+        return hand_over(argv, checkout)  # inside a checkout, that checkout's run.sh runs every command
     if argv[:1] and argv[0] in HANDED_TO_RUN_SH and not os.environ.get(SET_UP_ENV):
         return hand_over(argv)
     args = parser().parse_args(argv)
-    if not (REPO / "run.sh").is_file():  # every command reads the checkout's configs/ and expected/
+    if copy:  # every command reads the checkout's configs/ and expected/
         return not_the_checkout(argv)
     # Ctrl-C and `kill` alike unwind through the protocol's cleanup (the server is stopped, the run stays
     # 'incomplete'), even when the shell that started us ignored SIGINT (background jobs).
