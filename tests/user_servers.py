@@ -1,5 +1,5 @@
 """Servers started the way a user starts them, for the tests of the endpoint engine: plain command lines of the real
-llama-server (b10435, the CPU build of ./run.sh setup) and the real vLLM 0.11.0 CPU server, each a separate process on
+llama-server (b10434, the CPU build of ./run.sh setup) and the real vLLM 0.11.0 CPU server, each a separate process on
 loopback, none of the artifact's own sessions. The artifact's helpers are used only to find the binaries and the
 weights (and, for vLLM, its compile cache, so that the first start does not compile again)."""
 

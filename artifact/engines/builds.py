@@ -32,6 +32,7 @@ class BuildOptions:
     base_image: str | None = None  # base of the images' build and runtime stages (None: each Dockerfile's default)
     cuda_archs: str = DEFAULT_CUDA_ARCHS  # CMAKE_CUDA_ARCHITECTURES of the CUDA images and native builds
     llama_source: str | None = None  # a llama.cpp checkout (or sdist) the native build compiles instead of the pin
+    llama_build: str = "b10434"  # the pinned llama.cpp the native build makes: b10434 (the paper's) or b10435
     no_build: bool = False  # natively: build nothing, use what is installed
 
 

@@ -61,7 +61,14 @@ def add_parser(sub) -> None:
         "--llama-source",
         default=None,
         metavar="DIR",
-        help="a llama.cpp git checkout to build (the paper's b10434 = commit 7e4c0a9); default: the sdist's b10435",
+        help="a llama.cpp git checkout to build instead of the pinned sources (e.g. of the paper's commit 7e4c0a9)",
+    )
+    g.add_argument(
+        "--llama-build",
+        default="b10434",
+        choices=("b10434", "b10435"),
+        help="the pinned llama.cpp to build: b10434, the paper's (default; made from PyPI sdists, "
+        "docs/llama-b10434.md), or b10435, the sdist's own, which served the evidence made before b10434",
     )
     g.add_argument(
         "--no-build",

@@ -91,7 +91,15 @@ def check_args(args) -> None:
     ]
     if slurm_only and not args.slurm:
         raise ArtifactError(f"{slurm_only[0]} is an option of --slurm")
-    native_only = [f for f, v in (("--llama-source", args.llama_source), ("--no-build", args.no_build)) if v]
+    native_only = [
+        f
+        for f, v in (
+            ("--llama-source", args.llama_source),
+            ("--llama-build", getattr(args, "llama_build", "b10434") != "b10434"),
+            ("--no-build", args.no_build),
+        )
+        if v
+    ]
     if native_only and not (args.native or (args.slurm and args.container == "native")):
         raise ArtifactError(f"{native_only[0]} is an option of --native (and of --slurm's native tasks)")
     if args.jobs_per_gpu < 1:

@@ -21,6 +21,7 @@ def build_options(args: Any) -> BuildOptions:
         base_image=getattr(args, "base_image", None),
         cuda_archs=getattr(args, "cuda_archs", None) or DEFAULT_CUDA_ARCHS,
         llama_source=getattr(args, "llama_source", None),
+        llama_build=getattr(args, "llama_build", None) or "b10434",
         no_build=bool(getattr(args, "no_build", False)),
     )
 

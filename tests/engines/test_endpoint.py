@@ -273,7 +273,7 @@ def test_llama_server_one_server_per_arm_decides_rq1_from_what_the_off_server_re
     for (arm, _), run in runs.items():
         m = run.manifest
         assert m["engine"] == "endpoint" and m["status"] == "complete" and m["server"]["url"] == llama_urls[arm]
-        assert m["engine_build"].startswith("b10435-") and "/props build_info" in m["engine_build"]
+        assert m["engine_build"].startswith("b10434-") and "/props build_info" in m["engine_build"]
         assert "server_cmd" not in m and "binary" not in m
         assert set(m["unknown"]) >= {"server_cmd", "binary", "weights_sha256", "exclusive"}
         assert m["observes"]["weights_sha256"] is False and m["observes"]["cache_control"].startswith("per server")

@@ -1,7 +1,7 @@
 """Protocol fidelity: the plan's cache condition is the one in effect, nothing outside the configuration
 can move a token unseen, and infrastructure failures never become episode outcomes.
 
-Tests marked `server` run the real llama-server (b10435) with SmolLM2-135M on this machine's CPU. The fault
+Tests marked `server` run the real llama-server (b10434) with SmolLM2-135M on this machine's CPU. The fault
 injection for HTTP 5xx and malformed responses is a forwarding proxy in front of that real server (the only way to
 make a healthy server answer badly on cue); its tests say so in their names.
 """

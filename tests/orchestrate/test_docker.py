@@ -122,7 +122,7 @@ def test_all_cpu_end_to_end_survives_a_killed_container(client, cpu_image, tmp_p
     assert list((pdir / "discarded").glob("*/on-run1/manifest.json"))  # the killed run, kept aside
     for m in after.values():
         assert m["host"]["container"]["image_id"] == cpu_image.id
-        assert m["engine_build"] == "b10435-9e40df63"
+        assert m["engine_build"] == "b10434-7e4c0a968"
         assert m["isolation"]["network"] == "loopback-only"  # --network none
     assert (results / "check" / "report.html").is_file() and (results / "check" / "check.json").is_file()
     owners = {p.stat().st_uid for p in results.rglob("*")}

