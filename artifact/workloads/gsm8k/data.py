@@ -1,5 +1,6 @@
-"""GSM8K bridge data (RQ5): the real test split from the Hugging Face Hub, a local copy in
-GSM8K's format, and a deterministic synthetic stand-in for machines without network.
+"""GSM8K bridge data (RQ5): the real test split as the artifact carries it (data/gsm8k/, a byte-for-byte copy of
+openai/grade-school-math's test.jsonl, pinned by sha256 and line count), the same split from the Hugging Face Hub, a
+local copy in GSM8K's format, and a deterministic synthetic stand-in that only tests use.
 
 Every item carries ``source``: ``"gsm8k"`` for rows read in GSM8K's format, ``"synthetic"``
 for generated ones, so manifests and tables can label synthetic results as such.
@@ -15,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from artifact.config import REPO
 from artifact.errors import ArtifactError
 
 GSM8K_REPO = "openai/gsm8k"
@@ -28,6 +30,11 @@ GSM8K_REVISION = "740312add88f781978c0658806c59bc2815b9866"
 GSM8K_SHA256 = "ee7b8da9e381df27b9e3f7758a159ab2bdaa4dbaa910546cbbc47e0cb44e4f59"
 
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
+
+# The test split the artifact carries: data/gsm8k/test.jsonl with its licence and provenance record beside it.
+BUNDLED_DIR = REPO / "data" / "gsm8k"
+BUNDLED_FILE = BUNDLED_DIR / "test.jsonl"
+BUNDLED_PROVENANCE = BUNDLED_DIR / "PROVENANCE.json"
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,67 @@ def load_gsm8k_file(path: str | os.PathLike, n: int) -> tuple[list[GSM8KItem], d
     return items, provenance
 
 
+def rows_sha256(rows: list[dict]) -> str:
+    """The published content hash of the split's rows: each row as Go's encoding/json writes a map (keys sorted, no
+    spaces, HTML characters and U+2028/U+2029 escaped), one per line, in file order."""
+    digest = hashlib.sha256()
+    for row in rows:
+        line = json.dumps(row, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        for char, escaped in (
+            ("<", "\\u003c"),
+            (">", "\\u003e"),
+            ("&", "\\u0026"),
+            ("\u2028", "\\u2028"),
+            ("\u2029", "\\u2029"),
+        ):
+            line = line.replace(char, escaped)
+        digest.update(line.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def load_gsm8k_bundled(n: int, directory: Path | None = None) -> tuple[list[GSM8KItem], dict]:
+    """First ``n`` items of the test split the artifact carries (data/gsm8k/), in file order.
+
+    Before anything is read as items, the whole file is checked against its provenance record: sha256, size and line
+    count; the rows' content hash is computed and must be the Hub split's published one. Returns (items, provenance)
+    with the repository, commit, path, sha256, line count and the rows' hash (what a Hub run can be compared with).
+    """
+    folder = directory or BUNDLED_DIR
+    where = folder / "test.jsonl"
+    try:
+        record = json.loads((folder / "PROVENANCE.json").read_text(encoding="utf-8"))
+        want_sha, want_lines, want_rows = record["sha256"], record["lines"], record["hub_split"]["rows_sha256"]
+        source = record["source"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"{folder / 'PROVENANCE.json'}: cannot read the GSM8K provenance record ({exc})") from None
+    if not where.is_file():
+        raise ArtifactError(f"{where}: the GSM8K test split the artifact carries is missing (git checkout {where})")
+    digest = sha256_file(where)
+    if digest != want_sha:
+        raise ArtifactError(
+            f"{where}: sha256 {digest[:16]}..., not the pinned {want_sha[:16]}... (restore it: git checkout {where})"
+        )
+    rows = _read_rows(where, str(where))
+    if len(rows) != want_lines:
+        raise ArtifactError(f"{where}: {len(rows)} rows, the provenance record says {want_lines}")
+    content = rows_sha256(rows)
+    if content != want_rows:
+        raise ArtifactError(f"{where}: rows hash {content[:16]}..., not the Hub split's {want_rows[:16]}...")
+    items = _items_from_rows(rows, n, str(where))
+    provenance = {
+        "repository": source["repository"],
+        "commit": source["commit"],
+        "path": source["path"],
+        "filename": where.name,
+        "sha256": digest,
+        "lines": len(rows),
+        "rows_sha256": content,
+        "equals": f"{record['hub_split']['dataset']} {record['hub_split']['config']}/{record['hub_split']['split']} "
+        "(the rows hash is the Hub split's published one)",
+    }
+    return items, provenance
+
+
 def fetch_hint(revision: str = GSM8K_REVISION) -> str:
     """The command that puts the pinned GSM8K test file into the Hugging Face cache."""
     return f"hf download {GSM8K_REPO} {GSM8K_FILENAME} --repo-type dataset --revision {revision}"
@@ -161,7 +229,8 @@ def load_gsm8k(
             f"GSM8K file {local} has sha256 {digest}, expected {expected_sha256} at revision {revision}"
         )
     where = f"{GSM8K_REPO}@{revision}"
-    items = _items_from_rows(_read_rows(Path(local), where), n, where)
+    rows = _read_rows(Path(local), where)
+    items = _items_from_rows(rows, n, where)
     provenance = {
         "repo": GSM8K_REPO,
         "config": GSM8K_CONFIG,
@@ -169,6 +238,8 @@ def load_gsm8k(
         "revision": revision,
         "filename": GSM8K_FILENAME,
         "sha256": digest,
+        "lines": len(rows),
+        "rows_sha256": rows_sha256([{"question": str(r["question"]), "answer": str(r["answer"])} for r in rows]),
     }
     return items, provenance
 

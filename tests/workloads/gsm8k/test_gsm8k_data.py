@@ -154,7 +154,11 @@ def test_hub_loader_reads_pinned_revision_from_cache(tmp_path, monkeypatch):
         "revision": GSM8K_REVISION,
         "filename": GSM8K_FILENAME,
         "sha256": hashlib.sha256(local.read_bytes()).hexdigest(),
-    }
+        "lines": len(FIXTURE_ANSWERS),
+        "rows_sha256": gsm8k_data.rows_sha256(
+            [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+        ),
+    }  # rows_sha256: what a run from the Hub compares with the carried split's
 
 
 def test_hub_loader_checks_pinned_sha256(tmp_path, monkeypatch):
@@ -215,3 +219,47 @@ def test_hub_loader_offline_in_fresh_process_with_empty_hf_home(tmp_path):
 def test_revision_is_pinned_to_a_commit():
     assert re.fullmatch(r"[0-9a-f]{40}", gsm8k_data.GSM8K_REVISION)
     assert re.fullmatch(r"[0-9a-f]{64}", gsm8k_data.GSM8K_SHA256)
+
+
+# ---------------------------------------------------------------- the split the artifact carries
+
+
+def test_bundled_split_is_the_public_file_and_the_hub_split():
+    record = json.loads((REPO_ROOT / "data" / "gsm8k" / "PROVENANCE.json").read_text())
+    data = (REPO_ROOT / "data" / "gsm8k" / "test.jsonl").read_bytes()
+    assert (
+        hashlib.sha256(data).hexdigest()
+        == record["sha256"]
+        == ("3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14")
+    )  # openai/grade-school-math's grade_school_math/data/test.jsonl
+    assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == record["source"]["git_blob"]
+    assert len(data) == record["bytes"] and data.count(b"\n") == record["lines"] == 1319
+    licence = (REPO_ROOT / "data" / "gsm8k" / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "Copyright (c) 2021 OpenAI" in licence
+    items, prov = gsm8k_data.load_gsm8k_bundled(1319)
+    assert (
+        prov["rows_sha256"]
+        == record["hub_split"]["rows_sha256"]
+        == ("545c5bec3d319576ea8c954a297c2383889096a91fbfa140e8a533c7b7c48430")
+    )  # the published content hash of the Hub parquet's 1,319 decoded rows
+    assert items[0].item_id == "gsm8k_test_0000" and items[0].answer == "18" and items[-1].source == "gsm8k"
+
+
+def test_bundled_split_is_checked_before_anything_is_read(tmp_path):
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    src = REPO_ROOT / "data" / "gsm8k"
+    (folder / "PROVENANCE.json").write_text((src / "PROVENANCE.json").read_text())
+    lines = (src / "test.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "test.jsonl").write_text("".join(lines[:5]), encoding="utf-8")  # a shortened copy
+    with pytest.raises(ArtifactError, match="sha256 .*not the pinned"):
+        gsm8k_data.load_gsm8k_bundled(3, folder)
+    (folder / "test.jsonl").unlink()
+    with pytest.raises(ArtifactError, match="missing"):
+        gsm8k_data.load_gsm8k_bundled(3, folder)
+
+
+def test_rows_hash_is_gos_encoding_of_sorted_keys():
+    rows = [{"question": "a <b> & c", "answer": "x\u2028y #### 1"}]
+    want = '{"answer":"x\\u2028y #### 1","question":"a \\u003cb\\u003e \\u0026 c"}\n'
+    assert gsm8k_data.rows_sha256(rows) == hashlib.sha256(want.encode()).hexdigest()
