@@ -8,6 +8,9 @@ claim the page gives the paper's values and section, what each model family and 
 intervals (`artifact/analysis/stats.py`), the verdict, whether the claim is comparable by value or by direction only,
 and why the two can differ. `tests/test_paper_vs_here.py` holds the committed page to what this module makes of the
 committed evidence; `./run.sh evidence-summary --check` exits 1 when it is out of date.
+
+One module: one page, read top to bottom: the paper's values per claim, how each claim's measured values are read
+from a folder's check outputs, how folders are grouped, and the page's facts; no part is used by anything else.
 """
 
 from __future__ import annotations
@@ -419,6 +422,16 @@ def collect(root: Path | None = None, expected: Path | None = None) -> dict:
     return {"claims": claims, "meta": meta, "folders": [f.name for f in folders], "ran": ran}
 
 
+def comparability(data: dict) -> str:
+    """Which claims compare with the paper by value, which by direction only, which are not decided here: the phrase
+    the page, README.md and ARTIFACT.md state up front ("by value: RQ1; by direction only: RQ2, ...")."""
+    classes: dict[str, list[str]] = {}
+    for c in data["claims"]:
+        kind = next(k for k in ("by value", "by direction only", "not decided here") if c["comparable"].startswith(k))
+        classes.setdefault(kind, []).append(c["id"])
+    return "; ".join(f"{k}: {', '.join(ids)}" for k, ids in classes.items())
+
+
 def render(data: dict) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATE.parent),
@@ -428,7 +441,7 @@ def render(data: dict) -> str:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-    return env.get_template(TEMPLATE.name).render(**data)
+    return env.get_template(TEMPLATE.name).render(**data, comparability=comparability(data))
 
 
 def main(check_only: bool = False, root: Path | None = None, page: Path | None = None) -> int:

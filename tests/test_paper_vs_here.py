@@ -117,3 +117,13 @@ def test_every_paper_value_the_page_quotes_is_in_expected():
     assert paper_vs_here.paper_value(values["on_vs_off_qwen2.5-7b_Q4_K_M"]) == "75.0 %"
     assert paper_vs_here.paper_value(values["gsm8k_discordant_rate"]) == "20/1300 = 1.54 %"
     assert paper_vs_here.paper_value(values["on_vs_off_qwen2.5-7b_Q8_0"]) == "not in the summary"
+
+
+def test_the_front_pages_say_which_claims_compare_by_value_and_which_by_direction():
+    """README.md and ARTIFACT.md state up front what the page derives from the evidence: which claims compare with
+    the paper by value, which by direction only, which are not decided here."""
+    phrase = paper_vs_here.comparability(paper_vs_here.collect())
+    for doc in (REPO / "README.md", REPO / "ARTIFACT.md"):
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        assert f"The claims compare with the paper {phrase}." in text, doc.name
+        assert "docs/paper-vs-here.md" in text and "workflow 3) has not run" in text, doc.name
