@@ -56,7 +56,8 @@ protocol and results
                         DIR/check/); exit codes: ./run.sh check --help
   evidence-summary [FOLDER...] [--check]
                         each evidence folder's summary.json and summary.md, made from its records and check
-                        outputs (the numbers the docs quote; --check: exit 1 where one is out of date)
+                        outputs (the numbers the docs quote), then docs/paper-vs-here.md (the paper's values beside
+                        the evidence's); --check: exit 1 where one is out of date
   bench                 benchmarks (check on synthetic paper-scale results, per step; target <= 2.5 s)
   fetch [CONFIG...]     download and verify the pinned weights (default: every configuration `all` runs)
   all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]

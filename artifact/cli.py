@@ -459,14 +459,19 @@ def cmd_models(args) -> int:
 
 
 def cmd_evidence_summary(args) -> int:
-    from artifact import evidence  # lazy: each command imports only what it runs
+    from artifact import evidence, paper_vs_here  # lazy: each command imports only what it runs
 
     folders = args.folders or [
         str(p.parent.relative_to(REPO))
         for p in sorted(REPO.glob("evidence/*/records*.tar.xz"))
         if p.name == min(q.name for q in p.parent.glob("records*.tar.xz"))
     ]
-    return evidence.main(folders, check_only=args.check)
+    stale = evidence.main(folders, check_only=args.check)
+    # the page of the paper's values beside the evidence's is made from every committed summary: remade (or checked)
+    # whenever a summary of the repository's own evidence is
+    if all(Path(f).resolve().is_relative_to((REPO / "evidence").resolve()) for f in folders):
+        stale = max(stale, paper_vs_here.main(check_only=args.check))
+    return stale
 
 
 def cmd_all(args) -> int:
@@ -617,12 +622,15 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser(
         "evidence-summary",
-        help="write each evidence folder's summary.json and summary.md",
+        help="write each evidence folder's summary.json and summary.md, and docs/paper-vs-here.md",
         description="Summarize evidence folders from their records and check outputs "
-        "(artifact/evidence.py): what the documentation quotes of the committed evidence.",
+        "(artifact/evidence.py): what the documentation quotes of the committed evidence; then the page of the "
+        "paper's values beside the evidence's, docs/paper-vs-here.md (artifact/paper_vs_here.py).",
     )
     sp.add_argument("folders", nargs="*", help="evidence folders (default: every evidence/*/ with records)")
-    sp.add_argument("--check", action="store_true", help="write nothing; exit 1 if a summary is out of date")
+    sp.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a summary or the page is out of date"
+    )
     sp.set_defaults(func=cmd_evidence_summary)
 
     sp = sub.add_parser("fetch", help="download and verify pinned weights")

@@ -24,7 +24,7 @@ LAYERS = (
     ("catalog",),  # configurations and plans validated by the plug-ins that run them
     ("report",),  # the HTML report
     ("check",),  # claims against expected/, the beyond-the-paper verdicts
-    ("evidence",),  # evidence folders' summaries (records and check outputs, read as files)
+    ("evidence", "paper_vs_here"),  # evidence folders' summaries; the paper's values beside them (files read)
     ("fetch",),  # weights and data for a matrix, ahead of the runs
     ("orchestrate",),  # ./run.sh all: Docker, native, Slurm
     ("cli", "__main__"),  # the command line

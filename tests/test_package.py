@@ -24,12 +24,12 @@ def _env_without_set_up() -> dict:
 
 
 def _copy_setuptools(into: Path) -> None:
-    """The build backend pip needs for the package (setuptools >= 70.1), copied from this environment into a fresh
+    """The build backend pip needs for the package (setuptools >= 77), copied from this environment into a fresh
     one: no package index is reachable from the test suite's network isolation."""
     import setuptools
 
     version = tuple(int(part) for part in setuptools.__version__.split(".")[:2])
-    assert version >= (70, 1), f"setuptools {setuptools.__version__} here: requirements.txt pins the build backend"
+    assert version >= (77, 0), f"setuptools {setuptools.__version__} here: requirements.txt pins the build backend"
     have = Path(setuptools.__file__).parent.parent
     site = next((into / "lib").glob("python3*/site-packages"))
     for name in ("setuptools", "pkg_resources", "_distutils_hack", f"setuptools-{setuptools.__version__}.dist-info"):
