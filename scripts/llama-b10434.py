@@ -132,7 +132,7 @@ def donor_bytes(given: Path | None, say) -> tuple[dict[str, bytes], str]:
             path = given / Path(f["path"]).name
             if path.is_file():
                 out[f["path"]] = path.read_bytes()
-        where = str(given)
+        where = f"the files in {given.name}/"
     else:
         path, how = sdist("donor", given, say)
         prefix = PINS["donor"]["file"].removesuffix(".tar.gz") + "/llama.cpp/"
@@ -141,7 +141,7 @@ def donor_bytes(given: Path | None, say) -> tuple[dict[str, bytes], str]:
                 member = tar.extractfile(prefix + f["path"])
                 if member is not None:
                     out[f["path"]] = member.read()
-        where = f"{path} ({how})"
+        where = f"{path.name} ({how})"
     for f in files:
         data = out.get(f["path"])
         if data is None:
