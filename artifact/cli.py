@@ -325,11 +325,14 @@ def cmd_check(args) -> int:
     (or --out)."""
     from artifact.check.run import run_check  # lazy: each command imports only what it runs
 
+    from artifact.records.listing import entries  # lazy: each command imports only what it runs
+
     results = Path(args.results)
     archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
-    if archives and not any(results.rglob("manifest.json")):
+    out = Path(args.out) if args.out else results / "check"
+    if archives and not any(Path(e.rel).name == "manifest.json" for e in entries(results, skip=out)):
         with evidence_results(results) as runs_dir:
-            return run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
+            return run_check(runs_dir, out, label=evidence_label(results))
     return run_check(results, args.out)
 
 
@@ -660,6 +663,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def one_line(text: str) -> str:
+    """An error message on one line: a line break a name holds (a file named so) written as its escape."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -683,12 +691,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # e.g. a full disk or an unwritable results directory: one line, never a traceback
         print(
-            f"error: {exc.strerror or exc}: {exc.filename or ''} (a run in progress stays incomplete and is "
-            "re-run on the next invocation)",
+            f"error: {one_line(str(exc.strerror or exc))}: {one_line(str(exc.filename or ''))} (a run in progress "
+            "stays incomplete and is re-run on the next invocation)",
+            file=sys.stderr,
+        )
+        return 2
+    except Exception as exc:  # anything unforeseen: one line and exit 2, never a traceback (ARTIFACT_DEBUG shows it)
+        if os.environ.get("ARTIFACT_DEBUG"):
+            raise
+        what = " ".join(str(exc).split())[:300]
+        print(
+            f"error: {args.command} stopped on {type(exc).__name__}: {what} (set ARTIFACT_DEBUG=1 for the traceback, "
+            "and please report it)",
             file=sys.stderr,
         )
         return 2
