@@ -21,6 +21,7 @@ outputs), with the start-up order that lets its worker load runs while this proc
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
@@ -637,7 +638,8 @@ def say(text: str) -> None:
     try:
         print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"), flush=True)
     except (OSError, ValueError):
-        pass
+        with contextlib.suppress(OSError, ValueError):  # nothing more to write there, at exit either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _replay(entry: replay.Entry, out: Path, quiet: bool, lap: Laps) -> int:

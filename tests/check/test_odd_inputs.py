@@ -19,6 +19,14 @@ from artifact.records.listing import MAX_DEPTH
 from evidence_sets import unpack
 
 
+@pytest.fixture(autouse=True)
+def _as_a_user_checks(tmp_path, monkeypatch):
+    """Replays on (a user's default), in a cache of the test's own."""
+    monkeypatch.setenv(decoded.DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(decoded.ENV, raising=False)
+    monkeypatch.setenv("ARTIFACT_CHECK_REPLAY", "1")
+
+
 @pytest.fixture(scope="module")
 def endpoint_records(tmp_path_factory):
     return unpack("cpu-endpoint", tmp_path_factory.mktemp("cpu-endpoint"))
@@ -131,7 +139,6 @@ def test_a_cache_bound_that_is_no_size_is_one_line_before_any_output(results, ca
 @pytest.mark.parametrize("value", ["", "0", "0.5", "4096"])
 def test_a_cache_bound_that_is_a_size_gets_the_true_verdicts(results, capsys, monkeypatch, value):
     monkeypatch.setenv(decoded.MAX_ENV, value)
-    monkeypatch.setenv("ARTIFACT_CHECK_REPLAY", "1")  # the replay's entry is bounded by it too
     for _ in range(2):
         assert check(capsys, str(results))[0] == 0
 
