@@ -325,11 +325,14 @@ def cmd_check(args) -> int:
     (or --out)."""
     from artifact.check.run import run_check  # lazy: each command imports only what it runs
 
+    from artifact.records.listing import entries  # lazy: each command imports only what it runs
+
     results = Path(args.results)
     archives = sorted(results.glob(EVIDENCE_ARCHIVES)) if results.is_dir() else []
-    if archives and not any(results.rglob("manifest.json")):
+    out = Path(args.out) if args.out else results / "check"
+    if archives and not any(Path(e.rel).name == "manifest.json" for e in entries(results, skip=out)):
         with evidence_results(results) as runs_dir:
-            return run_check(runs_dir, args.out or str(results / "check"), label=evidence_label(results))
+            return run_check(runs_dir, out, label=evidence_label(results))
     return run_check(results, args.out)
 
 
@@ -487,24 +490,71 @@ def prog() -> str:
     return "./run.sh" if os.environ.get(SET_UP_ENV) else "prefix-cache-artifact"
 
 
+CHECKOUT_ENV = "ARTIFACT_CHECKOUT"  # a copy of the package (`pip install .`) hands its commands to this checkout
+
+
+def is_checkout(top: Path) -> bool:
+    """Whether TOP is a checkout of the project: run.sh, the package and a pyproject.toml naming this project."""
+    project = top / "pyproject.toml"
+    if not ((top / "run.sh").is_file() and (top / "artifact" / "cli.py").is_file() and project.is_file()):
+        return False
+    try:
+        return 'name = "prefix-cache-artifact"' in project.read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def checkout_around(folder: Path) -> Path | None:
-    """The project's checkout at FOLDER or above it (run.sh, the package and pyproject.toml naming this project)."""
-    for top in (folder, *folder.parents):
-        project = top / "pyproject.toml"
-        if (top / "run.sh").is_file() and (top / "artifact" / "cli.py").is_file() and project.is_file():
-            with contextlib.suppress(OSError):  # an unreadable pyproject.toml: look further up
-                if 'name = "prefix-cache-artifact"' in project.read_text(errors="replace"):
-                    return top
-    return None
+    """The project's checkout at FOLDER or above it (`is_checkout`)."""
+    return next((top for top in (folder, *folder.parents) if is_checkout(top)), None)
 
 
-def not_the_checkout(argv: list[str]) -> int:
-    """A copy of the package (`pip install .`) run outside any checkout: every command needs a checkout's run.sh,
-    configs/ and expected/, so one line says where to run it."""
+def installed_from() -> Path | None:
+    """The folder this copy of the package was installed from (`pip install DIR` records it: direct_url.json), or
+    None where that is not recorded (a wheel, an index)."""
+    import json  # lazy: only a copy of the package asks
+    from importlib import metadata
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        text = metadata.distribution("prefix-cache-artifact").read_text("direct_url.json")
+        url = urlsplit(json.loads(text or "{}").get("url") or "")
+    except (metadata.PackageNotFoundError, ValueError, AttributeError, OSError):
+        return None
+    return Path(unquote(url.path)) if url.scheme == "file" and url.path else None
+
+
+def checkout_for_copy() -> tuple[Path | None, str]:
+    """Whose run.sh a copy of the package (`pip install .`) hands a command to, and, where none, why (one line).
+    Never a script found in the folder it runs in, unless that folder is (in) the checkout the copy was installed
+    from, or the user names a checkout (CHECKOUT_ENV): a folder received from someone else can hold a run.sh, a
+    package and a pyproject.toml."""
+    named = os.environ.get(CHECKOUT_ENV, "").strip()
+    if named:
+        if is_checkout(Path(named)):
+            return Path(named), ""
+        return None, f"{CHECKOUT_ENV}={named} is not a checkout of the project (run.sh, artifact/, pyproject.toml)"
+    try:
+        here = checkout_around(Path.cwd())
+    except OSError:  # the folder it runs in is gone
+        here = None
+    source = installed_from()
+    if here is not None and source is not None and os.path.realpath(here) == os.path.realpath(source):
+        return here, ""
+    if here is not None:
+        return None, (
+            f"the folder it runs in ({here}) holds a checkout it was not installed from, whose run.sh it does not run"
+        )
+    return None, ""
+
+
+def not_the_checkout(argv: list[str], why: str = "") -> int:
+    """A copy of the package (`pip install .`) run outside the checkout it was installed from: every command needs a
+    checkout's run.sh, configs/ and expected/, so one line says how to run it."""
     print(
         f"error: this installation of the package ({REPO / 'artifact'}) is a copy, not a checkout with run.sh, "
-        f"configs/ and expected/: run it inside the repository, or there run `pip install -e .` "
-        f"(or ./run.sh {' '.join(argv)})",
+        f"configs/ and expected/{'; ' + why if why else ''}: run ./run.sh {' '.join(argv)} in the checkout, or "
+        f"there `pip install -e .`, or name the checkout: {CHECKOUT_ENV}=DIR prefix-cache-artifact {' '.join(argv)}",
         file=sys.stderr,
     )
     return 2
@@ -668,6 +718,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def one_line(text: str) -> str:
+    """An error message on one line: a line break a name holds (a file named so) written as its escape."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -677,13 +732,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["forwards"]:
         return forwards(argv[1:])
     copy = not (REPO / "run.sh").is_file()  # `pip install .`: the package away from its checkout
-    if copy and argv[:1] not in ([], ["-h"], ["--help"]) and (checkout := checkout_around(Path.cwd())):
-        return hand_over(argv, checkout)  # inside a checkout, that checkout's run.sh runs every command
+    why = ""
+    if copy and argv[:1] not in ([], ["-h"], ["--help"]):
+        checkout, why = checkout_for_copy()
+        if checkout is not None:  # the checkout it was installed from, or the one the user names: its run.sh
+            return hand_over(argv, checkout)
     if argv[:1] and argv[0] in HANDED_TO_RUN_SH and not os.environ.get(SET_UP_ENV):
-        return hand_over(argv)
+        return not_the_checkout(argv, why) if copy else hand_over(argv)
     args = parser().parse_args(argv)
     if copy:  # every command reads the checkout's configs/ and expected/
-        return not_the_checkout(argv)
+        return not_the_checkout(argv, why)
     # Ctrl-C and `kill` alike unwind through the protocol's cleanup (the server is stopped, the run stays
     # 'incomplete'), even when the shell that started us ignored SIGINT (background jobs).
     signal.signal(signal.SIGINT, _interrupt)
@@ -691,12 +749,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # e.g. a full disk or an unwritable results directory: one line, never a traceback
         print(
-            f"error: {exc.strerror or exc}: {exc.filename or ''} (a run in progress stays incomplete and is "
-            "re-run on the next invocation)",
+            f"error: {one_line(str(exc.strerror or exc))}: {one_line(str(exc.filename or ''))} (a run in progress "
+            "stays incomplete and is re-run on the next invocation)",
+            file=sys.stderr,
+        )
+        return 2
+    except Exception as exc:  # anything unforeseen: one line and exit 2, never a traceback (ARTIFACT_DEBUG shows it)
+        if os.environ.get("ARTIFACT_DEBUG"):
+            raise
+        what = " ".join(str(exc).split())[:300]
+        print(
+            f"error: {args.command} stopped on {type(exc).__name__}: {what} (set ARTIFACT_DEBUG=1 for the traceback, "
+            "and please report it)",
             file=sys.stderr,
         )
         return 2

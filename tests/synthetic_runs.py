@@ -149,7 +149,11 @@ def write_bfcl_run(
     d = root / config / plan / f"{arm}-run{run}"
     if cache_ram_mib is None:  # the plan's own host prompt cache (configs/plans.toml), as a real run records it
         cache_ram_mib = plan_cache_ram(plan)
-    inputs = inputs if inputs is not None else pairing_inputs(model or MODEL, cache_ram_mib, engine)
+    if inputs is None:
+        inputs = pairing_inputs(model or MODEL, cache_ram_mib, engine)
+        ident = ((manifest or {}).get("server") or {}).get("identity")
+        if engine == "endpoint" and isinstance(ident, dict):  # paired by the identity its session recorded, as a run is
+            inputs["engine"]["servers"] = {"off": ident, "on": ident}
     extra = {
         "pairing_inputs": inputs,
         "pairing_fingerprint": fingerprint_of(inputs),

@@ -119,10 +119,10 @@ def test_run_sh_sets_the_commands_up_and_exports_no_pythonpath():
     assert sys.executable  # the suite itself runs under run.sh's set-up (conftest sets ARTIFACT_SET_UP)
 
 
-def test_a_copy_installed_with_pip_install_dot_says_in_one_line_to_install_the_checkout(tmp_path):
-    """`pip install .` copies the package away from configs/, expected/ and run.sh: the console script still answers
-    --help; run inside a checkout it hands every command to that checkout's run.sh; elsewhere a command is a one-line
-    error naming `pip install -e .`."""
+@pytest.fixture(scope="module")
+def copy_install(tmp_path_factory):
+    """`pip install SRC` (not editable) of a copy of the checkout SRC, into a fresh venv: (the console script, SRC)."""
+    tmp_path = tmp_path_factory.mktemp("copy")
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     _copy_setuptools(env_dir)
@@ -141,16 +141,76 @@ def test_a_copy_installed_with_pip_install_dot_says_in_one_line_to_install_the_c
         cwd=tmp_path,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
-    script = env_dir / "bin" / "prefix-cache-artifact"
+    # the copy's checkout says what it was asked, instead of setting itself up (a venv of its own: minutes)
+    (src / "run.sh").write_text('#!/bin/sh\necho "run.sh of the checkout it was installed from: $*"\n')
+    return env_dir / "bin" / "prefix-cache-artifact", src
+
+
+def _one_line_copy_error(done) -> str:
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is a copy" in lines[0] and "./run.sh " in lines[0], done.stderr
+    assert f"{cli.CHECKOUT_ENV}=DIR" in lines[0] and "pip install -e ." in lines[0]
+    return lines[0]
+
+
+def test_a_copy_installed_with_pip_install_dot_says_in_one_line_how_to_run_a_command(copy_install, tmp_path):
+    """`pip install .` copies the package away from configs/, expected/ and run.sh: the console script still answers
+    --help; run inside the checkout it was installed from, it hands every command to that checkout's run.sh;
+    elsewhere a command is one line saying how to run it."""
+    script, src = copy_install
     env = _env_without_set_up()
     assert subprocess.run([script, "--help"], capture_output=True, text=True, cwd=tmp_path, env=env).returncode == 0
     for command in (["demo"], ["check", str(REPO / "evidence" / "h200-agent")]):  # handed to run.sh; run here
         done = subprocess.run([script, *command], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
-        assert done.returncode == 2 and done.stdout == ""
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "is a copy" in lines[0] and "pip install -e ." in lines[0], done.stderr
-    # inside a checkout (here, a folder below it) the copy hands every command to that checkout's run.sh
+        _one_line_copy_error(done)
+    # inside the checkout it was installed from (here, a folder below it): that checkout's run.sh runs the command
     inside = subprocess.run(
-        [script, "check", "--help"], capture_output=True, text=True, cwd=REPO / "docs", env=env, timeout=120
+        [script, "check", "--help"], capture_output=True, text=True, cwd=src / "docs", env=env, timeout=120
     )
-    assert inside.returncode == 0 and inside.stdout.startswith("usage: ./run.sh check"), inside.stderr[-2000:]
+    assert inside.returncode == 0, inside.stderr[-2000:]
+    assert inside.stdout == "run.sh of the checkout it was installed from: check --help\n"
+
+
+def _planted(folder: Path) -> Path:
+    """A folder received from someone else (a results folder) holding a run.sh, an artifact/cli.py and a
+    pyproject.toml naming the project: its run.sh leaves a mark where it runs."""
+    mark = folder / "ran"
+    folder.mkdir(parents=True)
+    (folder / "run.sh").write_text(f"#!/bin/sh\ntouch {mark}\n")
+    (folder / "run.sh").chmod(0o755)
+    (folder / "artifact").mkdir()
+    (folder / "artifact" / "cli.py").write_text("")
+    (folder / "pyproject.toml").write_text('[project]\nname = "prefix-cache-artifact"\n')
+    (folder / "results").mkdir()
+    return mark
+
+
+def test_a_copy_never_runs_the_run_sh_of_the_folder_it_runs_in(copy_install, tmp_path):
+    """Another folder that looks like a checkout (a received results folder, or another checkout): its run.sh is
+    not run, the one line says why and how; the user may name a checkout (ARTIFACT_CHECKOUT), whose run.sh runs."""
+    script, src = copy_install
+    env = _env_without_set_up()
+    received = tmp_path / "received"
+    mark = _planted(received)
+    for command in (["check", "results"], ["summary", "results"], ["demo"], ["setup"]):
+        done = subprocess.run([script, *command], capture_output=True, text=True, cwd=received, env=env, timeout=60)
+        assert "holds a checkout it was not installed from" in _one_line_copy_error(done)
+        assert not mark.exists()
+    other = subprocess.run(  # the repository itself: a checkout, but not the one this copy came from
+        [script, "check", "../evidence/cpu-endpoint"], capture_output=True, text=True, cwd=REPO / "docs", env=env
+    )
+    assert "holds a checkout it was not installed from" in _one_line_copy_error(other)
+    named = subprocess.run(
+        [script, "summary", "results"],
+        capture_output=True,
+        text=True,
+        cwd=received,
+        env={**env, cli.CHECKOUT_ENV: str(received)},
+        timeout=60,
+    )
+    assert named.returncode == 0 and mark.exists(), named.stderr  # the user named it: its run.sh ran
+    wrong = subprocess.run(
+        [script, "summary"], capture_output=True, text=True, cwd=tmp_path, env={**env, cli.CHECKOUT_ENV: str(tmp_path)}
+    )
+    assert f"{cli.CHECKOUT_ENV}={tmp_path} is not a checkout" in _one_line_copy_error(wrong)

@@ -146,9 +146,11 @@ def weights_lineage(run: Run) -> tuple[str | None, str]:
     """(lineage, why none): which model the run's weights are a level of, derived from facts, never from
     the manifest's model name or family: only an engine that loads the configuration's weights itself (sha256-
     verified before its server starts: `Capabilities.loads_weights`) knows them, and their digest is looked up in
-    the artifact's own pins (`models.lineage.of_digests`: a recipe's products, the configurations' pins). Where the
-    facts cannot decide (a server the artifact did not start, no digest, a digest no pin knows) the lineage is None
-    and `why` says why: such a run joins no quantization series."""
+    the artifact's own pins (`models.lineage.of_digests`: a recipe's products, the configurations' pins), and only
+    where the pins give the weights one level (`models.lineage.level_of`: where two configurations pin one digest at
+    two levels, its `model.quant` label would place it). Where the facts cannot decide (a server the artifact did not
+    start, no digest, a digest no pin knows, pins that disagree on its level) the lineage is None and `why` says why:
+    such a run joins no quantization series."""
     if not _loaded_weights(run):
         return None, (
             "its weights are not known: the artifact did not load them (a server it did not start, or an "
@@ -162,6 +164,13 @@ def weights_lineage(run: Run) -> tuple[str | None, str]:
         return None, (
             f"its weights (sha256 {digests[0][:12]}...) are pinned as a level of one model by no recipe "
             "or configuration of this checkout"
+        )
+    if lineage.level_of(digests) is None:  # its place in the series would be its label's
+        levels = lineage.pinned_levels(digests)
+        return None, (
+            f"the configurations of this checkout that pin its weights (sha256 {digests[0][:12]}...) "
+            + (f"give them different levels ({', '.join(levels)})" if levels else "give them no level")
+            + ": no pin decides its level, and its label does not"
         )
     return found, ""
 

@@ -10,7 +10,9 @@ weights, the binary's digests. Two outcomes:
   corruption   a run's records contradict each other: `corruption` raises ArtifactError (exit 2, one line naming
                the file, the field and both values) and nothing is judged. The checker cannot tell which of two
                values is true, so it judges neither; a verdict under either label could be the wrong claim's.
-  INVALID      each run is consistent, but runs are not independent evidence (`invalid`): a run that holds another
+  INVALID      a run's record contradicts itself on a fact that routes it, as its engine reads it (who started the
+               server, the server's identity and family, cache use, a cold start: `Engine.audit.record_problems`), or
+               each run is consistent, but runs are not independent evidence (`invalid`): a run that holds another
                run's requests with identical server timings (a copy: rerunning changes the server's timings on every
                request), an episode whose first prompt is not the one the configuration's other runs sent for it
                (episodes renumbered or replaced), records that disagree with their own server's log. The runs are
@@ -464,8 +466,20 @@ def server_logs(runs: list[Run], out: dict[int, list[str]]) -> None:
                 )
 
 
+def self_contradictions(runs: list[Run], out: dict[int, list[str]]) -> None:
+    """Each run's record against itself on the facts that route it, as its engine reads them
+    (`Engine.audit.record_problems`: who started the server, its identity and family, cache use, a cold start)."""
+    for run in runs:
+        engine = engine_of(run)
+        if engine is None:
+            continue
+        for why in engine.audit.record_problems(run.manifest, run.requests):
+            out[id(run)].append(f"{run.label}: {why} ({run.path})")
+
+
 def invalid(runs: list[Run]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = defaultdict(list)
+    self_contradictions(runs, out)
     rows_of = {id(run): (run, _rows(run)) for run in runs}
     copies(rows_of, out)
     first_prompts(rows_of, out)

@@ -21,11 +21,14 @@ outputs), with the start-up order that lets its worker load runs while this proc
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
 import os
 import shutil
+import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +41,7 @@ from artifact.check.worker import Drawing, Worker, preload, want_worker
 from artifact.errors import ArtifactError
 from artifact.records import decoded
 from artifact.records.reading import MAX_RECORD_BYTES, too_large
+from artifact.records.listing import Listing, entries, resolved, root_problem
 from artifact.records.store import MANIFEST, RECORD_FILES, REQUESTS, Run, find_runs
 
 if TYPE_CHECKING:  # for annotations only: imported lazily where they are used (below)
@@ -61,10 +65,11 @@ TIMINGS = "timings.json"  # the wall and CPU seconds of one check: different on 
 # check_records and load_run (a job of the worker): artifact.check.load
 
 
-def find_results(results_dir: Path) -> list[Run]:
-    """The runs under `results_dir`, by their manifests (their records not read yet)."""
+def find_results(results_dir: Path, listed: Listing | None = None) -> list[Run]:
+    """The runs under `results_dir`, by their manifests (their records not read yet); `listed`: the results' listing
+    (`listing.entries`) where the caller made it."""
     try:
-        runs = find_runs(results_dir)
+        runs = find_runs(results_dir, listed=listed)
     except TypeError:  # manifests whose sort keys have mixed types, or are not JSON objects
         raise ArtifactError(
             f"{results_dir}: a manifest.json has fields of the wrong type (config, plan, arm, run)"
@@ -302,16 +307,45 @@ def output_names() -> frozenset[str]:
     return OUTPUT_NAMES | own
 
 
-def foreign_entries(out: Path, new: Path) -> list[str]:
+def foreign_entries(out: Path, new: Path | None = None) -> list[str]:
     """What in `out` is not a check's output: an entry whose name is none of a check's own names (`output_names`,
     and those this check wrote into `new`), or that is not a regular file; and, where `out` holds anything, the
     whole folder if it has no check.json (a check never leaves a folder without it: not a folder a check made)."""
-    names = output_names() | set(os.listdir(new))
-    entries = sorted(os.listdir(out))
-    foreign = [e for e in entries if e not in names or (out / e).is_symlink() or not (out / e).is_file()]
-    if entries and not foreign and "check.json" not in entries:
-        foreign = [entries[0]]
+    names = output_names() | (set(os.listdir(new)) if new is not None else set())
+    held = sorted(os.listdir(out))
+    foreign = [e for e in held if e not in names or (out / e).is_symlink() or not (out / e).is_file()]
+    if held and not foreign and "check.json" not in held:
+        foreign = [held[0]]
     return foreign
+
+
+def refuse_outputs_folder(out: Path) -> None:
+    """Before a check reads anything: `out` must be a folder that holds only a check's outputs, or not exist yet
+    (ArtifactError, one line, otherwise: a link, a file, a path that cannot be reached, a folder of other files)."""
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:  # a loop of links on the way, a name too long, a NUL byte
+        raise ArtifactError(
+            f"cannot write the check outputs to {out} ({getattr(exc, 'strerror', None) or exc}); give --out a "
+            "directory that can be created"
+        ) from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ArtifactError(
+            f"cannot write the check outputs to {out}: it is not a directory"
+            + (" (a symbolic link)" if stat.S_ISLNK(st.st_mode) else "")
+            + "; give --out a new or empty directory"
+        )
+    try:
+        foreign = foreign_entries(out)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write the check outputs to {out} ({exc.strerror or exc})") from None
+    if foreign:
+        raise ArtifactError(
+            f"refusing to replace {out}: it holds {foreign[0]}, which is not an output of check; give "
+            "--out a new or empty directory"
+        )
 
 
 def staging(out: Path) -> Path:
@@ -468,12 +502,21 @@ def _run_check(
     timings = lap.wall
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root / CHECK_DIR
+    # every path and setting decided before anything is read or written: one line (exit 2) otherwise
+    problem = root_problem(root)
+    if problem:
+        raise ArtifactError(problem)
+    refuse_outputs_folder(out)
+    if decoded.wanted():
+        decoded.bound()  # the cache's bound: a value it cannot honour is said now
+    # what the check may read of the results: one listing, which the run finder and the replay key both take
+    listed = entries(root, skip=out)
     # the same results judged by the same checker before: its outputs again (artifact.check.replay); an evidence
     # folder's records (`label`) lie in a new temporary directory every time
-    previous, pending = replay.lookup(root, out, expected_path) if label is None else (None, None)
+    previous, pending = replay.lookup(root, out, expected_path, listed) if label is None else (None, None)
     if previous is not None:
         return _replay(previous, out, quiet, lap)
-    runs = find_results(root)
+    runs = find_results(root, listed)
     # at scale a worker process loads part of the runs and then draws the figures while this process imports the
     # analyses, loads the other runs and runs the analyses (artifact.check.worker)
     # where every run is in the checker's cache (records.decoded) this process reads them all, and the worker only
@@ -543,6 +586,7 @@ def _run_check(
         from artifact.report import divergences  # lazy: only a check that got this far writes them
 
         _, diverged = divergences.write(evidence, new)
+        printed = _summary(Path(label) if label else root, out, runs, tables, claims, code, diverged)
         publish(new, out)
     except OSError as exc:
         if new is None:
@@ -564,24 +608,38 @@ def _run_check(
         dict(lap.cpu),
         dict(lap.figures),
     )
-    printed = _summary(Path(label) if label else root, out, runs, tables, claims, code, diverged)
+    # published: from here on nothing may fail (check.json's exit code is the process's)
     if not quiet:
-        print(printed, flush=True)
-    # kept for a later check of the same results (artifact.check.replay), where everything check read lies under
-    # them (a run's server log lies in its plan directory: above a run directory checked on its own)
-    if pending is not None and all(run.path.parent.resolve().is_relative_to(root.resolve()) for run in runs):
-        replay.keep(
-            pending,
-            code,
-            printed,
-            out,
-            {
-                str((run.path / REQUESTS).resolve().relative_to(root.resolve())): run._sha256
-                for run in runs
-                if run._sha256
-            },
-        )
+        say(printed)
+    # kept for a later check of the same results (artifact.check.replay), where everything check read is in the
+    # results' listing (a run's server log lies in its plan directory: above a run directory checked on its own)
+    if pending is not None:
+        replay.keep(pending, code, printed, out, _requests_sha256(root, runs), _read_files(runs))
     return code
+
+
+def _requests_sha256(root: Path, runs: list[Run]) -> dict[str, str]:
+    """Each run's requests.jsonl (relative to the results) -> the sha256 of its bytes as check read them."""
+    base = resolved(root)
+    return {os.path.relpath(resolved(run.path / REQUESTS), base): run._sha256 for run in runs if run._sha256}
+
+
+def _read_files(runs: list[Run]) -> list[Path]:
+    """Every file check reads of the results, where it exists or not: each run's record files and the server log
+    its manifest names (under the run's plan directory)."""
+    out = [run.path / name for run in runs for name in RECORD_FILES]
+    return out + [run.path.parent / log for run in runs if isinstance(log := run.manifest.get("server_log"), str)]
+
+
+def say(text: str) -> None:
+    """Print `text` whatever the terminal's encoding can show (a name that is not UTF-8 as its escape); a closed
+    output (`check ... | head`) is not an error: the outputs are published and the exit code decided."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"), flush=True)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):  # nothing more to write there, at exit either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _replay(entry: replay.Entry, out: Path, quiet: bool, lap: Laps) -> int:
@@ -612,11 +670,9 @@ def _replay(entry: replay.Entry, out: Path, quiet: bool, lap: Laps) -> int:
     finally:
         shutil.rmtree(new, ignore_errors=True)
     if not quiet:
-        print(entry.printed)
-        print(
-            f"(replayed: these results and this checker are byte for byte those of a check made before; its outputs "
-            f"come from the checker's cache. {replay.ENV}=0 checks them again)",
-            flush=True,
+        say(
+            f"{entry.printed}\n(replayed: these results and this checker are byte for byte those of a check made "
+            f"before; its outputs come from the checker's cache. {replay.ENV}=0 checks them again)"
         )
     return entry.exit_code
 

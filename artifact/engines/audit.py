@@ -18,6 +18,16 @@ from typing import Any
 from artifact.engines.capabilities import EngineFacts
 
 
+# What only an engine that starts its own server observes of it; a record that says any of them was not observable
+# (`unknown`, `observes`) is of a server the artifact did not start.
+NOT_OBSERVABLE_ELSEWHERE = ("server_cmd", "binary", "weights_sha256")
+SERVER_SOURCE = "server:"  # model.source of weights a server the user runs held (not loaded by the artifact)
+
+
+def _table(x: object) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
 @dataclass(frozen=True)
 class Tier:
     """Where one request's cached prompt prefix came from, as its engine can tell from its own evidence."""
@@ -65,6 +75,38 @@ class RecordAudit:
                 f"it started, so the manifest's engine {kind!r} is not shown by its records"
             )
         return None
+
+    def record_problems(self, manifest: dict[str, Any], requests: list[dict[str, Any]]) -> list[str]:
+        """Where one run's records contradict each other on a fact that routes it (whose facts are read: the weights
+        it loaded, its command line, its family; its cache use; its cold start): one line each, naming the field and
+        what the same run recorded against it. `check.facts.invalid` makes such a run INVALID (named, admitted to no
+        claim). Here: a run of an engine that starts its own server (`Capabilities.loads_weights`) whose manifest
+        records a server the artifact did not start (a server the user ran, relabelled)."""
+        if not self.engine.capabilities.loads_weights:
+            return []
+        kind = self.engine.kind
+        own = f"engine {kind!r} starts its own server, loading the weights it verified"
+        problems = []
+        started = _table(manifest.get("server")).get("started_by")
+        if started is not None and not (isinstance(started, str) and started.startswith("the artifact")):
+            problems.append(f"field 'server.started_by' is {started!r}, but {own}")
+        unknown = manifest.get("unknown")
+        for key in NOT_OBSERVABLE_ELSEWHERE:
+            if (isinstance(unknown, dict) and key in unknown) or (isinstance(unknown, list) and key in unknown):
+                problems.append(f"field 'unknown' names {key} as not observable, but {own}")
+            if _table(manifest.get("observes")).get(key) is False:
+                problems.append(f"field 'observes.{key}' is false, but {own}")
+        source = _table(manifest.get("model")).get("source")
+        if isinstance(source, str) and source.startswith(SERVER_SOURCE):
+            problems.append(f"field 'model.source' is {source!r} (the weights a server held), but {own}")
+        ident = _table(_table(manifest.get("pairing_inputs")).get("engine"))
+        for key in ("servers", "unknown"):
+            if key in ident:
+                problems.append(
+                    f"field 'pairing_inputs.engine.{key}' records what a server the artifact did not start reports, "
+                    f"but {own}"
+                )
+        return problems[:1]
 
     def start_problem(self, manifest: dict[str, Any], requests: list[dict[str, Any]]) -> str | None:
         """Why a cache-using run's records show it did not start from the cache state the protocol starts it in (ON

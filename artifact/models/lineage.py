@@ -120,6 +120,14 @@ def level_of(digests: tuple[str, ...]) -> str | None:
     return _levels().get(digests) if digests else None
 
 
+def pinned_levels(digests: tuple[str, ...]) -> list[str]:
+    """Every level (upper case) a recipe or a configuration of this checkout pins weights with these digests at, in
+    order: one where the pins agree (`level_of`), several where they do not."""
+    found = [_level(level) for _, level, sha in _recipe_products() if (sha,) == digests]
+    found += [_level(m["quant"]) for d, m in _config_pins() if d == digests and isinstance(m.get("quant"), str)]
+    return sorted(set(found))
+
+
 @functools.lru_cache(maxsize=1)
 def _config_models() -> dict[tuple[str, ...], tuple[str, str] | None]:
     """digests -> (family, name) of the configurations that pin them (None where two name different models)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 import contextlib
 import hashlib
+import math
 import os
 import tempfile
 from functools import cache
@@ -38,6 +39,8 @@ from importlib import metadata
 from pathlib import Path
 
 import msgspec
+
+from artifact.errors import ArtifactError
 
 if TYPE_CHECKING:
     # the reader's record from a record's fields and its top_logprobs' JSON text (store._lazy_record)
@@ -162,13 +165,26 @@ def write_entry(path: Path, blob: bytes) -> None:
 _pruned = False  # whether this process has bounded the cache yet (once, at its first write)
 
 
+MAX_MIB = 1 << 40  # the largest bound MAX_ENV may set (a mebibyte count beyond any disk)
+
+
 def bound() -> int:
-    """The cache's size bound in bytes: MAX_ENV MiB (a number >= 0), else DEFAULT_MAX_MIB."""
+    """The cache's size bound in bytes: MAX_ENV MiB (a finite number >= 0; unset or empty: DEFAULT_MAX_MIB).
+    ArtifactError (one line) for any other value (junk, inf, nan, a negative number): check asks before it reads
+    anything, so that a setting it cannot honour is said at once, never after the outputs were written."""
+    text = os.environ.get(MAX_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_MIB << 20
     try:
-        mib = float(os.environ.get(MAX_ENV, "").strip() or DEFAULT_MAX_MIB)
+        mib = float(text)
     except ValueError:
-        mib = DEFAULT_MAX_MIB
-    return int(max(mib, 0) * (1 << 20))
+        mib = math.nan
+    if not 0 <= mib <= MAX_MIB:  # nan fails both
+        raise ArtifactError(
+            f"{MAX_ENV}={text!r}: the checker's cache bound must be a number of MiB from 0 to {MAX_MIB} "
+            f"(default {DEFAULT_MAX_MIB}); set it so, or unset it"
+        )
+    return int(mib * (1 << 20))
 
 
 def prune(keep: Path | None = None) -> int:
@@ -184,9 +200,10 @@ def prune(keep: Path | None = None) -> int:
                 if e.name.endswith(".msgpack") and e.is_file(follow_symlinks=False):
                     st = e.stat(follow_symlinks=False)
                     entries.append((st.st_mtime_ns, st.st_size, e.path))
-    except OSError:
+        limit = bound()
+    except (OSError, ArtifactError):  # a bound check did not accept was said before (`bound`)
         return 0
-    total, limit, removed = sum(size for _, size, _ in entries), bound(), 0
+    total, removed = sum(size for _, size, _ in entries), 0
     for _, size, path in sorted(entries):
         if total <= limit:
             break

@@ -29,13 +29,15 @@ import os
 import stat
 import sys
 import tempfile
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 
 from artifact.errors import ArtifactError
-from artifact.records import decoded
+from artifact.records import decoded, listing
+from artifact.records.listing import Listing
 from artifact.records.reading import (
     MAX_MANIFEST_BYTES,
     LazyRecord,
@@ -540,28 +542,32 @@ def _refuse_link(path: Path, what: str) -> None:
         )
 
 
-def find_runs(results_dir: Path) -> list[Run]:
-    """Every run under `results_dir` (complete or not), found by manifest; discarded runs are skipped. A directory
-    or record file under it that is a symbolic link is refused (ArtifactError), as is an entry that cannot be read."""
+def find_runs(results_dir: Path, skip: Path | None = None, listed: Listing | None = None) -> list[Run]:
+    """Every run under `results_dir` (complete or not), found by manifest; discarded runs are skipped. What is
+    looked at is the results directory's one listing (`listing.entries`: every entry under it but `skip`, a check's
+    output folder), given as `listed` where the caller made it. A directory or record file under it that is a
+    symbolic link is refused (ArtifactError), as is an entry that cannot be read."""
     results_dir = Path(results_dir)
-    if not results_dir.exists():
-        raise ArtifactError(f"results directory {results_dir} does not exist")
-    if not results_dir.is_dir():
-        raise ArtifactError(f"results path {results_dir} is not a directory (give the folder that holds the runs)")
-
-    def unreadable(exc: OSError) -> None:
-        raise ArtifactError(f"cannot read {exc.filename} under the results directory ({exc.strerror})")
-
+    listed = listed if listed is not None else listing.entries(results_dir, skip)
+    children: dict[str, list[listing.Entry]] = defaultdict(list)
+    for e in listed:
+        children[os.path.dirname(e.rel)].append(e)
     runs = []
-    for walked, dirs, files in os.walk(results_dir, onerror=unreadable):
-        here = Path(walked)
-        dirs[:] = sorted(d for d in dirs if d != DISCARDED)
-        for d in dirs:
-            _refuse_link(here / d, "a directory")
-        if MANIFEST in files or MANIFEST in dirs:
+    todo = [""]  # the folders in the order a top-down walk of sorted names visits them, discarded ones left out
+    while todo:
+        rel = todo.pop()
+        here = results_dir / rel if rel else results_dir
+        inside = children.get(rel, [])
+        folders = [e for e in inside if e.kind == "d" and os.path.basename(e.rel) != DISCARDED]
+        for e in inside:  # a link to a folder: refused, as a folder that is a link
+            if e.kind == "l" and os.path.basename(e.rel) != DISCARDED and os.path.isdir(results_dir / e.rel):
+                _refuse_link(results_dir / e.rel, "a directory")
+        names = {os.path.basename(e.rel) for e in inside}
+        if MANIFEST in names:
             for name in RECORD_FILES:
                 _refuse_link(here / name, "a record file")
             runs.append(load_run(here))
+        todo.extend(e.rel for e in reversed(folders))
     return sorted(
         runs,
         key=lambda r: (

@@ -162,6 +162,54 @@ def test_a_levels_trend_position_is_its_weights_not_its_quant_label(tmp_path):
     assert not (tmp_path / "check" / "check.json").exists()  # no verdict read from the label
 
 
+@pytest.fixture
+def disagreeing_pins(tmp_path, monkeypatch):
+    """A checkout whose configs/ pin one digest at two levels: h200-smollm2-q4_k_m's weights, pinned again as Q8_0
+    by a twin configuration (the same model's name and family)."""
+    configs = tmp_path / "checkout" / "configs"
+    shutil.copytree(CONFIG_DIR, configs)
+    twin = (configs / "h200" / "h200-smollm2-q4_k_m.toml").read_text()
+    twin = twin.replace('name = "h200-smollm2-q4_k_m"', 'name = "h200-smollm2-q4_k_m-as-q8"').replace(
+        'quant = "Q4_K_M"', 'quant = "Q8_0"'
+    )
+    (configs / "h200" / "h200-smollm2-q4_k_m-as-q8.toml").write_text(twin)
+    caches = (lineage._config_pins, lineage._configs, lineage._levels, lineage._config_models)
+    for c in caches:
+        c.cache_clear()
+    monkeypatch.setattr(lineage, "CONFIG_DIR", configs)
+    monkeypatch.setattr(lineage, "PLANS_FILE", configs / "plans.toml")
+    yield {c: read_toml(CONFIG_DIR / "h200" / f"h200-smollm2-{c}.toml")["model"] for c in ("f16", "q8_0", "q4_k_m")}
+    monkeypatch.undo()
+    for c in caches:
+        c.cache_clear()
+
+
+def test_no_label_places_a_level_where_the_checkouts_pins_disagree(tmp_path, disagreeing_pins):
+    """Three pinned levels of one model; the Q4_K_M weights are pinned at two levels by two configurations: its
+    `model.quant` label (either) would place it in the trend, so it joins no series and RQ3 names why; the two
+    levels the pins decide stay one series."""
+    pins = disagreeing_pins
+    digest = pins["q4_k_m"]["sha256"]
+    assert lineage.level_of((digest,)) is None and lineage.pinned_levels((digest,)) == ["Q4_K_M", "Q8_0"]
+    assert lineage.of_digests((digest,)) is not None  # the pins agree on the model, not on the level
+    for level, k in (("f16", 10), ("q8_0", 40), ("q4_k_m", 70)):
+        pin = pins[level]
+        write_trend_level(
+            tmp_path / "results",
+            f"t-{level}",
+            {**MODEL, "quant": pin["quant"], "sha256": pin["sha256"], "source": "path:x.gguf"},
+            k,
+        )
+    tables = build_tables(find_runs(tmp_path / "results"), tmp_path / "results")
+    assert list(tables.fig2["level"]) == ["F16", "Q8_0"] and list(tables.fig2["config"]) == ["t-f16", "t-q8_0"]
+    assert tables.outside_series == [
+        f"t-q4_k_m: the configurations of this checkout that pin its weights (sha256 {digest[:12]}...) give them "
+        "different levels (Q4_K_M, Q8_0): no pin decides its level, and its label does not"
+    ]
+    rq3 = claim(check_json(tmp_path / "results"), "RQ3")
+    assert "z = " not in rq3["observed"] and any("t-q4_k_m" in e and "no pin decides" in e for e in rq3["evidence"])
+
+
 def write_trend_level(root, config: str, model: dict, k: int, n: int = 80) -> None:
     """One level's OFF run 1 and ON run 1 (as `trend_runs`), the first k of n one-request episodes diverging."""
     off = {f"e{i}": [[1, 2]] for i in range(n)}

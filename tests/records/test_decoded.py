@@ -272,8 +272,14 @@ def test_the_cache_keeps_to_its_bound_and_drops_the_least_recently_used_entry(tm
     assert check_load(runs[1].path, runs[1].manifest)[3] == "written"  # and is read from its file again
 
 
-def test_a_bad_bound_is_the_default_and_pruning_never_fails(tmp_path, monkeypatch):
-    monkeypatch.setenv(decoded.MAX_ENV, "lots")
-    assert decoded.bound() == decoded.DEFAULT_MAX_MIB << 20
+@pytest.mark.parametrize("value", ["lots", "inf", "-inf", "nan", "-1", "1e400", "0x10"])
+def test_a_bound_that_is_no_finite_size_is_a_one_line_error_and_pruning_never_fails(tmp_path, monkeypatch, value):
+    monkeypatch.setenv(decoded.MAX_ENV, value)
+    with pytest.raises(ArtifactError, match=f"{decoded.MAX_ENV}=.*must be a number of MiB from 0 to"):
+        decoded.bound()
+    assert decoded.prune() == 0  # never raises: check said it before it read anything
+    for fine, size in (("", decoded.DEFAULT_MAX_MIB << 20), (" 0 ", 0), ("1.5", 3 << 19)):
+        monkeypatch.setenv(decoded.MAX_ENV, fine)
+        assert decoded.bound() == size
     monkeypatch.setenv(decoded.DIR_ENV, str(tmp_path / "not-there"))
     assert decoded.prune() == 0

@@ -218,6 +218,22 @@ class LlamaAudit(RecordAudit):
         path aside); the binary's digests against the pairing inputs' and against its files."""
         return super().manifest_problem(manifest) or manifest_problem(manifest)
 
+    def record_problems(self, manifest: dict, requests: list[dict]) -> list[str]:
+        """A server the artifact did not start (the default's), and a command line with no server_args the runs
+        were paired by: nothing then holds `server_cmd` to the server that served them."""
+        problems = super().record_problems(manifest, requests)
+        ident = _table(_table(manifest.get("pairing_inputs")).get("engine"))
+        if (
+            manifest.get("server_cmd")
+            and isinstance(manifest.get("pairing_inputs"), dict)
+            and "server_args" not in ident
+        ):
+            problems.append(
+                "field 'pairing_inputs.engine' records no server_args (the command line the runs were paired by), "
+                "so the manifest's server_cmd is not shown to be the server that served them"
+            )
+        return problems[:1]
+
     def session_log_problems(self, manifest: dict, runs: list[list[dict]], log_text: str) -> list[str | None]:
         """The log's command line and per-request timings against the records."""
         return session_log_problems(manifest, runs, log_text)
