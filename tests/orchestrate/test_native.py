@@ -406,7 +406,7 @@ def test_native_dry_run_with_several_jobs_per_fake_gpu_plans_the_slots_and_says_
     assert rows[0].startswith("gpu0.0 (23 GiB):")
     build = next(ln for ln in out.splitlines() if ln.strip().startswith("build: "))
     assert build.split()[1].endswith("scripts/build-llama-server.sh") and build.split()[2].endswith("/bin/python")
-    assert build.split()[3:] == cuda_cmake_args("90")
+    assert build.split()[3:] == ["--llama-build", "b10434", *cuda_cmake_args("90")]
     fake_mps_control(tmp_path / "one")
     r = cli(*argv, env={**env, "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe")})
     assert r.returncode == 0 and "through CUDA MPS (a control daemon started for the run" in r.stdout, r.stderr
