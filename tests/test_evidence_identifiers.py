@@ -92,11 +92,11 @@ def test_the_rename_table_maps_only_absent_paths_to_present_files():
     "recorded, shown",
     [
         (
-            "/tmp/r/.venv-cuda/bin/llama-server -m /tmp/r/models/derived/x.gguf",
+            "/srv/r/.venv-cuda/bin/llama-server -m /srv/r/models/derived/x.gguf",
             "…/.venv-cuda/bin/llama-server -m …/models/derived/x.gguf",
         ),
-        ("/work/wt/i28/configs/qwen/cpu-q4_k_m.toml", "…/configs/qwen/cpu-q4_k_m.toml"),
-        ("--compile-cache /tmp/w/cache-bf16-bi --log /dev/null", "--compile-cache …/cache-bf16-bi --log /dev/null"),
+        ("/data/wt/i28/configs/qwen/cpu-q4_k_m.toml", "…/configs/qwen/cpu-q4_k_m.toml"),
+        ("--compile-cache /srv/w/cache-bf16-bi --log /dev/null", "--compile-cache …/cache-bf16-bi --log /dev/null"),
         ("results/a/main/logs/server-on.log", "results/a/main/logs/server-on.log"),
     ],
 )
