@@ -170,7 +170,8 @@ def measure_demo(keep: Path | None = None) -> dict:
         if keep is not None:  # the demo's records and its printed output, for a reader to re-check
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copytree(clone / "results", keep / "results", ignore=shutil.ignore_patterns("check*", "*.msgpack"))
-            (keep / "demo-output.txt").write_text(proc.stdout)
+            # the temporary folder's path is this machine's own: shown as "…", as check's report shows such paths
+            (keep / "demo-output.txt").write_text(proc.stdout.replace(str(clone.parent), "…"))
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"error: ./run.sh demo exited {proc.returncode} (output above)")
