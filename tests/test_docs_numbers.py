@@ -448,3 +448,19 @@ def test_the_demos_example_output_is_the_recorded_runs_own():
             block.append(line)
     shown = [line.rstrip() for line in blocks[-1] if line.strip()]
     assert len(shown) > 10 and [line for line in shown if line not in printed] == []
+
+
+def test_first_contact_reads_the_yardstick_ci_prints():
+    """.ci/run prints the yardstick at its start and end; `first_contact.py ci` records both beside the phases, and
+    the fixed compile's source is the same at every call (the yardstick is fixed by the script's commit)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("first_contact", REPO / "bench" / "first_contact.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ci = (REPO / ".ci" / "run").read_text()
+    assert ci.count("bench/first_contact.py yardstick") == 2
+    log = "ci: yardstick compile 1.37 s (x; 2 cores)\nci: ./run.sh test took 100 s\nci: yardstick compile 1.5 s\n"
+    assert [float(m.group(1)) for line in log.splitlines() if (m := module.YARD_LINE.match(line))] == [1.37, 1.5]
+    assert module.ci_phases(log) == {"run.sh test": 100.0}
+    assert module.yardstick_source() == module.yardstick_source() and "int f199(" in module.yardstick_source()
