@@ -42,7 +42,7 @@ protocol and results
                         Instruct + BFCL LoRA, Q4_K_M; llama-server b10435), then check, then the committed H200
                         evidence re-checked beside it
   demo --vllm [--episodes N] [--results DIR]
-                        plan main on vLLM 0.11.0's CPU build (sets it up on first use: ~8 GB, a few minutes), then
+                        plan main on vLLM 0.11.0's CPU build (sets it up on first use: ~8 GB of downloads), then
                         check (RQ4)
   run CONFIG [--plan main|cram0|fresh] [--episodes N] [--results DIR] [--engine-setting KEY=VALUE ...]
                         one configuration's protocol (configs/CONFIG.toml); resumes unfinished sessions; e.g.

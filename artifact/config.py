@@ -265,6 +265,29 @@ def resolve_config_path(name_or_path: str) -> Path:
     raise ArtifactError(f"unknown configuration '{name_or_path}' (known: {', '.join(known)})")
 
 
+RENAMED_FILE = CONFIG_DIR / "renamed.toml"
+
+
+def current_config_path(recorded: str) -> str | None:
+    """The configuration file a manifest's `config_path` names, as a path of this checkout (`configs/...`): the
+    recorded path from its `configs/` folder on where that file exists, else what `configs/renamed.toml` maps it to
+    (files renamed after records named them; records are never edited); None where neither gives a file."""
+    parts = Path(recorded).parts
+    if "configs" not in parts:
+        return None
+    rel = Path(*parts[len(parts) - 1 - parts[::-1].index("configs") :]).as_posix()
+    if (REPO / rel).is_file():
+        return rel
+    renamed = renamed_configs().get(rel)
+    return renamed if renamed is not None and (REPO / renamed).is_file() else None
+
+
+def renamed_configs() -> dict[str, str]:
+    """configs/renamed.toml: each configuration file's earlier path -> its path now."""
+    with RENAMED_FILE.open("rb") as fh:
+        return dict(tomllib.load(fh)["renamed"])
+
+
 _WORKLOAD_KEYS = tuple(f.name for f in dataclasses.fields(WorkloadTable) if f.name != "settings")
 
 

@@ -175,6 +175,11 @@ def summarize(folder: Path) -> dict:
             # CUDA MPS as the control daemon itself said of each run's server (`gpu_mps`, recorded since the
             # daemon's client list is asked): runs it listed as its client, of the runs that carry the record
             "mps_served": _mps_served(manifests),
+            # how many GPUs the runs ran on, told apart by their UUIDs' digests (recorded since the machine-identity
+            # digests; "not recorded" where no run carries one)
+            "distinct_gpus": len(digests)
+            if (digests := {d for h in hosts for d in h.get("gpu_uuid_sha256") or []})
+            else "not recorded",
         },
         # each configuration-plan (one `./run.sh all` job): its runs and its span, first start to last finish
         "jobs": {
@@ -237,6 +242,16 @@ def summarize(folder: Path) -> dict:
             f"{r['config']}:{r['plan']}:{r['arm']}{r['run']}": {
                 "with_tool_call": f"{_int(r['episodes_with_tool_call'])}/{_int(r['episodes'])}",
                 "calls": _int(r["calls_executed"]),
+                # executed is not worked: the calls whose result was an error, and the episodes with one that was not
+                **(
+                    {
+                        "calls_returned_error": _int(r["calls_returned_error"]),
+                        "calls_raised": _int(r["calls_raised"]),
+                        "with_successful_call": f"{_int(r['episodes_with_successful_call'])}/{_int(r['episodes'])}",
+                    }
+                    if r.get("calls_returned_error")
+                    else {}
+                ),
                 "requests_per_episode": round(float(r["requests_per_episode"] or "nan"), 2),
                 # the workload's own checker's count of valid episodes (its column: WORKLOAD_valid)
                 "valid": f"{_int(next((v for k, v in r.items() if k.endswith('_valid')), ''))}/{_int(r['episodes'])}",
@@ -296,6 +311,7 @@ def render_md(s: dict) -> str:
         f"{', '.join(map(str, h['cuda_mps'])) or 'not recorded'}; "
         f"{', '.join(map(str, h['gpu_sharing'])) or 'not recorded'} |",
         f"| runs served through CUDA MPS (the daemon's client list) | {h['mps_served']} |",
+        f"| distinct GPUs (by their UUIDs' digests) | {h['distinct_gpus']} |",
         f"| network of the runs | {', '.join(h['network'])} |",
     ]
     if "check" in s:
@@ -352,11 +368,18 @@ def render_md(s: dict) -> str:
     if s.get("agent"):
         lines += [
             "",
-            "| run | episodes with a tool call | calls | requests / episode | valid (the workload's checker) |",
-            "|---|---|---|---|---|",
+            "| run | episodes with a call executed | calls executed | of them returned an error (could not run) "
+            "| episodes with a call that returned no error | requests / episode | valid (the workload's checker) |",
+            "|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {k} | {v['with_tool_call']} | {v['calls']} | {v['requests_per_episode']} | {v['valid']} |"
+            f"| {k} | {v['with_tool_call']} | {v['calls']} | "
+            + (
+                f"{v['calls_returned_error']} ({v['calls_raised']}) | {v['with_successful_call']}"
+                if "calls_returned_error" in v
+                else "not recorded | not recorded"
+            )
+            + f" | {v['requests_per_episode']} | {v['valid']} |"
             for k, v in s["agent"].items()
         ]
     if s.get("stage"):

@@ -6,7 +6,7 @@ manifest's server_env and pairing inputs. Measurement only: the demo's servers u
 cores); the measurement in the git history of bench/vllm-demo-budget.md compared the two bit for bit.
 
     PYTHONPATH=.:tests scripts/isolate.sh .venv/bin/python bench/vllm_arm.py CONFIG RESULTS CPU off|on [KEY=INT ...]
-    # e.g. demo-smollm2-agent-cpu-vllm /tmp/m-off 1 off episodes=7 max_turns=1  (and ... /tmp/m-on 0 on ...)
+    # e.g. demo-smollm2-agent-cpu-vllm M-OFF 1 off episodes=7 max_turns=1  (and ... M-ON 0 on ...)
 """
 
 import dataclasses

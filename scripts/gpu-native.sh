@@ -6,7 +6,7 @@
 # ran the protocol: those phases made evidence/h200-agent (see the git history of this file).
 # What the host needs is staged by `scripts/stage-device.py --target cp312-manylinux-x86_64 --with-training` (with
 # --limit-mib where transfers to the host are limited: .device/call1, .device/call2, ...; each transfer carries the
-# next part). The phases run one after another on the host; WORK (default /tmp/w) keeps the state.
+# next part). The phases run one after another on the host; WORK (required: a folder that outlives each phase) keeps the state.
 #
 #   scripts/gpu-native.sh unpack      verify the staged parts this call carried into $WORK/stage (sha256, STAGE.json;
 #                                     scripts/stage-device.py receive); with the sdist: start the CUDA build of
@@ -17,10 +17,10 @@
 #                                     (convert_lora_to_gguf.py), then, once the build is done, the derived
 #                                     quantization series (artifact.models.derive, against the recipe's pins)
 #   scripts/gpu-native.sh wait [S]    follow the pipeline for up to S seconds (default 540); exit 0 when done
-#   scripts/gpu-native.sh collect     pack the adapter, its training record, the recipe and the logs into $OUT
+#   scripts/gpu-native.sh collect DIR pack the adapter, its training record, the recipe and the logs into DIR
 #
 set -euo pipefail
-W=${WORK:-/tmp/w}
+W=${WORK:?set WORK to a folder that outlives each phase: it keeps the state between them}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 ARCHS=${CUDA_ARCHS:-90}
@@ -123,7 +123,8 @@ phase_wait() {
 }
 
 phase_collect() {
-  local out=${OUT:?}
+  local out=${1:?usage: collect DIR (the folder to pack into)}
+  mkdir -p "$out"
   cp "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" "$W/adapter/training.json" "$out/" 2>/dev/null || true
   cp "$W/repo/artifact/models/recipes/smollm2-135m-bfcl-agent.json" "$out/recipe.json" 2>/dev/null || true
   (cd "$W" && tar -czf "$out/logs.tar.gz" logs gpu.csv nvcc.txt train.jsonl.json) || true
@@ -134,6 +135,6 @@ case "${1:-}" in
   unpack) phase_unpack ;;
   start) phase_start ;;
   wait) shift; phase_wait "${1:-540}" ;;
-  collect) phase_collect ;;
-  *) echo "usage: scripts/gpu-native.sh unpack|start|wait [S]|collect  (protocol runs: ./run.sh all --native)" >&2; exit 2 ;;
+  collect) phase_collect "${2:-}" ;;
+  *) echo "usage: scripts/gpu-native.sh unpack|start|wait [S]|collect DIR  (protocol runs: ./run.sh all --native)" >&2; exit 2 ;;
 esac

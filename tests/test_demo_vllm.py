@@ -9,8 +9,8 @@ depends on the CPU (bench/vllm-demo-budget.md), so the demo's budget must be dec
 - the second runs the demo's [[vllm]] entries exactly as `./run.sh demo --vllm` does (same configuration, plan and
   budget, no override) on the real vLLM 0.11.0 CPU server, then `check`, and asserts RQ4 PASS or FAIL with its
   evidence: what the model and the server actually do (requests without error, cache hits in the ON run) cannot
-  leave it undecided either. Cost: one demo run (4 runs, 2 server starts): 46 min measured on a 2-core CPU without
-  bf16 instructions (docs/demo.md).
+  leave it undecided either. Cost: one demo run (4 runs, 2 server starts), whose time is not recorded (docs/demo.md
+  says where it goes).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_the_vllm_demo_budget_is_large_enough_for_rq4_to_fail_at_zero_divergence
 @pytest.mark.skipif(
     os.environ.get("ARTIFACT_DEMO_VLLM_TEST") != "1",
     reason="NOT RUN unless ARTIFACT_DEMO_VLLM_TEST=1: it costs one whole `./run.sh demo --vllm` "
-    "(~46 min on 2 CPU cores without bf16 instructions: README.md's workflow table), more than "
+    "(its time is not recorded; the cache-OFF prefill of seven episodes on vLLM's CPU build), more than "
     "CI's time allows",
 )
 def test_the_vllm_demo_decides_rq4(tmp_path):

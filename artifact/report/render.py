@@ -24,6 +24,7 @@ from artifact.analysis.fmt import num, pct, rate_cell, records
 from artifact.analysis.tables import FIG1_CONDITIONS, QUANT_LEVELS, USER_SERVER_UNOBSERVED, Tables, as_dict, relative
 from artifact.records.store import Run
 from artifact.report.example import divergence_example
+from artifact.report.shown import config_now, glance, shown_path
 from artifact.workloads.base import Wording
 from artifact.verdict import STATUSES
 
@@ -278,8 +279,8 @@ def _gpus(host: dict) -> str:
 
 def _cmd(cmd) -> str:
     if isinstance(cmd, list):
-        return shlex.join(str(c) for c in cmd)
-    return "-" if cmd is None else str(cmd)
+        return shown_path(shlex.join(str(c) for c in cmd))
+    return "-" if cmd is None else shown_path(str(cmd))
 
 
 def provenance(runs: list[Run], root: Path) -> list[dict]:
@@ -312,7 +313,7 @@ def provenance(runs: list[Run], root: Path) -> list[dict]:
                 "packages": ", ".join(f"{k} {v}" for k, v in pk.items()) or "-",
                 "prompt_variant": m.get("prompt_variant") or "-",
                 "workload": m.get("workload") or "-",
-                "config_path": m.get("config_path") or "-",
+                "config_path": config_now(m.get("config_path")),
                 "plans": {},
             }
         pd_ = as_dict(m.get("plan_data"))
@@ -333,7 +334,7 @@ def provenance(runs: list[Run], root: Path) -> list[dict]:
                 "status": m.get("status"),
                 "episodes": len(m["episodes"]),
                 "server_cmd": _cmd(m.get("server_cmd")),
-                "server_log": m.get("server_log") or "-",
+                "server_log": shown_path(str(m.get("server_log") or "-")),
                 "path": relative(run.path, root),
                 "started": m.get("started_at") or "-",
                 "finished": m.get("finished_at") or "-",
@@ -422,6 +423,7 @@ def render_report(
         "user_server": tables.user_server,
         "user_server_unobserved": USER_SERVER_UNOBSERVED,
         "claims": claims,
+        "glance": glance(claims, beyond),
         "problems": problems,
         "band_rule": band_rule,
         "tab2": tab2_sections(tables),

@@ -450,13 +450,12 @@ def test_a_model_the_servers_do_not_serve_is_refused_before_any_request(llama_ur
 
 # --- vLLM ------------------------------------------------------------------------------------------------------
 
-# Served in bf16 on a 2-core CPU (no bf16 instructions) each request took 6-11 minutes; served as the
-# other vLLM server tests (float32, eager: tests/budget.py) both passed in 168 s (docs/own-server.md). They run
-# when asked: CI's run is 44 of its 45 minutes without them.
+# Served as the other vLLM server tests serve it (float32, eager: tests/budget.py; bf16 is far slower on a CPU
+# without bf16 instructions). They run when asked (.ci/run asks): each starts a vLLM CPU server of its own.
 VLLM_ENDPOINT = pytest.mark.skipif(
     os.environ.get("ARTIFACT_ENDPOINT_VLLM_TEST") != "1",
     reason="NOT RUN unless ARTIFACT_ENDPOINT_VLLM_TEST=1 (.ci/run sets it): the "
-    "endpoint protocol on a user-started vLLM CPU server (~3 min on 2 cores)",
+    "endpoint protocol on a user-started vLLM CPU server, which each of the two starts",
 )
 
 

@@ -198,7 +198,7 @@ def rq2(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         details + bands,
         observed,
         "ON vs OFF > 0 and above same-arm reruns; paper values per configuration where reported",
-        "direction: strict; magnitude: BAND_RULE",
+        "direction: strict; magnitude: the value band",
         ev,
         status,
     )

@@ -145,7 +145,7 @@ def rq2b(tables: Tables, paper: Paper, root: Path | None) -> Claim:
         details,
         observed,
         "79/80 ON reruns agree with --cache-ram 0 (Fig. 1, §IV-C)",
-        "paired McNemar against the default ON reruns; magnitude: BAND_RULE for Qwen2.5-7B Q4_K_M",
+        "paired McNemar against the default ON reruns; magnitude: the value band for Qwen2.5-7B Q4_K_M",
         [f"{d.scope}: {d.status}" for d in details],
         status,
     )

@@ -113,7 +113,7 @@ def cuda_cmake_args(archs: str) -> list[str]:
     Not Dockerfile.llamacpp's `-DGGML_CUDA_NCCL=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined`: those
     exist for an image built without a GPU driver, and on the H200 (a host with its driver) that build made a
     `llama-quantize` that aborts at once with `free(): invalid pointer`, so the agent model could not be derived
-    (evidence/h200-agent-native/logs.tar.gz, session/build.log and the session notes). The image's own build with
+    (evidence/h200-agent-native/logs.tar.gz, session/build.log). The image's own build with
     them, on the wheel-made CUDA 13.0 bases, ran there without that abort (evidence/h200-agent-image)."""
     return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
 

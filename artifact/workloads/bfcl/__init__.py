@@ -134,7 +134,11 @@ class Bfcl(Workload):
         from artifact.workloads.bfcl.tables import agent_row  # lazy: pandas (~0.9 s), which a protocol run never needs
 
         a = agent_row(run)
-        return {"episodes with a tool call": f"{a['episodes_with_tool_call']}/{a['episodes']}"}
+        ok = a["episodes_with_successful_call"]
+        return {
+            "episodes with a call executed": f"{a['episodes_with_tool_call']}/{a['episodes']}",
+            "with a call that returned no error": "not recorded" if ok is None else f"{ok}/{a['episodes']}",
+        }
 
 
 WORKLOAD = Bfcl()

@@ -63,6 +63,34 @@ def test_tool_call_share_and_requests_per_episode_come_from_the_trajectory(make_
 def test_older_records_without_a_trajectory_count_requests_past_step_0(make_run):
     a = agent_row(make_run("off", 1, {"e0": [[1], [2]], "e1": [[3]]}))
     assert a["episodes_with_tool_call"] == 1 and a["calls_executed"] is None and a["source"].startswith("requests")
+    assert a["calls_returned_error"] is None and a["episodes_with_successful_call"] is None
+
+
+def test_executed_is_not_worked_calls_that_returned_an_error_are_counted(make_run):
+    """A call BFCL's executor could not run (`Error during execution: ...`) and one whose tool answered an error
+    object are executed calls that returned an error; an episode counts as having a successful call only with a call
+    that returned neither."""
+    steps = {
+        "e0": [
+            {
+                "calls": ["move()", "cd(folder='x')"],
+                "observations": [
+                    "Error during execution: name 'move' is not defined",
+                    '{"error": "cd: \'x\': No such file or directory"}',
+                ],
+            }
+        ],
+        "e1": [{"calls": ["ls()"], "observations": ['{"current_directory_content": []}']}],
+        "e2": [{"calls": None, "observations": []}],
+    }
+    a = agent_row(make_run("off", 1, {"e0": [[1]], "e1": [[2]], "e2": [[3]]}, steps=steps))
+    assert (a["episodes_with_tool_call"], a["calls_executed"], a["calls_returned_error"], a["calls_raised"]) == (
+        2,
+        3,
+        2,
+        1,
+    )
+    assert a["episodes_with_successful_call"] == 1
 
 
 def test_the_report_prefers_a_flip_that_changed_a_call_and_what_the_model_saw_next(make_run):
