@@ -11,6 +11,8 @@ record (matched by episode), and the manifest's list of episodes: the generated 
 75.0 are not the same value), the text, the cache counts, the log-probabilities, the prompts, and each episode's
 calls, results and verdict; a workload's own fields too (the GSM8K servings). Values are equal only as JSON values
 of the same type. Timing fields (TIMING) are different by design on every rerun: they are listed, never compared.
+A request field that names the server that answered (PRODUCER: the OpenAI-style `system_fingerprint`, the server's
+build label) says what produced the record, not what it is: a difference is reported with the engine build.
 Each side is validated first through the one records schema (`check`'s `check_records`: a malformed record is an
 error, exit 2) and for being whole (an incomplete run, or one not whole, is INVALID).
 
@@ -34,6 +36,8 @@ TIMING = {
     MANIFEST: ("started_at", "finished_at", "wall_s"),
 }
 MANIFEST_OUTCOME = ("episodes",)  # the manifest's part of the outcome (the rest says what produced it)
+# Request fields that name the server that answered (its build label): what produced a record, not its outcome.
+PRODUCER = {REQUESTS: ("engine_extra.system_fingerprint",), EPISODES: (), MANIFEST: ()}
 _MISSING = object()
 
 
@@ -105,7 +109,7 @@ def _flat(rec: dict, file: str) -> dict:
             out.update({f"engine_extra.{x}": y for x, y in v.items()})
         else:
             out[k] = v
-    return {k: v for k, v in out.items() if k not in TIMING[file]}
+    return {k: v for k, v in out.items() if k not in TIMING[file] and k not in PRODUCER[file]}
 
 
 def _timing_present(records: list[dict], file: str) -> set[str]:
@@ -189,6 +193,20 @@ def compare_records(a: Run, b: Run) -> RunDiff:
         for name in _timing_present(recs, file)
     )
     diff.provenance = provenance_differences(a, b)
+    for name in PRODUCER[REQUESTS]:
+        _, _, key = name.partition(".")
+        seen = [
+            sorted(
+                {
+                    str((r.get("engine_extra") or {}).get(key))
+                    for r in run.requests
+                    if key in (r.get("engine_extra") or {})
+                }
+            )
+            for run in (a, b)
+        ]
+        if seen[0] != seen[1]:
+            diff.provenance.append(f"requests' {key}: {', '.join(seen[0]) or 'none'} vs {', '.join(seen[1]) or 'none'}")
     diff.unknown = provenance_unknown(a, b)
     return diff
 

@@ -81,3 +81,32 @@ def test_compare_says_the_same_machine_only_where_its_digests_are_recorded_and_e
     b = write_bfcl_run(tmp_path / "d", "off", 1, eps, manifest={"host": host, "binary": {"sha256": "s"}})
     line = compare.render([compare.compare_records(a, b)], [], [])
     assert "machine-id, boot, GPU UUID" in line and "not known" not in line and "not recorded" not in line
+
+
+def test_the_answering_servers_build_label_is_what_produced_a_record_not_its_outcome(tmp_path):
+    """An OpenAI-style system_fingerprint (a server's build label) differs between two builds that answered alike:
+    it is reported with the engine build, never as a differing outcome; a differing token still is one."""
+    import json
+
+    from artifact.records.store import load_run
+    from synthetic_runs import write_bfcl_run
+
+    runs = {}
+    for side, label, tokens in (
+        ("a", "b10434-7e4c0a968", [1, 2]),
+        ("b", "b10435-9e40df63", [1, 2]),
+        ("c", "x", [1, 9]),
+    ):
+        d = write_bfcl_run(tmp_path / side, "off", 1, {"e0": [tokens]}).path
+        path = d / "requests.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for r in rows:
+            r["engine_extra"] = {**(r.get("engine_extra") or {}), "system_fingerprint": label}
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs[side] = load_run(d)
+    same = compare.compare_records(runs["a"], runs["b"])
+    assert same.exact, [f.name for f in same.fields]
+    assert "requests' system_fingerprint: b10434-7e4c0a968 vs b10435-9e40df63" in same.provenance
+    other = compare.compare_records(runs["a"], runs["c"])
+    assert not other.exact and "output_tokens" in [f.name for f in other.fields]
+    assert "engine_extra.system_fingerprint" not in [f.name for f in other.fields]
