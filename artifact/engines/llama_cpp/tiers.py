@@ -1,4 +1,4 @@
-"""Which cache tier served each request's cached prefix, from llama-server's own log (b10435, INFO level).
+"""Which cache tier served each request's cached prefix, from llama-server's own log (b10434 and b10435 alike, INFO level).
 
 llama-server has two tiers: the slot's own KV cache ("slot") and the host-memory prompt cache ("host",
 `--cache-ram`). What happens per request (tools/server/server-context.cpp, `get_available_slot`):
