@@ -45,6 +45,13 @@ ALLOWED = {
     ("artifact/check/expected.py", "llamacpp"): "expected/paper.toml's [meta] field names: the paper's llama.cpp "
     "build and commit",
     ("artifact/check/expected.py", "vllm"): "expected/paper.toml's [meta] field names: the paper's vLLM version",
+    ("artifact/paper_vs_here.py", "llamacpp"): "data about the paper: expected/paper.toml's value keys and the "
+    "paper's setup (its llama.cpp build), set beside the evidence",
+    ("artifact/paper_vs_here.py", "vllm"): "data about the paper: expected/paper.toml's value keys and RQ4's title",
+    ("artifact/paper_vs_here.py", "gsm8k"): "data about the paper: expected/paper.toml's value keys and RQ5's title "
+    "(the paper's GSM8K bridge)",
+    ("artifact/report/shown.py", "vllm"): "the environment folders a checkout names (.venv-vllm), where a recorded "
+    "path is cut for the page",
     ("artifact/analysis/tables.py", "llamacpp"): "QUANT_LEVELS: the F16 level's note cites llama.cpp's quantize "
     "table as the source of its perplexity figure",
     # lead: layering (artifact/config.py and artifact/models/ are being restructured in parallel; not edited here)
@@ -57,6 +64,7 @@ ALLOWED = {
 
 # (template relative to the repository, the name it may use, canonical spelling) -> why
 TEMPLATE_ALLOWED = {
+    ("artifact/paper_vs_here.md.j2", "gsm8k"): "data about the paper: RQ5's section names the paper's GSM8K bridge",
     ("artifact/report/templates/report.html.j2", "llamacpp"): "data about the paper: its Fig. 1 configuration "
     "(Qwen2.5-7B Q4_K_M, llama.cpp), and llama.cpp's quantize table as the source of the quantization order",
     # lead: the engine seam of the report (the engines' words for their cache kinds, as Workload.wording for workloads)
