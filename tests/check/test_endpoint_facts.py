@@ -15,18 +15,6 @@ from artifact.cli import main
 from evidence_sets import edit_manifest, edit_requests, runs, unpack
 
 
-@pytest.fixture(scope="module")
-def endpoint_records(tmp_path_factory):
-    return unpack("cpu-endpoint", tmp_path_factory.mktemp("cpu-endpoint"))
-
-
-@pytest.fixture
-def results(endpoint_records, tmp_path):
-    root = tmp_path / "results"
-    shutil.copytree(endpoint_records, root)
-    return root
-
-
 def check(root, capsys) -> tuple[int, dict]:
     code = main(["check", str(root)])
     err = capsys.readouterr().err

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -16,7 +15,6 @@ from artifact.cli import main
 from artifact.config import REPO
 from artifact.records import decoded
 from artifact.records.listing import MAX_DEPTH
-from evidence_sets import unpack
 
 
 @pytest.fixture(autouse=True)
@@ -25,18 +23,6 @@ def _as_a_user_checks(tmp_path, monkeypatch):
     monkeypatch.setenv(decoded.DIR_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(decoded.ENV, raising=False)
     monkeypatch.setenv("ARTIFACT_CHECK_REPLAY", "1")
-
-
-@pytest.fixture(scope="module")
-def endpoint_records(tmp_path_factory):
-    return unpack("cpu-endpoint", tmp_path_factory.mktemp("cpu-endpoint"))
-
-
-@pytest.fixture
-def results(endpoint_records, tmp_path):
-    root = tmp_path / "results"
-    shutil.copytree(endpoint_records, root)
-    return root
 
 
 def check(capsys, *args: str) -> tuple[int, str, str, dict | None]:
