@@ -225,6 +225,27 @@ def summarize(folder: Path) -> dict:
             }
             for r in rows
         }
+    tab3 = folder / "check" / "tab3.csv"
+    if tab3.exists():  # the cache-bridge table (RQ5): per configuration and pooled, counts as check wrote them
+        rows = list(csv.DictReader(io.StringIO(tab3.read_text(encoding="utf-8"))))
+        summary["bridge"] = {
+            r["config"]: {
+                "data": r["data"],
+                "items": _int(r["n"]),
+                "cold_identical": f"{_int(r['cold_identical'])}/{_int(r['n'])}",
+                "warm_identical": f"{_int(r['warm_identical'])}/{_int(r['n'])}",
+                "cold_warm_diverged": f"{_int(r['cold_warm_diverged'])}/{_int(r['n'])}",
+                "correct_recompute": f"{_int(r['cold_numeric_correct'])}/{_int(r['n'])}",
+                "correct_cache": f"{_int(r['warm_numeric_correct'])}/{_int(r['n'])}",
+                "flips_to_cache": _int(r["flips_numeric_cache"]),
+                "flips_to_recompute": _int(r["flips_numeric_recompute"]),
+                "mcnemar_p": round(float(r["mcnemar_p"]), 2) if r.get("mcnemar_p") else None,
+                "power_1pp": round(float(r["power_1pp"]), 2) if r.get("power_1pp") else None,
+                "items_for_power_1pp": _int(r["items_for_power_1pp"]) if r.get("items_for_power_1pp") else None,
+                "truncated": _int(r["truncated"]),
+            }
+            for r in rows
+        }
     mitigation = folder / "check" / "mitigation.csv"
     if mitigation.exists():  # a mitigation plan's price: its times over plan main's (same configuration and episodes)
         rows = list(csv.DictReader(io.StringIO(mitigation.read_text(encoding="utf-8"))))
@@ -338,6 +359,21 @@ def render_md(s: dict) -> str:
         lines += [
             f"| {k} | {v.get('off_rerun', '-')} | {v.get('on_rerun', '-')} | {v.get('on_vs_off', '-')} |"
             for k, v in s["divergence"].items()
+        ]
+    if s.get("bridge"):
+        lines += [
+            "",
+            "| cache bridge (Tab. 3) | data | cold 1 = cold 2 | warm 1 = warm 2 | cold vs warm diverged "
+            "| correct: recompute | correct: cache | flips to cache | flips to recompute | McNemar p | power (1 pp) "
+            "| cold 1 and warm 1 servings at the token cap |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {k} | {v['data']} | {v['cold_identical']} | {v['warm_identical']} | {v['cold_warm_diverged']} | "
+            f"{v['correct_recompute']} | {v['correct_cache']} | {v['flips_to_cache']} | {v['flips_to_recompute']} | "
+            f"{'-' if v['mcnemar_p'] is None else v['mcnemar_p']} | {'-' if v['power_1pp'] is None else v['power_1pp']} "
+            f"| {v['truncated']} |"
+            for k, v in s["bridge"].items()
         ]
     if s.get("mitigation"):
         lines += [

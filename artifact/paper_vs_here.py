@@ -26,10 +26,14 @@ from artifact import evidence
 from artifact.analysis.stats import wilson_interval
 from artifact.check.expected import load_document
 from artifact.config import REPO
+from artifact.workloads import cache_bridges
 
 PAGE = REPO / "docs" / "paper-vs-here.md"
 TEMPLATE = Path(__file__).with_name("paper_vs_here.md.j2")
 DECIDED = ("PASS", "FAIL", "OUT-OF-BAND")  # verdicts that decide a claim (INVALID, INCONCLUSIVE, NOT-RUN do not)
+# RQ5 shows, beside the folders that decide it, those whose bridge ran the paper's own items and stayed INCONCLUSIVE:
+# their flips, accuracies and the pooled test's power are the measurement, even where it decides nothing
+MEASURED_UNDECIDED = {"RQ5": ("INCONCLUSIVE",)}
 
 # Per claim, the paper's values the page quotes (keys of expected/paper.toml) and what each one is.
 PAPER_VALUES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -75,6 +79,8 @@ PAPER_VALUES: dict[str, tuple[tuple[str, str], ...]] = {
         ("gsm8k_flips_favor_recompute", "answer flips favouring recomputation"),
         ("gsm8k_mcnemar_p", "exact McNemar test on the flips, p"),
         ("gsm8k_cold_internal_agreement", "cold path identical to itself, per configuration"),
+        ("gsm8k_accuracy_min", "accuracy, lowest configuration"),
+        ("gsm8k_accuracy_max", "accuracy, highest configuration"),
     ),
 }
 
@@ -219,8 +225,10 @@ def measured(folder: Folder, claim: str) -> tuple[list[str], list[list[str]], li
         "items",
         "cold vs warm differ",
         "cold, warm identical",
+        "accuracy: recompute, cache",
         "flips: to cache, to recompute",
         "McNemar p",
+        "power (1 pp)",
         "verdict",
     ]
     status = {d["scope"]: d["status"] for d in folder.details(claim)}
@@ -235,12 +243,14 @@ def measured(folder: Folder, claim: str) -> tuple[list[str], list[list[str]], li
                 f"{n} ({r['data']})",
                 rate(differ, n),
                 f"{r['cold_identical']}/{n}, {r['warm_identical']}/{n}",
+                f"{rate(r['cold_numeric_correct'], n)}; {rate(r['warm_numeric_correct'], n)}",
                 f"{r['flips_numeric_cache']}, {r['flips_numeric_recompute']}",
                 f"{float(r['mcnemar_p']):.2g}" if r.get("mcnemar_p") else "-",
+                f"{float(r['power_1pp']):.2f}" if r.get("power_1pp") else "-",
                 status.get(r["config"], folder.verdict(claim)),
             ]
         )
-    return cols, rows, folder.tab3
+    return cols, rows, [r for r in folder.tab3 if r["config"] != "pooled"]
 
 
 def groups(folders: list[Folder], claim: str) -> list[dict]:
@@ -249,7 +259,7 @@ def groups(folders: list[Folder], claim: str) -> list[dict]:
     out: list[dict] = []
     for f in folders:
         verdict = f.verdict(claim)
-        if verdict not in DECIDED:
+        if verdict not in DECIDED and not (verdict in MEASURED_UNDECIDED.get(claim, ()) and paper_items(f)):
             continue
         cols, rows, used = measured(f, claim)
         if not rows:
@@ -263,6 +273,7 @@ def groups(folders: list[Folder], claim: str) -> list[dict]:
             "verdict": verdict,
             "columns": cols,
             "rows": [[_cell(c) for c in row] for row in rows],
+            "note": _cell(pooled_reasons(f, claim)),
         }
         same = next((g for g in out if all(g[k] == v for k, v in key.items())), None)
         if same:
@@ -270,6 +281,18 @@ def groups(folders: list[Folder], claim: str) -> list[dict]:
         else:
             out.append({**key, "folders": [f.name]})
     return out
+
+
+def paper_items(folder: Folder) -> bool:
+    """Whether the folder's bridge runs served the paper's own items (the cache-bridge workloads' paper data)."""
+    data = {b.paper_data for _, b in cache_bridges().values()}
+    return any(r["config"] != "pooled" and r["data"] in data for r in folder.tab3)
+
+
+def pooled_reasons(folder: Folder, claim: str) -> str:
+    """Why a pooled verdict came out as it did (the check's own reasons), where the claim has one."""
+    pooled = [d for d in folder.details(claim) if d.get("kind") == "pooled"]
+    return "; ".join(f"Pooled: {d['status']}: {'; '.join(d.get('evidence') or [])}" for d in pooled)
 
 
 def undecided(folders: list[Folder], claim: str) -> dict[str, list[str]]:
@@ -372,8 +395,9 @@ WHY = {
     "from 4-bit weights, not quantized from full precision ({here})",
     "RQ4": "another vLLM version, GPU and model against the paper's vLLM {vllm} on an {gpu} with an unnamed 16-bit "
     "model, whose own two sessions differ ({here})",
-    "RQ5": "the paper's Tab. 3 model is not named; flips depend on the model's accuracy on GSM8K and on its margins "
-    "({here})",
+    "RQ5": "the paper's Tab. 3 model is not named and answers {accuracy} of the items correctly; how many answers "
+    "flip, and so how many items a 1 pp accuracy shift needs before 'no shift' means anything, depend on the model's "
+    "accuracy and margins ({here})",
 }
 
 
@@ -391,8 +415,10 @@ def collect(root: Path | None = None, expected: Path | None = None) -> dict:
             f"here: other models than the paper's, on {'; '.join(sorted({g['hardware'] for g in gs}))}, "
             f"{'; '.join(sorted({g['build'] for g in gs}))}"
         )
+        accuracy = (doc["value"]["gsm8k_accuracy_min"]["value"], doc["value"]["gsm8k_accuracy_max"]["value"])
         facts = {
             "here": here if gs else "nothing decided it here",
+            "accuracy": f"{accuracy[0]:.0%}-{accuracy[1]:.0%}",
             "gpu": meta["gpu"].split(" (")[0],
             "cuda": meta["cuda"],
             "llama": meta["llama_cpp_build"],
@@ -401,7 +427,8 @@ def collect(root: Path | None = None, expected: Path | None = None) -> dict:
         fmt, keys = HEADLINES[cid]
         tally: dict[str, list[str]] = {}
         for g in gs:
-            tally.setdefault(g["verdict"], []).extend(g["folders"])
+            if g["verdict"] in DECIDED:
+                tally.setdefault(g["verdict"], []).extend(g["folders"])
         claims.append(
             {
                 "id": cid,

@@ -127,3 +127,28 @@ def test_the_front_pages_say_which_claims_compare_by_value_and_which_by_directio
         text = " ".join(doc.read_text(encoding="utf-8").split())
         assert f"The claims compare with the paper {phrase}." in text, doc.name
         assert "docs/paper-vs-here.md" in text and "workflow 3) has not run" in text, doc.name
+
+
+def test_rq5_shows_the_real_items_that_decided_nothing_with_their_counts():
+    """A folder whose bridge served the paper's own items but stayed INCONCLUSIVE (too little power) is shown with
+    its counts, accuracies, power and the check's reason, yet decides nothing: no tally, RQ5 stays "not decided"."""
+    data = paper_vs_here.collect()
+    rq5 = next(c for c in data["claims"] if c["id"] == "RQ5")
+    shown = [g for g in rq5["groups"] if "h100-qwen2.5-coder-gsm8k" in g["folders"]]
+    assert len(shown) == 1 and shown[0]["verdict"] == "INCONCLUSIVE"
+    assert all(v in ("PASS", "FAIL", "OUT-OF-BAND") for v in rq5["tally"]) and rq5["comparable"] == "not decided here"
+    summary = json.loads((EVIDENCE / "h100-qwen2.5-coder-gsm8k" / evidence.SUMMARY_JSON).read_text(encoding="utf-8"))
+    cols = shown[0]["columns"]
+    for row in shown[0]["rows"]:
+        counts = summary["bridge"][row[0]]
+        cell = dict(zip(cols, row))
+        assert cell["cold vs warm differ"].split(" = ")[0] == counts["cold_warm_diverged"]
+        recompute, cache = cell["accuracy: recompute, cache"].split("; ")
+        assert (
+            recompute.split(" = ")[0] == counts["correct_recompute"]
+            and cache.split(" = ")[0] == counts["correct_cache"]
+        )
+        assert cell["flips: to cache, to recompute"] == f"{counts['flips_to_cache']}, {counts['flips_to_recompute']}"
+    assert f"about {-(-summary['bridge']['pooled']['items_for_power_1pp'] // 100) * 100:,} items" in shown[0]["note"]
+    # synthetic items never stand in for the paper's: a folder with only those is not shown
+    assert not [g for g in rq5["groups"] if "h200-smollm2" in g["folders"]]

@@ -235,6 +235,28 @@ def mcnemar_power(n: int, discordant_rate: float, net_shift: float, alpha: float
     return float(power)
 
 
+def mcnemar_items_for_power(
+    discordant_rate: float, net_shift: float, power: float = 0.80, alpha: float = 0.05, n_max: int = 1_000_000
+) -> int | None:
+    """The smallest number of paired items at which ``mcnemar_power`` reaches ``power`` (found by doubling, then
+    bisection; the exact test's power is not strictly monotone in n, so this is the first crossing the search
+    finds, to within a few items), or None when even ``n_max`` items fall short."""
+    r, shift = float(discordant_rate), float(net_shift)
+    if not 0 < r <= 1 or abs(shift) > r or shift == 0 or not 0 < power < 1:
+        raise ValueError(
+            "mcnemar_items_for_power needs 0 < discordant_rate <= 1 and 0 < |net_shift| <= discordant_rate"
+        )
+    lo, hi = 0, 1
+    while mcnemar_power(hi, r, shift, alpha) < power:
+        if hi >= n_max:
+            return None
+        lo, hi = hi, min(2 * hi, n_max)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if mcnemar_power(mid, r, shift, alpha) >= power else (mid, hi)
+    return hi
+
+
 def mantel_haenszel(tables: Sequence[Sequence[int]], alternative: str = "greater") -> tuple[float, float]:
     """Cochran-Mantel-Haenszel test of one 2x2 association across strata.
 

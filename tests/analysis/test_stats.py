@@ -19,6 +19,7 @@ from artifact.analysis.stats import (
     cochran_armitage,
     mcnemar_exact,
     mantel_haenszel,
+    mcnemar_items_for_power,
     mcnemar_power,
     normal_sf,
     wilson_interval,
@@ -418,3 +419,15 @@ def test_normal_sf_is_scipy_norm_sf_float_for_float():
     theirs = stats.norm.sf(zs).tolist()
     assert ours == theirs
     assert float(2 * normal_sf(abs(-1.7))) == float(2 * stats.norm.sf(1.7))
+
+
+def test_mcnemar_items_for_power_is_the_first_crossing():
+    """How many items a 1 pp shift needs for power 0.80: the paper's 1300 items at its 1.54 % discordant rate were
+    enough (0.81), 1265 are the first the search finds at 0.80; where answers flip more often, more items are needed."""
+    n = mcnemar_items_for_power(20 / 1300, 0.01)
+    assert n == 1265 and mcnemar_power(n, 20 / 1300, 0.01) >= 0.80 > mcnemar_power(n - 1, 20 / 1300, 0.01)
+    assert mcnemar_items_for_power(0.01, 0.01) < n < mcnemar_items_for_power(41 / 800, 0.01) == 4188
+    assert mcnemar_power(4188, 41 / 800, 0.01) >= 0.80 > mcnemar_power(800, 41 / 800, 0.01)
+    assert mcnemar_items_for_power(0.5, 0.001, n_max=10_000) is None  # beyond the search: said, not guessed
+    with pytest.raises(ValueError):
+        mcnemar_items_for_power(0.05, 0.0)

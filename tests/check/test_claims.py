@@ -8,6 +8,7 @@ import math
 import pandas as pd
 import pytest
 
+from artifact.analysis.stats import mcnemar_items_for_power
 from artifact.analysis.tables import build_tables
 from artifact.check.claims import CLAIM_RULES
 from artifact.check.claims.rq5 import rq5
@@ -419,6 +420,9 @@ def test_rq5_the_same_flips_on_400_items_are_inconclusive():
     c = rq5(df, PAPER)  # 400 items at 5% discordance: power 0.2 for a 1 pp shift
     assert c.status == INCONCLUSIVE and c.details[-1].status == INCONCLUSIVE
     assert "below 0.8" in c.details[-1].evidence[0]
+    # and how many items its discordant rate (20/400) would need, rounded up to a hundred
+    need = mcnemar_items_for_power(20 / 400, 0.01)
+    assert f"(20/400 = 5.0%) about {-(-need // 100) * 100:,} items would reach 0.8" in c.details[-1].evidence[0]
 
 
 def test_rq5_most_servings_flagged_cannot_be_judged():

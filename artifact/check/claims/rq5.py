@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from artifact.analysis.stats import mcnemar_exact, mcnemar_power
+from artifact.analysis.stats import mcnemar_exact, mcnemar_items_for_power, mcnemar_power
 from artifact.check.core import (
     ALPHA,
     FAIL,
@@ -62,6 +62,17 @@ def pooled_power(n: int, flips: int, net_shift: float) -> float | None:
     if not n:
         return None
     return mcnemar_power(n, min(1.0, max(flips / n, net_shift)), net_shift)
+
+
+def items_needed(n: int, flips: int, net_shift: float) -> str:
+    """How many items would give the pooled test its power at the observed discordant rate (as `pooled_power`)."""
+    rate = min(1.0, max(flips / n, net_shift)) if n else net_shift
+    need = mcnemar_items_for_power(rate, net_shift, MIN_POWER, ALPHA)
+    where = f"at the observed discordant rate ({flips}/{n} = {pct(flips / n)})" if n else "at the smallest rate"
+    if need is None:
+        return f"{where} no practical number of items reaches {MIN_POWER}"
+    step = 100 if need >= 1000 else 10
+    return f"{where} about {-(-need // step) * step:,} items would reach {MIN_POWER}"
 
 
 def default_bridge() -> CacheBridge | None:
@@ -170,7 +181,7 @@ def rq5(
                 INCONCLUSIVE,
                 [
                     f"{power_note(power)} to detect a 1 pp net accuracy shift over {n} items (below {MIN_POWER}): "
-                    "'no significant shift' on so few items is no evidence"
+                    "'no significant shift' on so few items is no evidence; " + items_needed(n, b + c, bridge.net_shift)
                 ],
             )
         elif not (b and c):

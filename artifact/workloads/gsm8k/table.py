@@ -9,7 +9,8 @@ Per run of the bridge (arm "bridge", workload "gsm8k"), from its records:
   * answer flips: items correct on one path only, split by direction (cache = correct on warm1 only,
     recompute = correct on cold1 only), under both scorers, and the strict/numeric flip inflation;
   * exact McNemar p on the numeric flips, and the power to detect a 1 pp net accuracy shift at the observed
-    discordant rate (None when that rate is below 1 pp: such a shift is then impossible);
+    discordant rate (None when that rate is below 1 pp: such a shift is then impossible), and how many items would
+    give that test a power of 0.80 at the same rate (items_for_power_1pp);
   * flagged servings (cache check failed, request error or missing) and `data` (synthetic or gsm8k).
 
 Answers are re-scored here from the stored response text (`requests.jsonl`), with the reference stored per item in
@@ -23,7 +24,7 @@ from __future__ import annotations
 import pandas as pd
 
 from artifact.workloads.gsm8k.scoring import answer_flips, score_numeric, score_strict
-from artifact.analysis.stats import mcnemar_exact, mcnemar_power
+from artifact.analysis.stats import mcnemar_exact, mcnemar_items_for_power, mcnemar_power
 from artifact.records.store import Run
 from artifact.analysis.fmt import missing, num, pct, records
 from artifact.workloads.gsm8k.prompts import NET_SHIFT, SERVINGS, cache_check  # NET_SHIFT: the power's 1 pp shift
@@ -122,9 +123,10 @@ def _row(c: dict) -> dict:
     flips_strict = c["flips_strict_recompute"] + c["flips_strict_cache"]
     flips_numeric = c["flips_numeric_recompute"] + c["flips_numeric_cache"]
     discordant = _rate(flips_numeric, n)
-    power = None
+    power = need = None
     if discordant is not None and discordant >= NET_SHIFT:
         power = mcnemar_power(n, discordant, NET_SHIFT)
+        need = mcnemar_items_for_power(discordant, NET_SHIFT)  # items for power 0.80 at this discordant rate
     return {
         "N": n,
         # identity columns all count items whose two servings generated the same token ids, k/N
@@ -146,6 +148,7 @@ def _row(c: dict) -> dict:
         "mcnemar_p": mcnemar_exact(c["flips_numeric_recompute"], c["flips_numeric_cache"]),
         "discordant_rate": discordant,
         "power_1pp": power,
+        "items_for_power_1pp": need,
         **c,
     }
 
