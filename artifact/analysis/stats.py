@@ -223,11 +223,12 @@ def mcnemar_power(n: int, discordant_rate: float, net_shift: float, alpha: float
     d_lo = int(stats.binom.ppf(1e-16, n, r))
     d_hi = int(stats.binom.isf(1e-16, n, r))
     d = np.arange(d_lo, d_hi + 1)
-    b = np.arange(d_hi + 1)
-    # Null two-sided p for the lower tail, on a (d, b) grid; b > d is masked out.
-    lower_p = 2 * stats.binom.cdf(b[None, :], d[:, None], 0.5)
-    in_region = (lower_p <= alpha) & (b[None, :] <= d[:, None])
-    t = np.where(in_region.any(axis=1), in_region.sum(axis=1) - 1, -1)  # region is b = 0..t_d
+    # t_d: the largest b whose null two-sided p for the lower tail, 2 P(Bin(d, 1/2) <= b), is <= alpha (-1: none).
+    # The quantile puts it within one of the answer; the two corrections make it exact (and -1 where none).
+    t = stats.binom.ppf(alpha / 2, d, 0.5).astype(int)
+    t = np.where(2 * stats.binom.cdf(t, d, 0.5) <= alpha, t, t - 1)
+    t = np.where((t + 1 <= d) & (2 * stats.binom.cdf(t + 1, d, 0.5) <= alpha), t + 1, t)
+    t = np.maximum(t, -1)  # region is b = 0..t_d
 
     reject_low = np.where(t >= 0, stats.binom.cdf(t, d, p_b), 0.0)
     reject_high = np.where(t >= 0, stats.binom.sf(d - t - 1, d, p_b), 0.0)
