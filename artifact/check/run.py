@@ -556,7 +556,7 @@ def _run_check(
         wtables = workload_tables(evidence)
         lap("tables")
         claims = evaluate_claims(tables, wtables, root=root, expected_path=expected_path)
-        annotate_with_paper(tables, expected_path)
+        annotate_with_paper(tables, expected_path, wtables)
         lap("claims")
         code = exit_code(claims, tables.problems)
 

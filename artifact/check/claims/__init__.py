@@ -33,6 +33,7 @@ from artifact.check.core import (  # besides what this module uses, the vocabula
 )
 from artifact.check.exit_codes import EXIT_CODES as EXIT_CODES  # the text ARTIFACT.md quotes (re-exported)
 from artifact.check.expected import load_document
+from artifact.workloads import cache_bridges
 
 REGISTRY = ("rq1", "rq2", "rq2b", "rq3", "rq4", "rq5")
 MODULES = tuple(importlib.import_module(f"artifact.check.claims.{name}") for name in REGISTRY)
@@ -50,9 +51,24 @@ def evaluate_claims(
     return [m.judge(ctx) for m in MODULES]
 
 
-def annotate_with_paper(tables: Tables, expected_path: str | Path | None = None) -> None:
-    """Add the paper's value (and its source) beside the observed rates of Tab. 2, Fig. 1 and Fig. 2."""
+def annotate_with_paper(
+    tables: Tables, expected_path: str | Path | None = None, workload_tables: dict[str, Any] | None = None
+) -> None:
+    """Add the paper's value (and its source) beside the observed rates of Tab. 2, Fig. 1 and Fig. 2, and beside
+    each cache bridge's rows of the paper's own items: the paper's Tab. 3 rate of cold-vs-warm divergence at the
+    row's quantization level (the paper names no model or engine for it)."""
     paper = Paper(load_document(expected_path))
+    tab3_rates = {
+        v["quant"]: v["value"]
+        for v in paper.values.values()
+        if v.get("comparison") == "cold_vs_warm" and v.get("quant") and not v.get("config")
+    }
+    for name, (_, bridge) in cache_bridges().items():
+        table = (workload_tables or {}).get(name, {}).get(bridge.table)
+        if table is not None and not table.empty and {"quant", "data"} <= set(table.columns):
+            table["paper_cold_vs_warm"] = [
+                tab3_rates.get(q) if d == bridge.paper_data else None for q, d in zip(table["quant"], table["data"])
+            ]
 
     def lookup(config: str, plan: str, kind: str) -> tuple[float | None, str | None]:
         g = tables.group(config, plan)

@@ -202,6 +202,7 @@ def tab3(runs: list[Run]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if not df.empty:
         df["run"] = df["run"].astype("Int64")  # the pooled row has none
+        df["items_for_power_1pp"] = df["items_for_power_1pp"].astype("Int64")  # a count, or none where no power
     return df
 
 
@@ -216,6 +217,7 @@ TAB3_DISPLAY = (  # (column, heading, kind)
     ("identical_warm1_warm2", "Identical: warm 1 = warm 2", "text"),
     ("identical_cold1_warm1", "Identical: cold 1 = warm 1", "text"),
     ("divergence_cold1_warm1", "Diverged: cold 1 vs warm 1", "pct"),
+    ("paper_cold_vs_warm", "Paper, Tab. 3: diverged", "pct"),  # added by check beside rows of GSM8K items
     ("acc_cold_numeric", "Accuracy recompute", "pct"),
     ("acc_warm_numeric", "Accuracy cache", "pct"),
     ("flips_numeric_cache", "Flips to cache", "text"),
