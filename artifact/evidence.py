@@ -6,13 +6,17 @@ into the folder whose title names the summary's key, e.g. ``[PASS](evidence/h200
 `tests/test_docs_numbers.py` recomputes every summary from the records and holds every such link to it.
 
 What a summary holds: the check's exit code and verdicts (`check/check.json`), each configuration-plan's divergence
-counts (`check/tab2.csv`), what check observed in each scope of a verdict beyond the paper, the agent table
-(`check/agent.csv`), comparisons written beside the records (`compare.txt`, `reproduction.txt`: IDENTICAL / DIFFERENT
-lines), the stage an offline set-up was made from (`STAGE.json`: files, MiB, transfers), and from the run manifests in
-`records*.tar.xz`: runs, episodes, requests (lines of each run's `requests.jsonl`), wall seconds, when the runs
-started and finished (in all and per configuration-plan, i.e. per job), and the host: GPU, driver, CPU, container,
-CUDA MPS, GPU sharing, the runs the MPS daemon served, network isolation. Nothing in it depends on when or where the
-summary is made.
+counts (`check/tab2.csv`), the cache bridge's counts per configuration (`check/tab3.csv`: identity, divergence,
+correct answers, flips each way, McNemar p, power and the items it would need), what check observed in each scope of
+a verdict beyond the paper, the agent table (`check/agent.csv`), comparisons written beside the records
+(`compare.txt`, `reproduction.txt`: IDENTICAL / DIFFERENT lines), the stage an offline set-up was made from
+(`STAGE.json`: files, MiB, transfers), and from the run manifests in `records*.tar.xz`: runs, episodes, requests
+(lines of each run's `requests.jsonl`), wall seconds, when the runs started and finished (in all and per
+configuration-plan, i.e. per job), and the host: GPU, driver, CPU, container, CUDA MPS, GPU sharing, the runs the
+MPS daemon served, network isolation. Nothing in it depends on when or where the summary is made.
+
+One module: the facts a summary holds and the page that shows them are one contract (`render_md` shows what
+`summarize` computes, key for key), read top to bottom; the documentation's links name the same keys.
 """
 
 from __future__ import annotations
