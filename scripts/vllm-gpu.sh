@@ -21,7 +21,8 @@
 #   scripts/vllm-gpu.sh collect DIR   records (server logs included), the pipeline's logs and the environment into DIR
 #
 # JOB: PRECISION-PLAN, PRECISION fp16 or bf16 (configs/h200-vllm/h200-vllm-agent-PRECISION.toml), PLAN one of
-# configs/plans.toml (main, bi, bi-salt, salt), e.g. fp16-main bf16-main bf16-bi bf16-bi-salt bf16-salt.
+# configs/plans.toml (main, bi, bi-salt, salt; the kernel plans bi-fa2, bi-triton, bi-flex, bi-eager, eager), e.g.
+# fp16-main bf16-main bf16-bi bf16-bi-salt bf16-salt, or bf16-main bf16-bi bf16-bi-fa2 bf16-bi-triton bf16-bi-eager.
 # Every protocol run goes through the same isolation as ./run.sh (scripts/isolate.sh: an empty environment plus an
 # allowlist, a loopback-only network namespace).
 set -euo pipefail
@@ -143,16 +144,22 @@ PY
   )
   (cd "$W/repo" && "$PY" - "$W/vllm-venv/bin/python3" <<'PY'
 import json, subprocess, sys
+from artifact.catalog import load_plans
 from artifact.config import read_config
+from artifact.engines import get
 from artifact.engines.vllm.adapter import ARM_FLAGS, serve_args
+vllm = get("vllm")
+plans = [p for p in load_plans().values() if p.name == "main" or vllm.settings_key in p.engine_settings]
 for name in ("h200-vllm/h200-vllm-agent-fp16", "h200-vllm/h200-vllm-agent-bf16"):
     cfg = read_config(name)
-    for flag in ARM_FLAGS.values():
-        r = subprocess.run([sys.argv[1], "artifact/engines/vllm/flags.py", *serve_args(cfg, "MODEL", "1", flag)],
-                           capture_output=True, text=True)
-        if r.returncode:
-            sys.exit(f"check: {name} {flag}: vLLM refuses the adapter's flags: {r.stderr.strip()[-400:]}")
-        print(f"check: {name} {flag}: {r.stdout.strip().splitlines()[-1]}")
+    for plan in plans:  # every plan's kernel flags (attention config, eager) too, parsed by vLLM's own parser
+        settings = vllm.settings(cfg, plan)
+        for flag in ARM_FLAGS.values():
+            args = serve_args(cfg, "MODEL", "1", flag, settings)
+            r = subprocess.run([sys.argv[1], "artifact/engines/vllm/flags.py", *args], capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"check: {name} {plan.name} {flag}: vLLM refuses the adapter's flags: {r.stderr.strip()[-400:]}")
+            print(f"check: {name} {plan.name} {flag}: {r.stdout.strip().splitlines()[-1]}")
 PY
   )
 }

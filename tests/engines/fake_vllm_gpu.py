@@ -165,13 +165,22 @@ def main() -> None:
     )
     if bi:
         print("WARNING [vllm.py:1457] Disabling cascade attention when VLLM_BATCH_INVARIANT is enabled.", flush=True)
+    # the backend and FlashAttention version a plan asks for (--attention-config), else vLLM's own choice on Hopper
+    attention = json.loads(opt("--attention-config", "{}"))
+    backend = attention.get("backend", "FLASH_ATTN")
     print(
-        "INFO [cuda.py:476] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', "
+        f"INFO [cuda.py:476] Using {backend} attention backend out of potential backends: ['FLASH_ATTN', "
         "'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].",
         flush=True,
     )
-    print("INFO [selector.py:135] Using NHD KV cache layout for FLASH_ATTN backend.", flush=True)
-    print("INFO [flash_attn.py:718] Using FlashAttention version 3", flush=True)
+    print(f"INFO [selector.py:135] Using NHD KV cache layout for {backend} backend.", flush=True)
+    if backend == "FLASH_ATTN":
+        print(
+            f"INFO [flash_attn.py:718] Using FlashAttention version {attention.get('flash_attn_version', 3)}",
+            flush=True,
+        )
+    if "--enforce-eager" in args:
+        print("INFO [model.py:1234] Enforce eager set, disabling torch.compile and CUDAGraphs.", flush=True)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):  # one line per request, on stdout (the server log)

@@ -5,12 +5,14 @@ exercised in test_vllm_server.py)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from artifact.catalog import load_config, load_plan
 from artifact.engines.vllm import env as vllm_env
-from artifact.engines.vllm.adapter import serve_args
+from artifact.engines import get
+from artifact.engines.vllm.adapter import ARM_FLAGS, kernel_env, kernel_record, serve_args
 from artifact.engines.vllm.answers import completion, parse_choice, parse_metrics
 from artifact.errors import ArtifactError
 from artifact.protocol.runner import execute_plan
@@ -170,3 +172,64 @@ def test_the_recorded_command_line_is_held_against_the_identity_it_was_paired_by
     )
     assert "the server ran another command line" in ENGINE.audit.manifest_problem(m)
     assert "not `vllm serve`" in ENGINE.audit.manifest_problem({**m, "server_cmd": ["llama-server", "--port", "1"]})
+
+
+KERNEL_PLANS = ("bi-fa2", "bi-triton", "bi-flex", "bi-eager", "eager")
+
+
+def test_a_plans_kernel_settings_become_vllm_025_flags_and_are_recorded():
+    """vLLM 0.25.0 takes the attention settings as one --attention-config and eager execution as --enforce-eager,
+    on both arms' servers; each plan's settings are server overrides (a mitigation plan's), and what it asked is
+    recorded beside what vLLM chose."""
+    cfg, vllm = load_config("h200-vllm/h200-vllm-agent-bf16"), get("vllm")
+    for name in KERNEL_PLANS:
+        plan = load_plan(name)
+        settings = vllm.settings(cfg, plan)
+        for flag in ARM_FLAGS.values():
+            args = serve_args(cfg, "m", "1", flag, settings)
+            assert args[-1] == flag and kernel_env(settings) == {}
+            assert ("--enforce-eager" in args) == settings.enforce_eager
+            if settings.attention_backend:
+                config = json.loads(args[args.index("--attention-config") + 1])
+                assert config["backend"] == settings.attention_backend
+                assert config.get("flash_attn_version", 0) == settings.flash_attn_version
+            else:
+                assert "--attention-config" not in args
+        assert vllm.overrides(plan) and set(vllm.overrides(plan)) <= {
+            "batch_invariant",
+            "attention_backend",
+            "flash_attn_version",
+            "enforce_eager",
+        }
+        record = kernel_record(settings)
+        assert record["how"] == "--attention-config" and record["enforce_eager"] == settings.enforce_eager
+    main = vllm.settings(cfg, load_plan("main"))
+    assert serve_args(cfg, "m", "1", ARM_FLAGS["on"], main) == serve_args(cfg, "m", "1", ARM_FLAGS["on"])
+
+
+def test_vllm_011_takes_the_attention_settings_from_the_environment(vcfg):
+    vllm = get("vllm")
+    settings = dataclasses.replace(vllm.settings(vcfg), attention_backend="TORCH_SDPA", enforce_eager=True)
+    args = serve_args(vcfg, "m", "1", ARM_FLAGS["off"], settings)
+    assert "--enforce-eager" in args and "--attention-config" not in args
+    assert kernel_env(settings) == {"VLLM_ATTENTION_BACKEND": "TORCH_SDPA"}
+    assert kernel_record(settings)["how"] == "environment"
+
+
+def test_kernel_settings_a_plan_gets_wrong_are_one_line_errors(tmp_path):
+    cfg, vllm = load_config("h200-vllm/h200-vllm-agent-bf16"), get("vllm")
+    for table, message in [
+        ({"attention_backend": "flash-attn"}, "registry name"),
+        ({"flash_attn_version": 4}, "2 or 3"),
+        ({"attention_backend": "TRITON_ATTN", "flash_attn_version": 2}, "applies to FLASH_ATTN only"),
+        ({"enforce_eager": "yes"}, "enforce_eager"),
+    ]:
+        plan = dataclasses.replace(load_plan("main"), engine_settings={"vllm": table})
+        with pytest.raises(ArtifactError, match=message):
+            vllm.settings(cfg, plan)
+    for extra in (("--enforce-eager",), ("--attention-backend", "FLASH_ATTN"), ("--attention-config", "{}")):
+        bad = dataclasses.replace(
+            cfg, server=dataclasses.replace(cfg.server, extra_args=("--dtype", "bfloat16", *extra))
+        )
+        with pytest.raises(ArtifactError, match="which the vLLM adapter sets itself"):
+            serve_args(bad, "m", "1", ARM_FLAGS["on"])

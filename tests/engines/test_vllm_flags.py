@@ -4,12 +4,14 @@ same script checks vLLM 0.25.0 (scripts/vllm-gpu.sh check). Cost: one import of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 
 import pytest
 
 from artifact.catalog import load_config
+from artifact.engines import get
 from artifact.engines.vllm import env as vllm_env
 from artifact.engines.vllm.adapter import serve_args
 
@@ -35,3 +37,13 @@ def test_the_adapters_serve_arguments_mean_to_vllm_what_the_adapter_means():
         [str(python), str(FLAGS), *args, "--no-such-flag"], capture_output=True, text=True, timeout=600
     )
     assert bad.returncode != 0 and "--no-such-flag" in bad.stderr
+    # a plan's eager execution (the attention settings go by environment in 0.11.0: no flag to parse)
+    eager = dataclasses.replace(get("vllm").settings(cfg), enforce_eager=True)
+    out = subprocess.run(
+        [str(python), str(FLAGS), *serve_args(cfg, "/nonexistent/model", "8000", "--enable-prefix-caching", eager)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-800:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["enforce_eager"] is True

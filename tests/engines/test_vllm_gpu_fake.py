@@ -84,7 +84,7 @@ def gpu_results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fake-gpu")
     cfg = with_workload(load_config(str(fake_config(tmp))), episodes=2, max_turns=2, max_steps_per_turn=1, n_predict=16)
     results = tmp / "results"
-    for plan in ("main", "bi", "bi-salt", "salt"):
+    for plan in ("main", "bi", "bi-salt", "salt", "bi-fa2", "bi-triton"):
         execute_plan(cfg, load_plan(plan), results)
     runs = {(r.manifest["plan"], r.manifest["arm"], r.manifest["run"]): r for r in find_runs(results)}
     return results, runs
@@ -92,8 +92,10 @@ def gpu_results(tmp_path_factory):
 
 def test_every_manifest_records_version_environment_batch_invariance_and_backend(gpu_results):
     _, runs = gpu_results
-    assert len(runs) == 4 + 4 + 2 + 2
+    assert len(runs) == 4 + 4 + 2 + 2 + 4 + 4
     for (plan, arm, _), run in runs.items():
+        if plan in ("bi-fa2", "bi-triton"):
+            continue  # the kernel plans: test_a_kernel_plan_records_what_it_asked_and_what_vllm_chose
         m = run.manifest
         assert m["status"] == "complete" and m["engine"] == "vllm"
         assert m["engine_build"] == "vLLM 0.25.0 (CUDA build, torch 2.11.0+cu130, NVIDIA H200 (fake))"
@@ -180,3 +182,27 @@ def test_a_configuration_for_another_vllm_version_is_refused_before_anything_run
     ):
         execute_plan(cfg, load_plan("main"), tmp_path / "results")
     assert not list(tmp_path.rglob("manifest.json"))
+
+
+def test_a_kernel_plan_records_what_it_asked_and_what_vllm_chose(gpu_results):
+    """A kernel plan's flags reach both arms' servers; its manifest records what it asked (`kernel_settings`) and
+    what the server's log says it chose (`attention`), and the settings are the plan's server overrides."""
+    _, runs = gpu_results
+    asked = {"bi-fa2": ("FLASH_ATTN", 2), "bi-triton": ("TRITON_ATTN", None)}
+    for (plan, arm, _), run in runs.items():
+        if plan not in asked:
+            assert run.manifest["kernel_settings"]["attention_backend"] is None
+            continue
+        m, (backend, fa) = run.manifest, asked[plan]
+        assert m["kernel_settings"] == {
+            "attention_backend": backend,
+            "flash_attn_version": fa,
+            "enforce_eager": False,
+            "batch_invariant": True,
+            "how": "--attention-config",
+        }
+        config = json.loads(m["server_cmd"][m["server_cmd"].index("--attention-config") + 1])
+        assert config == {"backend": backend, **({"flash_attn_version": fa} if fa else {})}
+        assert m["attention_backend"] == backend and m["attention"]["flash_attn_version"] == fa
+        assert m["plan_data"]["server_overrides"]["attention_backend"] == backend
+        assert m["server_env"].get("VLLM_BATCH_INVARIANT") == "1"

@@ -22,6 +22,11 @@ version the configuration is written for (a server reporting another is refused)
 `off_arm`, how the OFF arm is made: "server" (its own server with `--no-enable-prefix-caching`, the paper's) or
 "salt" (a server started as the ON arm's, `--enable-prefix-caching`, with a unique `cache_salt` in every request, so
 that no request is served from another's blocks: the OFF condition a shared caching server can give).
+The kernels both arms' servers run are server settings too (a mitigation plan's): `attention_backend` (a backend by
+its registry name), `flash_attn_version` (2 or 3, with FLASH_ATTN) and `enforce_eager` (`--enforce-eager`: no
+compiled or CUDA graphs); 0.25.0 takes the attention ones as `--attention-config`, 0.11.0 from the environment
+(versions.py). The manifest records what the plan asked (`kernel_settings`) beside what vLLM chose (`attention`, from
+its start-up log).
 
 A plan's tables for other engines (llama.cpp's host prompt cache and slot choice) do not apply: vLLM has neither, and
 the manifest records them as not applicable. vLLM declares no per-request cache switch (`Capabilities`), so a
@@ -47,6 +52,7 @@ from artifact.engines.vllm import env as vllm_env
 from artifact.engines.vllm import versions
 from artifact.engines.vllm.answers import METRICS, cache_config_info, completion, get_field, parse_choice, parse_metrics
 from artifact.engines.vllm.build import VllmBuilds
+from artifact.engines.vllm.kernels import kernel_args, kernel_env, kernel_problems, kernel_record
 from artifact.engines.vllm.records import ARM_FLAGS, KIND, SALT, VllmAudit
 from artifact.errors import ArtifactError
 
@@ -56,6 +62,12 @@ class Settings:
     version: str = versions.DEFAULT  # the vLLM the configuration is written for (versions.VERSIONS)
     batch_invariant: bool = False  # VLLM_BATCH_INVARIANT=1 for both arms' servers (0.25.0)
     off_arm: str = choice("server", "salt", default="server")  # the OFF arm: its own server, or salted requests
+    # the kernels both arms' servers run (server settings, so a mitigation plan's; versions.py says how each version
+    # takes them): an attention backend by its registry name ("" = vLLM's own choice), a FlashAttention version (0 =
+    # vLLM's own choice; 2 or 3, with FLASH_ATTN), and eager execution (no compiled or CUDA graphs)
+    attention_backend: str = ""
+    flash_attn_version: int = 0
+    enforce_eager: bool = False
 
 
 CACHE_KEYS = ("off_arm",)  # the cache condition; batch_invariant is a server setting (a mitigation plan's)
@@ -85,6 +97,10 @@ OWNED_FLAGS = (
     "--max-num-batched-tokens",
     "--host",
     "--port",
+    "--enforce-eager",
+    "--attention-backend",
+    "--attention-config",
+    "-ac",
 )
 LOG_FACTS = re.compile(
     r"(attention backend|Using [A-Za-z0-9_ ]+ backend|FlashAttention version|block_size|"
@@ -93,7 +109,8 @@ LOG_FACTS = re.compile(
 )
 
 
-def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
+def serve_args(cfg: Config, model: str, port: str, arm_flag: str, settings: Settings | None = None) -> list[str]:
+    """The `vllm serve` arguments of a configuration's arm (`settings`: the plan's, for its kernel flags)."""
     s = cfg.server
     extra = list(s.extra_args)
     owned = [a for a in extra if a.split("=", 1)[0] in OWNED_FLAGS]
@@ -127,6 +144,7 @@ def serve_args(cfg: Config, model: str, port: str, arm_flag: str) -> list[str]:
         "--max-num-batched-tokens",
         str(s.batch_size),
         *extra,
+        *kernel_args(settings),
         arm_flag,
     ]
 
@@ -206,8 +224,8 @@ def identity(cfg: Config, plan: Plan) -> dict:
         },
         "model_files_sha256": model["files_sha256"],
         "model_weights": model.get("weights"),
-        "server_args": serve_args(cfg, "<model dir>", "<port>", arm_placeholder(settings)),
-        "server_env": vllm_env.fixed_env(info.get("build"), settings),
+        "server_args": serve_args(cfg, "<model dir>", "<port>", arm_placeholder(settings), settings),
+        "server_env": {**vllm_env.fixed_env(info.get("build"), settings), **kernel_env(settings)},
         "request_fields": fields,
         "threads": os.cpu_count(),
         "cpu_flags_key": vllm_env.cpu_flags_key() if info.get("build") == "cpu" else None,
@@ -244,8 +262,9 @@ class VllmServer(ServerSession):
     def start(self) -> "VllmServer":
         t0 = time.monotonic()
         self.proc.spawn(
-            lambda port: [str(self.exe)] + serve_args(self.cfg, str(self.model_dir), str(port), self.flag),
-            extra_env=vllm_env.server_env(self.info.get("build"), self.settings),
+            lambda port: [str(self.exe)]
+            + serve_args(self.cfg, str(self.model_dir), str(port), self.flag, self.settings),
+            extra_env={**vllm_env.server_env(self.info.get("build"), self.settings), **kernel_env(self.settings)},
             health="/health",
         )
         self.startup_s = round(time.monotonic() - t0, 1)
@@ -311,6 +330,8 @@ class VllmServer(ServerSession):
                 "cached_tokens_on_miss": self.vllm.cached_tokens_on_miss,
             },
             "batch_invariant": self.settings.batch_invariant,  # VLLM_BATCH_INVARIANT=1 in server_env when true
+            # what the plan asked of the kernels (both arms' servers); `attention` below is what vLLM chose
+            "kernel_settings": kernel_record(self.settings),
             "cache_condition": {
                 "description": describe_cache(self.settings, self.arm),
                 "arm_flag": self.flag,
@@ -397,7 +418,7 @@ class Vllm(Engine):
             )
         elif settings.batch_invariant and not versions.VERSIONS[settings.version].batch_invariant:
             out.append(f"batch_invariant needs VLLM_BATCH_INVARIANT, which vLLM {settings.version} does not have")
-        return out
+        return out + kernel_problems(settings)
 
     def check_plan_table(self, table: dict, where: str) -> None:
         super().check_plan_table(table, where)

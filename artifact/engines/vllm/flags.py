@@ -30,6 +30,9 @@ KEYS = (
     "block_size",
     "prefix_caching_hash_algo",
     "disable_log_stats",
+    "enforce_eager",
+    "attention_backend",
+    "attention_config",
 )
 
 

