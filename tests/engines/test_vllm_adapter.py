@@ -227,9 +227,23 @@ def test_kernel_settings_a_plan_gets_wrong_are_one_line_errors(tmp_path):
         plan = dataclasses.replace(load_plan("main"), engine_settings={"vllm": table})
         with pytest.raises(ArtifactError, match=message):
             vllm.settings(cfg, plan)
-    for extra in (("--enforce-eager",), ("--attention-backend", "FLASH_ATTN"), ("--attention-config", "{}")):
+    for extra in (("--attention-backend", "FLASH_ATTN"), ("--attention-config", "{}")):
         bad = dataclasses.replace(
             cfg, server=dataclasses.replace(cfg.server, extra_args=("--dtype", "bfloat16", *extra))
         )
         with pytest.raises(ArtifactError, match="which the vLLM adapter sets itself"):
             serve_args(bad, "m", "1", ARM_FLAGS["on"])
+
+
+def test_eager_asked_by_the_configuration_and_by_the_plan_is_one_flag(vcfg):
+    """A configuration may run eager itself (the CPU tests do, to skip torch.compile): a plan's eager then adds no
+    second flag, and the manifest says where it came from."""
+    cfg = dataclasses.replace(
+        vcfg, server=dataclasses.replace(vcfg.server, extra_args=("--dtype", "bfloat16", "--enforce-eager"))
+    )
+    settings = get("vllm").settings(cfg)
+    eager = dataclasses.replace(settings, enforce_eager=True)
+    assert serve_args(cfg, "m", "1", ARM_FLAGS["on"], eager).count("--enforce-eager") == 1
+    assert kernel_record(settings, cfg.server.extra_args)["enforce_eager_from"] == "configuration"
+    assert kernel_record(eager, cfg.server.extra_args)["enforce_eager_from"] == "plan"
+    assert kernel_record(settings)["enforce_eager"] is False

@@ -198,6 +198,7 @@ def test_a_kernel_plan_records_what_it_asked_and_what_vllm_chose(gpu_results):
             "attention_backend": backend,
             "flash_attn_version": fa,
             "enforce_eager": False,
+            "enforce_eager_from": None,
             "batch_invariant": True,
             "how": "--attention-config",
         }

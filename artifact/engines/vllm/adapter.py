@@ -97,7 +97,6 @@ OWNED_FLAGS = (
     "--max-num-batched-tokens",
     "--host",
     "--port",
-    "--enforce-eager",
     "--attention-backend",
     "--attention-config",
     "-ac",
@@ -144,7 +143,7 @@ def serve_args(cfg: Config, model: str, port: str, arm_flag: str, settings: Sett
         "--max-num-batched-tokens",
         str(s.batch_size),
         *extra,
-        *kernel_args(settings),
+        *[a for a in kernel_args(settings) if a not in extra],  # a configuration may run eager itself
         arm_flag,
     ]
 
@@ -331,7 +330,7 @@ class VllmServer(ServerSession):
             },
             "batch_invariant": self.settings.batch_invariant,  # VLLM_BATCH_INVARIANT=1 in server_env when true
             # what the plan asked of the kernels (both arms' servers); `attention` below is what vLLM chose
-            "kernel_settings": kernel_record(self.settings),
+            "kernel_settings": kernel_record(self.settings, self.cfg.server.extra_args),
             "cache_condition": {
                 "description": describe_cache(self.settings, self.arm),
                 "arm_flag": self.flag,

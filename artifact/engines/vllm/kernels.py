@@ -45,12 +45,15 @@ def kernel_env(settings: Any) -> dict:
     return {names[k]: str(v) for k, v in attention.items()}
 
 
-def kernel_record(settings: Any) -> dict:
-    """What the manifest says a plan asked of the kernels (what vLLM chose is `attention`, from its log)."""
+def kernel_record(settings: Any, extra_args: tuple | list = ()) -> dict:
+    """What the manifest says the kernels were asked to do (what vLLM chose is `attention`, from its log): the plan's
+    settings, and eager execution also where the configuration's own server.extra_args asks for it."""
+    eager_from = "plan" if settings.enforce_eager else "configuration" if "--enforce-eager" in extra_args else None
     return {
         "attention_backend": settings.attention_backend or None,
         "flash_attn_version": settings.flash_attn_version or None,
-        "enforce_eager": settings.enforce_eager,
+        "enforce_eager": eager_from is not None,
+        "enforce_eager_from": eager_from,
         "batch_invariant": settings.batch_invariant,
         "how": "--attention-config" if versions.VERSIONS[settings.version].attention_config else "environment",
     }
