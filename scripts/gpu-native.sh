@@ -123,12 +123,12 @@ phase_wait() {
 }
 
 phase_collect() {
-  local out=${1:?usage: collect DIR (the folder to pack into)}
-  mkdir -p "$out"
-  cp "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" "$W/adapter/training.json" "$out/" 2>/dev/null || true
-  cp "$W/repo/artifact/models/recipes/smollm2-135m-bfcl-agent.json" "$out/recipe.json" 2>/dev/null || true
-  (cd "$W" && tar -czf "$out/logs.tar.gz" logs gpu.csv nvcc.txt train.jsonl.json) || true
-  ls -la "$out"
+  local dest=${1:?usage: collect DIR (the folder to pack into)}
+  mkdir -p "$dest"
+  cp "$W/adapter/smollm2-135m-bfcl-lora-r8.gguf" "$W/adapter/training.json" "$dest/" 2>/dev/null || true
+  cp "$W/repo/artifact/models/recipes/smollm2-135m-bfcl-agent.json" "$dest/recipe.json" 2>/dev/null || true
+  (cd "$W" && tar -czf "$dest/logs.tar.gz" logs gpu.csv nvcc.txt train.jsonl.json) || true
+  ls -la "$dest"
 }
 
 case "${1:-}" in
