@@ -111,7 +111,7 @@ def test_a_tenant_count_without_its_tenants_jsonl_is_corruption(tmp_path, capsys
     ],
 )
 def test_tenants_jsonl_is_validated_and_the_manifests_load_is_held_against_it(tmp_path, capsys, damage, why):
-    from test_tenant_effect import SPEC, load_record, loaded_plan
+    from tenant_runs import SPEC, load_record, loaded_plan
 
     main_plan(tmp_path, OFF, ON1, ON2)
     spec = {**SPEC, "count": 2} if damage == "count" else SPEC
@@ -148,7 +148,7 @@ def test_tenants_jsonl_is_validated_and_the_manifests_load_is_held_against_it(tm
 def test_the_load_the_claims_and_the_tenant_verdict_read_is_tenants_jsonl(tmp_path):
     from artifact.analysis import tenant_effect
 
-    from test_tenant_effect import load_record, loaded_plan
+    from tenant_runs import load_record, loaded_plan
 
     main_plan(tmp_path, OFF, ON1, ON2)
     runs = loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON1, ON2, load=load_record(overlapped=2, requests=2))

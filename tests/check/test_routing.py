@@ -231,7 +231,7 @@ def tenant_verdict(root, plan: str):
 def test_a_tenant_plans_prefix_label_is_not_believed_over_the_prompts_it_recorded(tmp_path):
     """Plan tenants1-shared (its label and configs/plans.toml say "shared"), whose recorded tenant prompts share
     none of the measured first prompts' characters: read as unshared, and the verdict says that the label was not."""
-    from test_tenant_effect import SPEC, load_record, loaded_plan
+    from tenant_runs import SPEC, load_record, loaded_plan
 
     main_plan(tmp_path, OFF, ON1, ON2)
     loaded_plan(tmp_path, "tenants1-shared", OFF, OFF, ON2, ON2, load=load_record(SPEC, shared=0))
@@ -248,7 +248,7 @@ def test_a_tenant_plans_prefix_label_is_not_believed_over_the_prompts_it_recorde
 def test_a_flipped_prefix_label_of_a_plan_the_checker_does_not_define_is_read_from_the_prompts(tmp_path):
     """A plan configs/plans.toml does not define (its labels are held against nothing there): labelled "unshared"
     everywhere in its manifests, its recorded tenant prompts share the measured system prompt: shared."""
-    from test_tenant_effect import SPEC, load_record, loaded_inputs, loaded_plan
+    from tenant_runs import SPEC, load_record, loaded_inputs, loaded_plan
 
     spec = {**SPEC, "prefix": "unshared"}
     main_plan(tmp_path, OFF, ON1, ON2)
@@ -276,7 +276,7 @@ def test_a_flipped_prefix_label_of_a_plan_the_checker_does_not_define_is_read_fr
 def test_tenant_prompts_recorded_against_other_first_prompts_decide_nothing(tmp_path):
     """Tenant prompts recorded against first prompts the run did not send (units of another run): whether they share
     the measured prefix is not known; the label is not read either."""
-    from test_tenant_effect import SPEC, load_record, loaded_plan
+    from tenant_runs import SPEC, load_record, loaded_plan
 
     load = load_record(SPEC)
     load["units"] = [{**u, "first_prompt_sha256": "ee" * 32} for u in load["units"]]
